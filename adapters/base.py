@@ -1,0 +1,114 @@
+"""The adapter boundary: the few methods through which the harness drives a framework.
+
+The harness owns the clock; an adapter owns its framework. Adapter modules must not import
+their framework at module level (discovery and ``harness list`` import every adapter module);
+import it inside the methods instead.
+
+Lifecycle in a worker process, one adapter instance per cell:
+    worker_env(threads)    -> environment variables, set before the process starts
+    supports(spec)         -> None, or the reason this adapter cannot run the spec
+    resolve_device(device) -> "cpu" / "cuda"; raises DeviceUnavailable with the reason
+    setup(spec, params, device, threads)   build the model from canonical NumPy parameters
+    to_device(batch)       -> framework batch; must return only once the data is placed
+    train_step(batch)      -> a loss handle; may return before the device finishes (async)
+    sync(handle)           -> float loss; blocks until the step that produced it is done
+    params()               -> canonical NumPy parameters (for parity checks)
+    compile_stats()        -> trace/compile counters the framework exposes (may be empty)
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib.util
+from typing import Any, ClassVar
+
+from workloads import Batch, Params, Workload
+
+
+class DeviceUnavailable(RuntimeError):
+    """The requested device is not usable by this framework; the message says why."""
+
+
+class Adapter(abc.ABC):
+    name: ClassVar[str]
+    """Unique adapter name, e.g. ``torch-eager``."""
+    framework: ClassVar[str]
+    """Framework family, e.g. ``torch``; ``FRAMEWORK=torch`` selects every torch adapter."""
+    graph: ClassVar[str]
+    """``dynamic`` (eager, graph rebuilt every step) or ``static`` (traced once, compiled)."""
+    requires: ClassVar[tuple[str, ...]]
+    """Importable module names this adapter needs."""
+    extra: ClassVar[str]
+    """The pip extra of this project that installs them."""
+    families: ClassVar[tuple[str, ...]] = ("mlp",)
+    """Workload families this adapter implements."""
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """None if the framework can be imported, else the reason with the pip command."""
+        missing = [m for m in cls.requires if importlib.util.find_spec(m) is None]
+        if not missing:
+            return None
+        return f"{', '.join(missing)} not installed: pip install 'dlcompare[{cls.extra}]'"
+
+    @classmethod
+    def worker_env(cls, threads: int) -> dict[str, str]:
+        """Environment for the worker process, applied before the framework is imported:
+        thread-pool sizes and backend selection that a framework reads only at start-up."""
+        return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+    def supports(self, spec: Workload) -> str | None:
+        if spec.family not in self.families:
+            return f"{self.name} does not implement workload family {spec.family!r}"
+        return None
+
+    @abc.abstractmethod
+    def version(self) -> dict[str, str]:
+        """Versions of the framework packages in use, e.g. {"torch": "2.13.0"}."""
+
+    @abc.abstractmethod
+    def resolve_device(self, device: str) -> str:
+        """Map "cpu", "cuda" or "auto" to the device this cell runs on."""
+
+    @abc.abstractmethod
+    def setup(self, spec: Workload, params: Params, device: str, threads: int) -> None:
+        """Build model and optimiser state from the canonical parameters on ``device``."""
+
+    @abc.abstractmethod
+    def to_device(self, batch: Batch) -> Any:
+        """Place one batch on the device; synchronous."""
+
+    @abc.abstractmethod
+    def train_step(self, batch: Any) -> Any:
+        """One optimiser step on a placed batch; returns a handle to the pre-update loss."""
+
+    @abc.abstractmethod
+    def sync(self, handle: Any) -> float:
+        """Block until the step behind ``handle`` is complete and return its loss."""
+
+    @abc.abstractmethod
+    def params(self) -> Params:
+        """Current parameters as float32 NumPy arrays in the workload's canonical layout."""
+
+    def compile_stats(self) -> dict[str, Any]:
+        """Trace/compile counters and seconds from the framework's own instrumentation."""
+        return {}
+
+    def settings(self) -> dict[str, Any]:
+        """Execution settings worth recording (precision, jit flags, thread counts)."""
+        return {}
+
+
+def no_cuda(framework: str) -> DeviceUnavailable:
+    return DeviceUnavailable(f"no CUDA device visible to {framework}")
+
+
+def pick_device(device: str, cuda_visible: bool, framework: str) -> str:
+    """Shared device resolution: "auto" falls back to CPU, "cuda" requires a GPU."""
+    if device == "cpu":
+        return "cpu"
+    if cuda_visible:
+        return "cuda"
+    if device == "auto":
+        return "cpu"
+    raise no_cuda(framework)

@@ -1,0 +1,94 @@
+"""Runs planned cells, each in a fresh worker process, and appends their records."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from adapters import AdapterInfo
+from harness import records
+
+REPO = Path(__file__).resolve().parent.parent
+STDERR_TAIL_LINES = 20
+
+
+def worker_env(info: AdapterInfo, cell: dict[str, Any]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(info.cls.worker_env(cell["threads"]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    if cell["device_requested"] == "cpu":
+        # A CPU cell must not touch (or grab memory on) a GPU, whatever the framework's default.
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def _tail(text: str) -> str:
+    return "\n".join(text.strip().splitlines()[-STDERR_TAIL_LINES:])
+
+
+def run_worker(
+    info: AdapterInfo, cell: dict[str, Any], mode: str, out: Path, timeout_s: float, extra: list[str] = ()
+) -> subprocess.CompletedProcess:
+    """Start ``python -m harness.worker`` for one cell; raises subprocess.TimeoutExpired."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(cell, f)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "harness.worker", mode, f.name, str(out), *extra],
+            env=worker_env(info, cell),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    finally:
+        os.unlink(f.name)
+
+
+def run_cell(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """One cell's record; never raises for anything the cell itself does."""
+    if not info.available:
+        return records.new_record(cell, "skipped", info.unavailable)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "record.json"
+        try:
+            proc = run_worker(info, cell, "bench", out, timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+            return records.new_record(cell, "failed", f"timeout after {timeout_s:g} s", stderr_tail=_tail(err))
+        if out.is_file():
+            record = json.loads(out.read_text())
+        elif proc.returncode < 0:
+            name = signal.Signals(-proc.returncode).name
+            record = records.new_record(cell, "failed", f"worker killed by {name}", stderr_tail=_tail(proc.stderr))
+        else:
+            reason = f"worker exited with code {proc.returncode} and no record"
+            record = records.new_record(cell, "failed", reason, stderr_tail=_tail(proc.stderr))
+    record["wall_s"] = time.perf_counter() - t0
+    return record
+
+
+def run_cells(
+    cells: list[dict[str, Any]],
+    adapters: Mapping[str, AdapterInfo],
+    results: Path,
+    timeout_s: float,
+    on_record: Callable[[int, int, dict[str, Any]], None] = lambda i, n, r: None,
+) -> list[dict[str, Any]]:
+    """Run cells in order, appending each record to ``results`` as soon as it exists."""
+    done = []
+    for i, cell in enumerate(cells, start=1):
+        record = run_cell(adapters[cell["adapter"]], cell, timeout_s)
+        records.append(results, record)
+        done.append(record)
+        on_record(i, len(cells), record)
+    return done

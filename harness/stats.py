@@ -1,0 +1,26 @@
+"""Summary statistics of raw per-step times (seconds)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: A cell whose IQR exceeds this fraction of its median is flagged as noisy in the report.
+NOISY_IQR_RATIO = 0.25
+
+
+def summarize(step_times_s: list[float], batch_size: int) -> dict[str, float]:
+    """Median, quartiles, IQR, mean and samples/s of per-step times."""
+    if not step_times_s:
+        raise ValueError("no step times to summarize")
+    t = np.asarray(step_times_s, dtype=np.float64)
+    q1, median, q3 = (float(v) for v in np.percentile(t, [25, 50, 75]))
+    return {
+        "median_s": median,
+        "q1_s": q1,
+        "q3_s": q3,
+        "iqr_s": q3 - q1,
+        "mean_s": float(t.mean()),
+        "min_s": float(t.min()),
+        "samples_per_s": batch_size / median,
+        "noisy": bool((q3 - q1) > NOISY_IQR_RATIO * median),
+    }

@@ -1,0 +1,138 @@
+"""The per-cell worker process: ``python -m harness.worker MODE CELL.json OUT``.
+
+One fresh process per cell, so framework thread pools, GPU memory and Keras's backend choice
+never leak between cells. The parent sets the adapter's ``worker_env`` before this process
+starts. Modes:
+
+``bench``: run the timing protocol and write one result record (JSON) to OUT. Failures inside
+the cell are written as ``failed`` records; skips as ``skipped``.
+``check``: train ``--steps`` steps and write an ``.npz`` with the losses and the parameters
+after ``--snapshot`` steps, for the conformance tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adapters import DeviceUnavailable, discover
+from harness import timing
+from harness.records import new_record
+from harness.stats import summarize
+from workloads import get_workload, override
+
+
+class Skip(Exception):
+    """The cell cannot run here; the message is the reason."""
+
+
+def prepare(cell: dict[str, Any]):
+    """Instantiate adapter and spec, resolve the device and set up; raises Skip."""
+    adapter = discover()[cell["adapter"]].cls()
+    spec = override(get_workload(cell["workload"]), cell.get("overrides", []))
+    reason = adapter.supports(spec)
+    if reason:
+        raise Skip(reason)
+    try:
+        device = adapter.resolve_device(cell["device_requested"])
+    except DeviceUnavailable as exc:
+        raise Skip(str(exc)) from None
+    params = spec.init_params()
+    t0 = time.perf_counter()
+    adapter.setup(spec, params, device, cell["threads"])
+    setup_s = time.perf_counter() - t0
+    return adapter, spec, device, setup_s
+
+
+def place(adapter, spec) -> tuple[list[Any], list[float]]:
+    placed, seconds = [], []
+    for batch in spec.batches():
+        t0 = time.perf_counter()
+        placed.append(adapter.to_device(batch))
+        seconds.append(time.perf_counter() - t0)
+    return placed, seconds
+
+
+def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Compile counters accrued during training (set-up compiles are not the step's)."""
+    return {k: after[k] - before.get(k, 0) for k in after}
+
+
+def bench(cell: dict[str, Any]) -> dict[str, Any]:
+    profile = timing.PROFILES[cell["profile"]]
+    try:
+        adapter, spec, device, setup_s = prepare(cell)
+    except Skip as exc:
+        return new_record(cell, "skipped", str(exc))
+    placed, place_s = place(adapter, spec)
+    before = adapter.compile_stats()
+    m = timing.measure(adapter, placed, profile)
+    compile_stats = _delta(before, adapter.compile_stats())
+    batch_bytes = sum(a.nbytes for a in spec.batches()[0].values())
+    return new_record(
+        cell,
+        "ok",
+        device=device,
+        batch_size=spec.batch_size,
+        versions=adapter.version(),
+        settings=adapter.settings(),
+        setup_s=setup_s,
+        to_device_s=float(np.median(place_s)),
+        batch_bytes=int(batch_bytes),
+        first_step_s=m.first_step_s,
+        warmup_steps=m.warmup_steps,
+        steps=len(m.step_times_s),
+        step_times_s=m.step_times_s,
+        loss_first=m.loss_first,
+        loss_last=m.loss_last,
+        compiles=compile_stats.get("compiles"),
+        traces=compile_stats.get("traces"),
+        compile_s=compile_stats.get("compile_s"),
+        **summarize(m.step_times_s, spec.batch_size),
+    )
+
+
+def check(cell: dict[str, Any], steps: int, snapshot: int) -> dict[str, np.ndarray]:
+    adapter, spec, device, _ = prepare(cell)
+    placed, _ = place(adapter, spec)
+    losses, snap = [], {}
+    for step in range(steps):
+        losses.append(adapter.sync(adapter.train_step(placed[step % len(placed)])))
+        if step + 1 == snapshot:
+            snap = adapter.params()
+    return {"losses": np.asarray(losses, dtype=np.float64), **{f"param:{k}": v for k, v in snap.items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.worker")
+    parser.add_argument("mode", choices=("bench", "check"))
+    parser.add_argument("cell", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--snapshot", type=int, default=5)
+    args = parser.parse_args(argv)
+    cell = json.loads(args.cell.read_text())
+    if args.mode == "check":
+        np.savez(args.out, **check(cell, args.steps, args.snapshot))
+        return 0
+    t0 = time.perf_counter()
+    try:
+        record = bench(cell)
+    except timing.Diverged as exc:
+        record = new_record(cell, "failed", str(exc))
+    except Exception as exc:  # noqa: BLE001 - any failure of a cell becomes its record
+        tail = traceback.format_exc().strip().splitlines()[-12:]
+        record = new_record(cell, "failed", f"{type(exc).__name__}: {exc}".strip(), stderr_tail="\n".join(tail))
+    record["worker_s"] = time.perf_counter() - t0
+    args.out.write_text(json.dumps(record, allow_nan=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,96 @@
+"""Test doubles for harness logic only (timing, planning, reports); never for conformance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adapters import AdapterInfo
+from adapters.base import Adapter
+
+
+class FakeClock:
+    """A clock that advances only when the fake adapter does work."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeAdapter(Adapter):
+    """Each step costs ``step_costs[i]`` fake seconds, paid in ``sync`` (as async dispatch does)."""
+
+    name = "fake"
+    framework = "fake"
+    graph = "static"
+    requires = ()
+    extra = "fake"
+
+    def __init__(self, clock: FakeClock, step_costs: list[float], losses: list[float] | None = None) -> None:
+        self.clock, self.costs, self.losses = clock, step_costs, losses
+        self.steps = self.syncs = 0
+        self.batches_seen: list[Any] = []
+
+    def version(self):
+        return {"fake": "1"}
+
+    def resolve_device(self, device):
+        return "cpu"
+
+    def setup(self, spec, params, device, threads):
+        pass
+
+    def to_device(self, batch):
+        return batch
+
+    def train_step(self, batch):
+        self.batches_seen.append(batch)
+        self.steps += 1
+        return self.steps - 1
+
+    def sync(self, handle):
+        self.syncs += 1
+        self.clock.now += self.costs[min(handle, len(self.costs) - 1)]
+        return self.losses[handle] if self.losses else 1.0 / (handle + 1)
+
+    def params(self):
+        return {}
+
+
+def fake_info(name: str, framework: str, unavailable: str | None = None) -> AdapterInfo:
+    return AdapterInfo(name, framework, "static", "tests.fakes", FakeAdapter, unavailable)
+
+
+def record(adapter: str, workload: str = "mlp", status: str = "ok", median_ms: float = 1.0, **extra: Any) -> dict:
+    rec = {
+        "schema_version": 1,
+        "run_id": "r1",
+        "adapter": adapter,
+        "framework": adapter.split("-")[0],
+        "graph": "dynamic",
+        "workload": workload,
+        "overrides": [],
+        "device_requested": "cpu",
+        "device": "cpu",
+        "profile": "quick",
+        "status": status,
+        "reason": "" if status == "ok" else extra.pop("reason", "because"),
+        "param_count": 266610,
+        "spec": {"batch_size": 32, "optimizer": "sgd", "learning_rate": 0.01},
+    }
+    if status == "ok":
+        rec.update(
+            first_step_s=median_ms * 5e-3,
+            median_s=median_ms * 1e-3,
+            iqr_s=median_ms * 1e-4,
+            samples_per_s=32 / (median_ms * 1e-3),
+            loss_first=2.3,
+            loss_last=1.1,
+            steps=100,
+            noisy=False,
+            versions={adapter.split("-")[0]: "1.0"},
+            settings={"tf32": False},
+        )
+    rec.update(extra)
+    return rec

@@ -1,0 +1,100 @@
+"""The command line end to end, with real worker processes (torch-eager: the fastest to start)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from adapters import discover
+from harness import records, runner
+from tests.conftest import REPO, check_cell
+
+TORCH = discover()["torch-eager"]
+needs_torch = pytest.mark.skipif(not TORCH.available, reason=str(TORCH.unavailable))
+
+
+def harness(python, *args, check=False):
+    return subprocess.run([python, "-m", "harness", *args], cwd=REPO, capture_output=True, text=True, check=check)
+
+
+def test_help_and_list(python):
+    assert "bench" in harness(python, "--help", check=True).stdout
+    out = harness(python, "list", check=True).stdout
+    for name in discover():
+        assert name in out
+    assert "266,610" in out and "3,623,600" in out
+
+
+@needs_torch
+def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
+    proc = harness(
+        python, "bench", "--framework", "torch-eager", "--workload", "mlp", "--device", "cpu,cuda",
+        "--set", "num_batches=4", "--out", str(tmp_path), "--run-id", "e2e",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    run = tmp_path / "e2e"
+    recs = records.load(run / records.RESULTS)
+    assert [(r["device_requested"], r["status"]) for r in recs][0] == ("cpu", "ok")
+    cpu = recs[0]
+    assert cpu["device"] == "cpu" and cpu["steps"] >= 30 and len(cpu["step_times_s"]) == cpu["steps"]
+    assert cpu["median_s"] > 0 and cpu["versions"]["torch"].startswith("2.13")
+    assert cpu["loss_last"] < cpu["loss_first"]
+    cuda = recs[1]
+    if shutil.which("nvidia-smi") is None:
+        assert cuda["status"] == "skipped" and cuda["reason"] == "no CUDA device visible to torch"
+    env = json.loads((run / records.ENV).read_text())
+    assert env["threads"] >= 1 and "torch" in env["packages"]
+    first = (run / "report.md").read_text()
+    assert "| torch-eager " in first and f"report: {run / 'report.md'}" in proc.stdout
+    (run / "report.md").unlink()
+    assert harness(python, "report", str(run)).returncode == 0
+    assert (run / "report.md").read_text() == first, "the report is rebuilt from records alone"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["bench", "--framework", "troch-eager"],
+            "unknown framework or adapter 'troch-eager' (did you mean 'torch-eager'?)",
+        ),
+        (["bench", "--workload", "mlp-wdie"], "unknown workload 'mlp-wdie' (did you mean 'mlp-wide'?)"),
+        (["bench", "--device", "gpu"], "unknown device 'gpu' (did you mean 'cuda'?)"),
+        (["bench", "--set", "batch_size=0"], "batch_size must be > 0, got 0"),
+        (["bench", "--threads", "0"], "--threads must be >= 1"),
+        (["bench", "--profile", "fast"], "invalid choice: 'fast'"),
+        (["report", "/nonexistent/run"], "no such results file"),
+    ],
+)
+def test_bad_input_exits_2_with_one_clear_line(python, args, message, tmp_path):
+    proc = harness(python, *args, "--out", str(tmp_path)) if args[0] == "bench" else harness(python, *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not list(tmp_path.iterdir()), "nothing is written for rejected input"
+
+
+@needs_torch
+def test_exception_in_a_cell_is_a_failed_record():
+    cell = check_cell("torch-eager", "mlp") | {"overrides": ["no_such_field=1"], "cell_id": "x"}
+    rec = runner.run_cell(TORCH, cell, timeout_s=120)
+    assert rec["status"] == "failed"
+    assert rec["reason"].startswith("SpecError: unknown field 'no_such_field'")
+    assert "Traceback" in rec["stderr_tail"] or "SpecError" in rec["stderr_tail"]
+
+
+@needs_torch
+def test_a_cell_past_its_timeout_is_a_failed_record():
+    rec = runner.run_cell(TORCH, check_cell("torch-eager", "mlp") | {"cell_id": "x"}, timeout_s=0.2)
+    assert rec["status"] == "failed" and rec["reason"] == "timeout after 0.2 s"
+
+
+def test_unavailable_adapter_is_skipped_with_the_pip_extra():
+    from tests.fakes import fake_info
+
+    info = fake_info("ghost", "ghost", unavailable="ghost not installed: pip install 'dlcompare[ghost]'")
+    rec = runner.run_cell(info, check_cell("torch-eager", "mlp") | {"adapter": "ghost"}, timeout_s=1)
+    assert rec["status"] == "skipped" and "pip install 'dlcompare[ghost]'" in rec["reason"]

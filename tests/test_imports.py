@@ -1,0 +1,21 @@
+"""Importing the harness, the workloads and adapter discovery must import no framework."""
+
+from __future__ import annotations
+
+import subprocess
+
+from tests.conftest import REPO
+
+FRAMEWORKS = ("torch", "tensorflow", "jax", "keras", "optax")
+
+
+def test_harness_and_workloads_import_no_framework(python):
+    code = (
+        "import sys\n"
+        "import harness, harness.cli, harness.report, harness.runner, harness.worker, workloads\n"
+        "from adapters import discover\n"
+        "assert len(discover()) >= 4\n"
+        f"print(sorted(m for m in {FRAMEWORKS!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run([python, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,66 @@
+"""The timing protocol and statistics, with a fake adapter and a patched clock."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from harness.stats import summarize
+from harness.timing import Diverged, Profile, measure
+from tests.fakes import FakeAdapter, FakeClock
+
+PROFILE = Profile("t", warmup_steps=3, min_steps=10, max_steps=1000, budget_s=1.0, timeout_s=10)
+
+
+def test_first_step_is_timed_alone_and_warmup_is_not_timed():
+    clock = FakeClock()
+    costs = [5.0, 0.9, 0.9, 0.9] + [0.01] * 200  # compile-heavy first step, slow warm-up
+    adapter = FakeAdapter(clock, costs)
+    m = measure(adapter, ["b0", "b1"], PROFILE, clock)
+    assert m.first_step_s == pytest.approx(5.0)
+    assert m.warmup_steps == 3
+    assert all(t == pytest.approx(0.01) for t in m.step_times_s), "warm-up leaked into timed steps"
+    # budget 1 s at 0.01 s/step: the loop stops once 1 s of timed work has passed
+    assert 100 <= len(m.step_times_s) <= 101
+    assert adapter.syncs == adapter.steps, "every step must be synced before the clock is read"
+    assert adapter.batches_seen[:4] == ["b0", "b1", "b0", "b1"]
+
+
+def test_min_steps_wins_over_an_exhausted_budget():
+    clock = FakeClock()
+    m = measure(FakeAdapter(clock, [0.5]), ["b"], PROFILE, clock)
+    assert len(m.step_times_s) == PROFILE.min_steps
+
+
+def test_max_steps_caps_a_fast_cell():
+    clock = FakeClock()
+    profile = Profile("t", 0, 1, 50, budget_s=1e9, timeout_s=10)
+    m = measure(FakeAdapter(clock, [1e-6]), ["b"], profile, clock)
+    assert len(m.step_times_s) == 50
+
+
+def test_times_are_taken_after_sync():
+    """An adapter whose cost lands in sync (async dispatch) is still fully timed."""
+    clock = FakeClock()
+    m = measure(FakeAdapter(clock, [0.2]), ["b"], Profile("t", 0, 5, 5, 0.0, 10), clock)
+    assert m.step_times_s == pytest.approx([0.2] * 5)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_non_finite_loss_is_divergence_with_its_step(bad):
+    clock = FakeClock()
+    losses = [2.0] * 7 + [bad] + [1.0] * 100
+    with pytest.raises(Diverged, match="diverged at step 7"):
+        measure(FakeAdapter(clock, [0.01], losses), ["b"], PROFILE, clock)
+
+
+def test_summarize():
+    s = summarize([1.0, 2.0, 3.0, 4.0, 100.0], batch_size=10)
+    assert s["median_s"] == 3.0
+    assert (s["q1_s"], s["q3_s"], s["iqr_s"]) == (2.0, 4.0, 2.0)
+    assert s["samples_per_s"] == pytest.approx(10 / 3.0)
+    assert s["noisy"] is True
+    assert summarize([1.0, 1.0, 1.01, 1.0], 1)["noisy"] is False
+    with pytest.raises(ValueError):
+        summarize([], 1)

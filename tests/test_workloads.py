@@ -1,0 +1,91 @@
+"""The framework-free workload specs: sizes from the seed articles, determinism, reference maths."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from workloads import MLP, WORKLOADS, SpecError, get_workload, override
+from workloads.mlp import mlp_loss_and_grads
+
+
+def test_parameter_counts_match_the_seed_articles():
+    assert get_workload("mlp").param_count() == 266_610
+    assert get_workload("mlp-wide").param_count() == 3_623_600
+
+
+def test_init_and_data_are_deterministic_and_seeded():
+    spec = MLP(name="t", input_shape=(4, 3), hidden=(5,), num_classes=3, num_batches=2, batch_size=8)
+    a, b = spec.init_params(), spec.init_params()
+    assert all(np.array_equal(a[k], b[k]) and a[k].dtype == np.float32 for k in a)
+    x1, x2 = spec.batches(), spec.batches()
+    assert all(np.array_equal(p["x"], q["x"]) and np.array_equal(p["y"], q["y"]) for p, q in zip(x1, x2, strict=True))
+    other = dataclasses.replace(spec, seed=1)
+    assert not np.array_equal(other.init_params()["dense0/kernel"], a["dense0/kernel"])
+    assert not np.array_equal(other.batches()[0]["x"], x1[0]["x"])
+
+
+def test_labels_use_every_class():
+    spec = get_workload("mlp")
+    labels = np.concatenate([b["y"] for b in spec.batches()])
+    assert set(np.unique(labels)) == set(range(spec.num_classes))
+
+
+def test_reference_gradients_match_finite_differences():
+    spec = MLP(name="t", input_shape=(6,), hidden=(5, 4), num_classes=3, batch_size=7, num_batches=1)
+    params = {k: v.astype(np.float64) for k, v in spec.init_params().items()}
+    batch = spec.batches()[0]
+    n_layers = len(spec.layer_sizes) - 1
+    _, grads = mlp_loss_and_grads(params, batch, n_layers)
+    eps = 1e-6
+    for name, value in params.items():
+        for idx in [(0,) * value.ndim, tuple(s - 1 for s in value.shape)]:
+            plus = {k: v.copy() for k, v in params.items()}
+            minus = {k: v.copy() for k, v in params.items()}
+            plus[name][idx] += eps
+            minus[name][idx] -= eps
+            numeric = (mlp_loss_and_grads(plus, batch, n_layers)[0] - mlp_loss_and_grads(minus, batch, n_layers)[0]) / (
+                2 * eps
+            )
+            assert grads[name][idx] == pytest.approx(numeric, rel=1e-5, abs=1e-8), (name, idx)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_reference_training_reduces_loss(optimizer):
+    spec = dataclasses.replace(
+        WORKLOADS["mlp"], optimizer=optimizer, learning_rate=0.01 if optimizer == "sgd" else 1e-3
+    )
+    losses, _ = spec.reference_train(spec.init_params(), 40)
+    assert np.mean(losses[-5:]) < 0.8 * np.mean(losses[:5])
+
+
+def test_override_parses_types():
+    spec = override(get_workload("mlp"), ["batch_size=256", "hidden=64,32", "learning_rate=0.1", "optimizer=adam"])
+    assert (spec.batch_size, spec.hidden, spec.learning_rate, spec.optimizer) == (256, (64, 32), 0.1, "adam")
+    assert get_workload("mlp").batch_size == 32, "overrides never mutate the registered spec"
+
+
+@pytest.mark.parametrize(
+    "assignment, message",
+    [
+        ("batch_sise=3", "unknown field 'batch_sise' for workload mlp; valid fields: batch_size"),
+        ("name=x", "unknown field 'name'"),
+        ("batch_size=abc", "--set batch_size='abc': expected an integer"),
+        ("batch_size=0", "batch_size must be > 0, got 0"),
+        ("hidden=64,-1", "hidden widths must be > 0"),
+        ("learning_rate=-1", "learning_rate must be > 0"),
+        ("optimizer=rmsprop", "optimizer 'rmsprop' is not one of: sgd, adam"),
+        ("batch_size", "expected field=value"),
+    ],
+)
+def test_override_rejects_bad_input(assignment, message):
+    with pytest.raises(SpecError, match=None) as info:
+        override(get_workload("mlp"), [assignment])
+    assert message in str(info.value)
+
+
+def test_unknown_workload_names_the_valid_ones():
+    with pytest.raises(SpecError, match="unknown workload 'mpl'; valid: mlp, mlp-wide"):
+        get_workload("mpl")

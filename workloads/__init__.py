@@ -1,0 +1,31 @@
+"""Framework-free workload specs. Importing this package imports no deep-learning framework."""
+
+from __future__ import annotations
+
+from workloads.mlp import MLP
+from workloads.spec import Batch, Params, SpecError, Workload, override
+
+#: The named workloads, with the defaults taken from the seed articles.
+WORKLOADS: dict[str, Workload] = {
+    # Seed 003: MNIST-shaped Keras MLP, 266,610 parameters, SGD.
+    "mlp": MLP(name="mlp"),
+    # Seed 003: CIFAR-100-shaped MLP, 3,623,600 parameters, Adam.
+    "mlp-wide": MLP(
+        name="mlp-wide",
+        input_shape=(32, 32, 3),
+        hidden=(1000, 500),
+        num_classes=100,
+        optimizer="adam",
+        learning_rate=1e-3,
+    ),
+}
+
+
+def get_workload(name: str) -> Workload:
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise SpecError(f"unknown workload {name!r}; valid: {', '.join(WORKLOADS)}") from None
+
+
+__all__ = ["WORKLOADS", "Batch", "MLP", "Params", "SpecError", "Workload", "get_workload", "override"]

@@ -1,0 +1,119 @@
+"""The framework-free workload contract: a frozen spec plus NumPy init, data and reference.
+
+A workload is a frozen dataclass. Its fields are the knobs a user may override from the CLI
+(``--set batch_size=256``); :func:`override` parses and validates them. Everything a workload
+produces is plain NumPy so that every adapter starts from identical numbers.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import typing
+from typing import Any, ClassVar
+
+import numpy as np
+
+Params = dict[str, np.ndarray]
+Batch = dict[str, np.ndarray]
+
+
+class SpecError(ValueError):
+    """A bad workload name, field or value; the message names it and the valid choices."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload(abc.ABC):
+    """Base class of every workload spec.
+
+    Subclasses set ``family`` (what adapters dispatch on) and implement the NumPy methods.
+    Fields listed in ``fixed_fields`` describe identity and cannot be overridden.
+    """
+
+    family: ClassVar[str] = ""
+    fixed_fields: ClassVar[tuple[str, ...]] = ("name",)
+
+    name: str
+    batch_size: int = 32
+    seed: int = 0
+
+    # --- contract -------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Raise SpecError naming the field if a value is out of range."""
+        _positive(self, "batch_size")
+        if self.seed < 0:
+            raise SpecError(f"seed must be >= 0, got {self.seed}")
+
+    @abc.abstractmethod
+    def init_params(self) -> Params:
+        """Deterministic float32 initial parameters in the canonical layout."""
+
+    @abc.abstractmethod
+    def batches(self) -> list[Batch]:
+        """Deterministic synthetic training batches; step i trains on batch i % len(batches)."""
+
+    @abc.abstractmethod
+    def reference_train(self, params: Params, steps: int) -> tuple[list[float], Params]:
+        """NumPy float64 reference: the loss before each of ``steps`` updates, and the
+        parameters after them, starting from ``params`` and cycling through ``batches()``."""
+
+    def param_count(self) -> int:
+        return int(sum(p.size for p in self.init_params().values()))
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["family"] = self.family
+        return d
+
+
+def _positive(spec: Workload, field: str) -> None:
+    value = getattr(spec, field)
+    if value <= 0:
+        raise SpecError(f"{field} must be > 0, got {value!r}")
+
+
+def _parse_value(field: dataclasses.Field, hint: Any, raw: str) -> Any:
+    origin = typing.get_origin(hint)
+    try:
+        if hint is int:
+            return int(raw)
+        if hint is float:
+            return float(raw)
+        if hint is str:
+            return raw
+        if origin is tuple:
+            (item, *_rest) = typing.get_args(hint)
+            parts = [p for p in raw.replace("x", ",").split(",") if p.strip()]
+            return tuple(int(p) if item is int else float(p) for p in parts)
+    except ValueError:
+        pass
+    raise SpecError(f"--set {field.name}={raw!r}: expected {_type_name(hint)}")
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) is tuple:
+        return "a comma list of integers"
+    return {int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
+
+
+def overridable_fields(spec: Workload) -> list[str]:
+    return [f.name for f in dataclasses.fields(spec) if f.name not in spec.fixed_fields]
+
+
+def override(spec: Workload, assignments: list[str]) -> Workload:
+    """Apply ``field=value`` strings to a spec, validating names, types and ranges."""
+    hints = typing.get_type_hints(type(spec))
+    fields = {f.name: f for f in dataclasses.fields(spec)}
+    changes: dict[str, Any] = {}
+    for item in assignments:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise SpecError(f"--set {item!r}: expected field=value")
+        if key not in fields or key in spec.fixed_fields:
+            valid = ", ".join(overridable_fields(spec))
+            raise SpecError(f"unknown field {key!r} for workload {spec.name}; valid fields: {valid}")
+        changes[key] = _parse_value(fields[key], hints[key], raw.strip())
+    new = dataclasses.replace(spec, **changes)
+    new.validate()
+    return new
