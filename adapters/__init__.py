@@ -1,13 +1,16 @@
 """Adapter discovery: every module in this package that defines an Adapter subclass.
 
 Adding a framework means adding one module here; no list of adapter names exists elsewhere.
-Modules whose name starts with an underscore are helpers, not adapters.
+Modules whose name starts with an underscore are helpers, not adapters. Modules named in the
+environment variable ``DLCOMPARE_EXTRA_ADAPTERS`` (comma-separated import paths) are scanned
+too; the test suite's fault-injection adapters arrive that way, and worker processes inherit it.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import pkgutil
 from dataclasses import dataclass
 
@@ -31,10 +34,12 @@ class AdapterInfo:
 def discover() -> dict[str, AdapterInfo]:
     """All adapters found in this package, by name, sorted by framework then name."""
     found: dict[str, AdapterInfo] = {}
-    for mod in pkgutil.iter_modules(__path__):
-        if mod.name.startswith("_") or mod.name == "base":
+    names = [f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")]
+    names += [n.strip() for n in os.environ.get("DLCOMPARE_EXTRA_ADAPTERS", "").split(",") if n.strip()]
+    for name in names:
+        if name == f"{__name__}.base":
             continue
-        module = importlib.import_module(f"{__name__}.{mod.name}")
+        module = importlib.import_module(name)
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if issubclass(cls, Adapter) and not inspect.isabstract(cls) and cls.__module__ == module.__name__:
                 if cls.name in found:

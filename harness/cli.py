@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,11 @@ from tabulate import tabulate
 from adapters import discover
 from harness import env, records, report, runner, timing
 from harness.plan import DEVICES, PlanError, plan
+from harness.progress import MatrixProgress
 from workloads import WORKLOADS
 
 DEFAULT_OUT = Path("reports")
+PLAN = "plan.json"
 
 
 def _fail(message: str) -> int:
@@ -36,37 +39,96 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _line(i: int, n: int, rec: dict[str, Any]) -> None:
-    what = f"[{i}/{n}] {rec['adapter']:<12} {rec['workload']:<9} {rec['device_requested']:<5}"
-    if rec["status"] == "ok":
-        print(f"{what} ok  {rec['median_s'] * 1e3:9.3f} ms/step (first step {rec['first_step_s'] * 1e3:.1f} ms)")
-    else:
-        print(f"{what} {rec['status']}: {rec['reason']}")
-    sys.stdout.flush()
+def _new_run(args: argparse.Namespace, adapters) -> tuple[Path, list[dict[str, Any]], float]:
+    """Plan a new run; raises PlanError. Nothing is written here."""
+    if args.threads is not None and args.threads < 1:
+        raise PlanError(f"--threads must be >= 1, got {args.threads}")
+    if args.timeout is not None and args.timeout <= 0:
+        raise PlanError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+    threads = args.threads or env.default_threads()
+    run_id = args.run_id or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    cells = plan(adapters, args.framework, args.workload, args.device, args.set, args.profile, threads, run_id)
+    run_dir = args.out / run_id
+    if (run_dir / records.RESULTS).exists():
+        raise PlanError(
+            f"{run_dir} already holds results; resume it with --resume {run_dir} or choose another --run-id"
+        )
+    return run_dir, cells, args.timeout or timing.PROFILES[args.profile].timeout_s
+
+
+def _resumed_run(run_dir: Path, adapters) -> tuple[list[dict[str, Any]], float]:
+    """The planned cells of an earlier run that have no record yet; raises PlanError."""
+    plan_path = run_dir / PLAN
+    if not plan_path.is_file():
+        raise PlanError(f"{run_dir} is not a run folder (no {PLAN}); valid: a folder written by bench")
+    saved = json.loads(plan_path.read_text())
+    results = run_dir / records.RESULTS
+    done = {r.get("cell_id") for r in records.load(results)} if results.exists() else set()
+    todo = [c for c in saved["cells"] if c["cell_id"] not in done]
+    unknown = sorted({c["adapter"] for c in todo} - set(adapters))
+    if unknown:
+        raise PlanError(f"adapters of that run are not installed here: {', '.join(unknown)}")
+    return todo, saved["timeout_s"]
+
+
+def _dry_run(cells: list[dict[str, Any]], adapters) -> None:
+    rows = [
+        [
+            c["adapter"],
+            c["workload"],
+            c["device_requested"],
+            " ".join(c["overrides"]) or "-",
+            adapters[c["adapter"]].unavailable or "",
+        ]
+        for c in cells
+    ]
+    print(tabulate(rows, ["adapter", "workload", "device", "overrides", "will skip: reason"], tablefmt="simple"))
+    print(f"{len(cells)} cells planned; nothing was run.")
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     adapters = discover()
-    threads = args.threads or env.default_threads()
-    run_id = args.run_id or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     try:
-        if args.threads is not None and args.threads < 1:
-            raise PlanError(f"--threads must be >= 1, got {args.threads}")
-        cells = plan(adapters, args.framework, args.workload, args.device, args.set, args.profile, threads, run_id)
-    except PlanError as exc:
+        if args.resume:
+            run_dir = args.resume
+            cells, timeout = _resumed_run(run_dir, adapters)
+        else:
+            run_dir, cells, timeout = _new_run(args, adapters)
+    except (PlanError, records.RecordError) as exc:
         return _fail(str(exc))
-    run_dir = args.out / run_id
+    if args.dry_run:
+        _dry_run(cells, adapters)
+        return 0
+    if not args.resume:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        threads = cells[0]["threads"] if cells else env.default_threads()
+        command = ["python -m harness", *sys.argv[1:]]
+        (run_dir / records.ENV).write_text(json.dumps(env.capture(threads, command), indent=2) + "\n")
+        (run_dir / PLAN).write_text(json.dumps({"timeout_s": timeout, "cells": cells}, indent=1) + "\n")
+    print(f"run {run_dir.name}: {len(cells)} cells to run, writing {run_dir}", flush=True)
+
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    interrupted = False
+    try:
+        with MatrixProgress(len(cells)) as progress:
+            runner.run_cells(cells, adapters, run_dir / records.RESULTS, timeout, progress)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if (run_dir / records.RESULTS).exists():
-        return _fail(f"{run_dir} already holds results; choose another --run-id")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / records.ENV).write_text(
-        json.dumps(env.capture(threads, ["python -m harness", *sys.argv[1:]]), indent=2) + "\n"
-    )
-    print(f"run {run_id}: {len(cells)} cells, profile {args.profile}, {threads} threads per framework")
-    timeout = args.timeout or timing.PROFILES[args.profile].timeout_s
-    runner.run_cells(cells, adapters, run_dir / records.RESULTS, timeout, on_record=_line)
-    path = report.write(run_dir)
-    print(f"report: {path}")
+        print(f"report: {report.write(run_dir)}")
+    if interrupted:
+        print(f"interrupted; finished cells are kept. Resume with: python -m harness bench --resume {run_dir}")
+        return 130
+    failed = [r for r in records.load(run_dir / records.RESULTS) if r["status"] == "failed"]
+    if args.strict and failed:
+        print(f"{len(failed)} failed cells (--strict)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -98,6 +160,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--timeout", type=float, default=None, help="seconds per cell (default: the profile's)")
     b.add_argument("--out", type=Path, default=DEFAULT_OUT, help="parent folder of run folders")
     b.add_argument("--run-id", default=None, help="run folder name (default: a timestamp)")
+    b.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="run only the missing cells of a run")
+    b.add_argument("--strict", action="store_true", help="exit 1 if any cell failed")
+    b.add_argument("--dry-run", action="store_true", help="print the planned cells and exit")
     b.set_defaults(func=cmd_bench)
 
     r = sub.add_parser("report", help="rebuild report.md of a run folder from its records")

@@ -159,6 +159,18 @@ def method(recs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def failures(recs: list[dict[str, Any]]) -> list[str]:
+    """A section with each failed cell's reason and the tail of its stderr."""
+    out = []
+    for r in recs:
+        if r["status"] != "failed":
+            continue
+        out += [f"- **{r['adapter']} / {r['workload']} / {r['device_requested']}**: {r['reason']}"]
+        if r.get("stderr_tail"):
+            out += ["", "  ```text", *(f"  {line}" for line in r["stderr_tail"].splitlines()), "  ```"]
+    return ["## Failed cells", "", *out, ""] if out else []
+
+
 def build(run_dir: Path) -> str:
     recs = records.load(run_dir / records.RESULTS)
     env_path = run_dir / records.ENV
@@ -176,6 +188,7 @@ def build(run_dir: Path) -> str:
         groups.setdefault((r["workload"], tuple(r.get("overrides", []))), []).append(r)
     for group in groups.values():
         out += [_title(group[0]), "", workload_table(group), ""]
+    out += failures(recs)
     settings = settings_table(recs)
     if settings:
         out += ["## Framework settings", "", settings, ""]

@@ -9,12 +9,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from adapters import AdapterInfo
 from harness import records
+from harness.progress import MatrixProgress
 
 REPO = Path(__file__).resolve().parent.parent
 STDERR_TAIL_LINES = 20
@@ -37,20 +38,40 @@ def _tail(text: str) -> str:
 def run_worker(
     info: AdapterInfo, cell: dict[str, Any], mode: str, out: Path, timeout_s: float, extra: list[str] = ()
 ) -> subprocess.CompletedProcess:
-    """Start ``python -m harness.worker`` for one cell; raises subprocess.TimeoutExpired."""
+    """Run ``python -m harness.worker`` for one cell in its own process group.
+
+    Raises subprocess.TimeoutExpired past ``timeout_s``. On a timeout or any interruption
+    (Ctrl-C, SIGTERM) the whole group is killed, so no worker or helper process outlives it.
+    """
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cell, f)
+    args = [sys.executable, "-m", "harness.worker", mode, f.name, str(out), *extra]
     try:
-        return subprocess.run(
-            [sys.executable, "-m", "harness.worker", mode, f.name, str(out), *extra],
+        proc = subprocess.Popen(
+            args,
             env=worker_env(info, cell),
             cwd=REPO,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout_s,
+            start_new_session=True,
         )
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+        except BaseException:
+            _kill_group(proc)
+            raise
+        return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
     finally:
         os.unlink(f.name)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.communicate()
 
 
 def run_cell(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[str, Any]:
@@ -62,9 +83,8 @@ def run_cell(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[
         out = Path(tmp) / "record.json"
         try:
             proc = run_worker(info, cell, "bench", out, timeout_s)
-        except subprocess.TimeoutExpired as exc:
-            err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
-            return records.new_record(cell, "failed", f"timeout after {timeout_s:g} s", stderr_tail=_tail(err))
+        except subprocess.TimeoutExpired:
+            return records.new_record(cell, "failed", f"timeout after {timeout_s:g} s")
         if out.is_file():
             record = json.loads(out.read_text())
         elif proc.returncode < 0:
@@ -82,13 +102,15 @@ def run_cells(
     adapters: Mapping[str, AdapterInfo],
     results: Path,
     timeout_s: float,
-    on_record: Callable[[int, int, dict[str, Any]], None] = lambda i, n, r: None,
-) -> list[dict[str, Any]]:
-    """Run cells in order, appending each record to ``results`` as soon as it exists."""
-    done = []
-    for i, cell in enumerate(cells, start=1):
+    progress: MatrixProgress,
+) -> None:
+    """Run cells in order, appending each record to ``results`` as soon as it exists.
+
+    An interruption (KeyboardInterrupt) propagates after the running worker is killed; every
+    record appended before it stays.
+    """
+    for cell in cells:
+        progress.start(cell)
         record = run_cell(adapters[cell["adapter"]], cell, timeout_s)
         records.append(results, record)
-        done.append(record)
-        on_record(i, len(cells), record)
-    return done
+        progress.finish(record)

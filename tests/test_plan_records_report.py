@@ -103,7 +103,9 @@ def test_report_tables_ok_skipped_and_failed_cells(tmp_path):
             record("torch-eager", median_ms=2.0),
             record("jax-jit", median_ms=1.0, traces=1, compiles=1, compile_s=0.25),
             record("tf-function", status="skipped", reason="no CUDA device visible to tensorflow"),
-            record("keras-torch", status="failed", reason="RuntimeError: boom"),
+            record(
+                "keras-torch", status="failed", reason="RuntimeError: boom", stderr_tail="Traceback\nRuntimeError: boom"
+            ),
             record("torch-eager", workload="mlp-wide", median_ms=10.0),
         ],
     )
@@ -118,6 +120,8 @@ def test_report_tables_ok_skipped_and_failed_cells(tmp_path):
     assert _row(md, "tf-function")[-1] == "skipped: no CUDA device visible to tensorflow"
     assert _row(md, "keras-torch")[-1] == "failed: RuntimeError: boom"
     assert "Test CPU" in md and "## Method" in md
+    assert "## Failed cells\n\n- **keras-torch / mlp / cpu**: RuntimeError: boom" in md
+    assert "  RuntimeError: boom\n  ```" in md
 
 
 def test_report_of_corrupt_results_is_a_clear_error(tmp_path):

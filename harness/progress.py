@@ -1,0 +1,64 @@
+"""Progress over the matrix: a live bar on a terminal, one line per finished cell always."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+
+def cell_line(rec: dict[str, Any]) -> str:
+    """The one-line summary of a finished cell."""
+    what = f"{rec['adapter']:<12} {rec['workload']:<9} {rec['device_requested']:<5}"
+    if rec["status"] == "ok":
+        return f"{what} ok      {rec['median_s'] * 1e3:9.3f} ms/step (first step {rec['first_step_s'] * 1e3:.1f} ms)"
+    return f"{what} {rec['status']}: {rec['reason']}"
+
+
+class MatrixProgress:
+    """Use as a context manager; ``start(cell)`` before a cell runs, ``finish(record)`` after."""
+
+    def __init__(self, total: int, live: bool | None = None) -> None:
+        self.total, self.done = total, 0
+        self.live = sys.stdout.isatty() if live is None else live
+        self.console = Console(highlight=False, soft_wrap=True)
+        self._bar = (
+            Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=True,
+            )
+            if self.live
+            else None
+        )
+
+    def __enter__(self) -> MatrixProgress:
+        if self._bar:
+            self._bar.start()
+            self._task = self._bar.add_task("starting", total=self.total)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar:
+            self._bar.stop()
+
+    def start(self, cell: dict[str, Any]) -> None:
+        if self._bar:
+            what = f"{cell['adapter']} {cell['workload']} {cell['device_requested']}"
+            self._bar.update(self._task, description=what)
+
+    def finish(self, rec: dict[str, Any]) -> None:
+        self.done += 1
+        line = f"[{self.done}/{self.total}] {cell_line(rec)}"
+        if self._bar:
+            self._bar.console.print(line, markup=False)
+            self._bar.advance(self._task)
+        else:
+            print(line, flush=True)

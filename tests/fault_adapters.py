@@ -1,0 +1,106 @@
+"""Test-only adapters that inject faults into real worker processes.
+
+Loaded through ``DLCOMPARE_EXTRA_ADAPTERS=tests.fault_adapters``. ``fault-ok`` trains the MLP
+with the NumPy reference (so it is a real, if slow, cell); each subclass breaks in one way.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import numpy as np
+
+from adapters.base import Adapter
+from workloads.mlp import mlp_loss_and_grads
+
+
+class FaultOk(Adapter):
+    name = "fault-ok"
+    framework = "fault"
+    graph = "dynamic"
+    requires = ()
+    extra = "dev"
+    fault_step = -1
+
+    def version(self):
+        return {"numpy": np.__version__}
+
+    def resolve_device(self, device):
+        return "cpu" if device in ("cpu", "auto") else self._no_cuda()
+
+    def _no_cuda(self):
+        from adapters.base import no_cuda
+
+        raise no_cuda("numpy")
+
+    def setup(self, spec, params, device, threads):
+        self.p = {k: v.astype(np.float64) for k, v in params.items()}
+        self.lr, self.n_layers, self.step = spec.learning_rate, len(spec.layer_sizes) - 1, 0
+
+    def to_device(self, batch):
+        return batch
+
+    def train_step(self, batch) -> Any:
+        if self.step == self.fault_step:
+            self.fault()
+        loss, grads = mlp_loss_and_grads(self.p, batch, self.n_layers)
+        for k in self.p:
+            self.p[k] -= self.lr * grads[k]
+        self.step += 1
+        return loss
+
+    def fault(self) -> float:
+        return 0.0
+
+    def sync(self, handle):
+        return float(handle)
+
+    def params(self):
+        return {k: v.astype(np.float32) for k, v in self.p.items()}
+
+
+class FaultRaise(FaultOk):
+    name, fault_step = "fault-raise", 3
+
+    def fault(self):
+        raise RuntimeError("injected failure at step 3")
+
+
+class FaultAbort(FaultOk):
+    name, fault_step = "fault-abort", 2
+
+    def fault(self):
+        os.abort()
+
+
+class FaultKill(FaultOk):
+    """Dies as the kernel's OOM killer would end it."""
+
+    name, fault_step = "fault-kill", 2
+
+    def fault(self):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class FaultHang(FaultOk):
+    name, fault_step = "fault-hang", 1
+
+    def fault(self):
+        time.sleep(3600)
+
+
+class FaultExit(FaultOk):
+    name, fault_step = "fault-exit", 0
+
+    def fault(self):
+        os._exit(3)
+
+
+class FaultNan(FaultOk):
+    name = "fault-nan"
+
+    def sync(self, handle):
+        return float("nan") if self.step > 4 else float(handle)

@@ -1,0 +1,107 @@
+"""Fault isolation, interruption and resume, with fault-injecting adapters in real workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from harness import records
+from tests.conftest import REPO
+
+FAST = ["--set", "hidden=8", "--set", "input_shape=4,4", "--set", "num_batches=2", "--timeout", "20"]
+
+
+def bench(python, tmp_path, *args, run_id="r", wait=True):
+    env = dict(os.environ, DLCOMPARE_EXTRA_ADAPTERS="tests.fault_adapters")
+    cmd = [python, "-m", "harness", "bench", "--workload", "mlp", "--device", "cpu", "--out", str(tmp_path)]
+    cmd += ["--run-id", run_id, *args]
+    if not wait:
+        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_every_fault_is_recorded_and_the_run_goes_on(python, tmp_path):
+    proc = bench(python, tmp_path, "--framework", "fault", *FAST[:-2], "--timeout", "4")
+    assert proc.returncode == 0, proc.stderr
+    recs = {r["adapter"]: r for r in records.load(tmp_path / "r" / records.RESULTS)}
+    assert set(recs) == {
+        "fault-ok",
+        "fault-raise",
+        "fault-abort",
+        "fault-kill",
+        "fault-hang",
+        "fault-exit",
+        "fault-nan",
+    }
+    assert recs["fault-ok"]["status"] == "ok"
+    assert recs["fault-raise"]["reason"] == "RuntimeError: injected failure at step 3"
+    assert "injected failure" in recs["fault-raise"]["stderr_tail"]
+    assert recs["fault-abort"]["reason"] == "worker killed by SIGABRT"
+    assert recs["fault-kill"]["reason"] == "worker killed by SIGKILL"
+    assert recs["fault-hang"]["reason"] == "timeout after 4 s"
+    assert recs["fault-exit"]["reason"] == "worker exited with code 3 and no record"
+    assert recs["fault-nan"]["reason"] == "diverged at step 4 (loss=nan)"
+    assert all(r["status"] == "failed" for name, r in recs.items() if name != "fault-ok")
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert "failed: worker killed by SIGABRT" in report
+    # one line per finished cell, quiet otherwise (stdout is not a terminal here)
+    assert "fault-abort  mlp       cpu   failed: worker killed by SIGABRT" in proc.stdout
+
+
+def test_strict_exits_nonzero_only_when_a_cell_failed(python, tmp_path):
+    assert bench(python, tmp_path, "--framework", "fault-raise", "--strict", *FAST).returncode == 1
+    assert bench(python, tmp_path, "--framework", "fault-ok", "--strict", *FAST, run_id="ok").returncode == 0
+
+
+def test_dry_run_plans_without_running_or_writing(python, tmp_path):
+    proc = bench(python, tmp_path, "--framework", "fault-ok,fault-nan", "--dry-run", *FAST)
+    assert proc.returncode == 0
+    assert "fault-nan" in proc.stdout and "2 cells planned; nothing was run." in proc.stdout
+    assert not list(tmp_path.iterdir())
+
+
+def test_sigterm_keeps_finished_cells_and_resume_runs_only_the_missing(python, tmp_path):
+    args = ["--framework", "fault-ok,fault-raise", "--workload", "mlp,mlp-wide", "--device", "cpu,auto", *FAST]
+    proc = bench(python, tmp_path, *args, wait=False)
+    results = tmp_path / "r" / records.RESULTS
+    deadline = time.monotonic() + 120
+    while not (results.exists() and results.read_text().count("\n") >= 1):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert f"--resume {tmp_path / 'r'}" in out
+    done_first = [r["cell_id"] for r in records.load(results)]
+    assert 1 <= len(done_first) < 8
+    assert (tmp_path / "r" / "report.md").exists(), "a report is written for what finished"
+
+    resumed = bench(python, tmp_path, "--resume", str(tmp_path / "r"), run_id="ignored")
+    assert resumed.returncode == 0, resumed.stderr
+    ids = [r["cell_id"] for r in records.load(results)]
+    assert len(ids) == len(set(ids)) == 8, "no duplicate and no lost cell"
+    assert ids[: len(done_first)] == done_first
+    again = bench(python, tmp_path, "--resume", str(tmp_path / "r"))
+    assert "0 cells to run" in again.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--resume", "/nonexistent"], "is not a run folder (no plan.json)"),
+        (["--framework", "fault-ok", "--timeout", "0"], "--timeout must be > 0 seconds"),
+    ],
+)
+def test_bad_run_options(python, tmp_path, args, message):
+    proc = bench(python, tmp_path, *args)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_existing_run_id_is_refused_with_the_resume_hint(python, tmp_path):
+    assert bench(python, tmp_path, "--framework", "fault-ok", *FAST).returncode == 0
+    proc = bench(python, tmp_path, "--framework", "fault-ok", *FAST)
+    assert proc.returncode == 2 and "already holds results; resume it with --resume" in proc.stderr
