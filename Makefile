@@ -8,6 +8,7 @@ FRAMEWORK ?= all
 DEVICE ?= auto
 WORKLOAD ?= all
 PROFILE ?= quick
+STRATEGY ?= all
 ARGS ?=
 
 .PHONY: bench test lint list report clean-venv
@@ -19,7 +20,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 bench: $(STAMP)
-	$(PY) -m harness bench --framework $(FRAMEWORK) --device $(DEVICE) --workload $(WORKLOAD) --profile $(PROFILE) $(ARGS)
+	$(PY) -m harness bench --framework $(FRAMEWORK) --device $(DEVICE) --workload $(WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest

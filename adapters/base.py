@@ -11,7 +11,10 @@ Lifecycle in a worker process, one adapter instance per cell:
     setup(spec, params, device, threads)   build the model from canonical NumPy parameters
     to_device(batch)       -> framework batch; must return only once the data is placed
     train_step(batch)      -> a loss handle; may return before the device finishes (async)
-    sync(handle)           -> float loss; blocks until the step that produced it is done
+    infer_step(batch)      -> an output handle, for inference workloads (rnn-decode)
+    sync(handle)           -> float; blocks until the step behind it is done: the loss, or for
+                              inference a finite summary of the outputs
+    fetch(handle)          -> the outputs of infer_step as a NumPy array (parity checks)
     params()               -> canonical NumPy parameters (for parity checks)
     compile_stats()        -> trace/compile counters the framework exposes (may be empty)
 """
@@ -40,8 +43,11 @@ class Adapter(abc.ABC):
     """Importable module names this adapter needs."""
     extra: ClassVar[str]
     """The pip extra of this project that installs them."""
-    families: ClassVar[tuple[str, ...]] = ("mlp",)
+    families: ClassVar[tuple[str, ...]] = ("mlp", "cnn", "rnn-caption")
     """Workload families this adapter implements."""
+    graph_loop: ClassVar[str | None] = None
+    """How the adapter runs the rnn-caption ``graph-loop`` strategy (e.g. ``tf.while_loop``);
+    None when it has no loop inside a graph, which makes that strategy a skipped cell."""
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -58,8 +64,12 @@ class Adapter(abc.ABC):
         return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
     def supports(self, spec: Workload) -> str | None:
+        """None if this adapter can run ``spec``, else the reason (the cell is skipped)."""
         if spec.family not in self.families:
             return f"{self.name} does not implement workload family {spec.family!r}"
+        if getattr(spec, "strategy", None) == "graph-loop" and getattr(spec, "task", "train") == "train":
+            if self.graph_loop is None:
+                return f"{self.name} has no loop inside a graph; its Python loop already runs each exact length"
         return None
 
     @abc.abstractmethod
@@ -82,9 +92,21 @@ class Adapter(abc.ABC):
     def train_step(self, batch: Any) -> Any:
         """One optimiser step on a placed batch; returns a handle to the pre-update loss."""
 
+    def infer_step(self, batch: Any) -> Any:
+        """One inference step (greedy decode) on a placed batch; returns an output handle.
+        Adapters that implement inference workloads override it and accept them in supports."""
+        raise TypeError(f"{self.name} has no inference step")
+
     @abc.abstractmethod
     def sync(self, handle: Any) -> float:
-        """Block until the step behind ``handle`` is complete and return its loss."""
+        """Block until the step behind ``handle`` is complete and return its loss (or, for
+        inference, a finite summary of its outputs)."""
+
+    def fetch(self, handle: Any) -> Any:
+        """The outputs behind an ``infer_step`` handle as a NumPy array."""
+        import numpy as np
+
+        return np.asarray(handle)
 
     @abc.abstractmethod
     def params(self) -> Params:

@@ -1,20 +1,32 @@
-"""TensorFlow with ``tf.function``: a static graph traced once, optimised by Grappler.
+"""TensorFlow with ``tf.function``: a static graph traced per input signature, optimised by
+Grappler.
 
-The step is one ``tf.function`` with a fixed ``input_signature`` (so it never retraces on a
-new batch object), a ``GradientTape`` backward pass, the fused ``ResourceApplyGradientDescent``
-kernel for SGD and Adam written out (see ``step``). Variables stay on the device; ``sync``
-reads the loss with ``.numpy()``, which waits for the step.
+The training step is one ``tf.function`` holding a ``GradientTape`` backward pass, the fused
+``ResourceApplyGradientDescent`` kernel for SGD and Adam written out (see ``_apply``).
+Variables stay on the device; ``sync`` reads the loss with ``.numpy()``, which waits for the
+step. Parameters keep the canonical layout, which is TensorFlow's own (kernels (in, out),
+HWIO convolutions on NHWC images).
+
+Retracing is the point of the caption decoder's strategies: under ``exact``, ``bucketed`` and
+``padded`` the step is traced for each new time length, with a Python loop over the static
+length (AutoGraph unrolls it into the graph); under ``graph-loop`` the signature is fixed at
+``max_len`` and AutoGraph turns ``for t in tf.range(length)`` into a ``tf.while_loop`` that
+runs only the batch's steps: one trace. Greedy decoding is a ``tf.while_loop`` as well.
+``compile_stats`` reports the tracing count and the seconds spent in Python tracing;
+Grappler's graph optimisation on the first call is not exposed and lands in the first step.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
 
 from adapters.base import Adapter, pick_device
 from workloads import Batch, Params, Workload
-from workloads.mlp import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
+from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
+from workloads.rnn import BOS, EOS, PAD
 
 
 class TfFunction(Adapter):
@@ -23,6 +35,7 @@ class TfFunction(Adapter):
     graph = "static"
     requires = ("tensorflow",)
     extra = "tensorflow"
+    graph_loop = "tf.while_loop via AutoGraph over tf.range(length)"
 
     @classmethod
     def worker_env(cls, threads: int) -> dict[str, str]:
@@ -54,71 +67,95 @@ class TfFunction(Adapter):
         except RuntimeError:
             pass  # the runtime is already initialised with TF_NUM_INTRAOP_THREADS
         self._tf = tf
+        self.spec = spec
         self._device = "/GPU:0" if device == "cuda" else "/CPU:0"
-        n_layers = len(spec.layer_sizes) - 1
-        names = [f"dense{i}/{part}" for i in range(n_layers) for part in ("kernel", "bias")]
+        self._trace_s = 0.0
         with tf.device(self._device):
-            self._vars = {k: tf.Variable(params[k], name=k.replace("/", "_")) for k in names}
+            self._vars = {k: tf.Variable(v, name=k.replace("/", "_")) for k, v in params.items()}
             variables = list(self._vars.values())
             adam = spec.optimizer == "adam"
-            if adam:
-                slots = [(tf.Variable(tf.zeros_like(v)), tf.Variable(tf.zeros_like(v))) for v in variables]
-                step_count = tf.Variable(0.0)
+            slots = [(tf.Variable(tf.zeros_like(v)), tf.Variable(tf.zeros_like(v))) for v in variables] if adam else []
+            step_count = tf.Variable(0.0)
+        loss_fn = _loss_fn(tf, spec, self._vars)
         lr = float(spec.learning_rate)
 
-        def loss_fn(x, y):
-            h = tf.reshape(x, [tf.shape(x)[0], -1])
-            for i in range(n_layers):
-                h = tf.matmul(h, self._vars[f"dense{i}/kernel"]) + self._vars[f"dense{i}/bias"]
-                if i < n_layers - 1:
-                    h = tf.nn.relu(h)
-            return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h))
-
-        def step(x, y):
-            with tf.GradientTape() as tape:
-                loss = loss_fn(x, y)
-            grads = tape.gradient(loss, variables)
+        def apply(grads):
             if not adam:
                 for v, g in zip(variables, grads, strict=True):
                     tf.raw_ops.ResourceApplyGradientDescent(var=v.handle, alpha=lr, delta=g)
-                return loss
+                return
             t = step_count.assign_add(1.0)
             b1_power, b2_power = ADAM_BETA1**t, ADAM_BETA2**t
             # Written out rather than tf.raw_ops.ResourceApplyAdam: that fused CPU kernel (with
             # epsilon rescaled to the spec's form) left the NumPy reference from step 3 on in
             # the parity test, while this form stays on it. Grappler fuses the element-wise ops.
             for v, g, (m, s) in zip(variables, grads, slots, strict=True):
+                g = tf.convert_to_tensor(g)  # embedding gradients arrive as IndexedSlices
                 m.assign(ADAM_BETA1 * m + (1 - ADAM_BETA1) * g)
                 s.assign(ADAM_BETA2 * s + (1 - ADAM_BETA2) * g * g)
                 v.assign_sub(lr * (m / (1 - b1_power)) / (tf.sqrt(s / (1 - b2_power)) + ADAM_EPS))
+
+        def step(batch):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(batch)
+            apply(tape.gradient(loss, variables))
             return loss
 
-        signature = [
-            tf.TensorSpec([spec.batch_size, *spec.input_shape], tf.float32),
-            tf.TensorSpec([spec.batch_size], tf.int32),
-        ]
-        self._step = tf.function(step, input_signature=signature, jit_compile=False)
+        signature = None
+        if spec.family != "rnn-caption" or spec.strategy == "graph-loop":
+            # One fixed signature: the step can never retrace on a new batch object.
+            example = spec.batches()[0]
+            signature = [{k: tf.TensorSpec(v.shape, tf.as_dtype(v.dtype)) for k, v in example.items()}]
+        self._step = tf.function(self._timed(step), input_signature=signature, jit_compile=False)
+        self._functions = [self._step]
+        if spec.family == "rnn-caption":
+            self._decode = tf.function(self._timed(_decoder(tf, spec, self._vars)), jit_compile=False)
+            self._functions.append(self._decode)
+
+    def _timed(self, fn):
+        """Wrap a Python function so the seconds spent tracing it are counted: tf.function
+        runs the Python body only while tracing."""
+
+        def traced(*args):
+            started = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                self._trace_s += time.perf_counter() - started
+
+        return traced
 
     def to_device(self, batch: Batch) -> Any:
         tf = self._tf
         with tf.device(self._device):
-            placed = (tf.identity(batch["x"]), tf.identity(batch["y"]))
+            placed = {k: tf.identity(v) for k, v in batch.items()}
         if self._device != "/CPU:0":
             tf.test.experimental.sync_devices()
         return placed
 
     def train_step(self, batch: Any) -> Any:
         with self._tf.device(self._device):
-            return self._step(*batch)
+            return self._step(batch)
+
+    def infer_step(self, batch: Any) -> Any:
+        with self._tf.device(self._device):
+            return self._decode(batch["features"])
 
     def sync(self, handle: Any) -> float:
-        return float(handle.numpy())
+        value = handle.numpy()
+        if value.ndim:  # decoded tokens: mean caption length
+            return float((value != PAD).sum()) / len(value)
+        return float(value)
+
+    def fetch(self, handle: Any) -> np.ndarray:
+        return handle.numpy()
 
     def params(self) -> Params:
         return {k: np.asarray(v.numpy(), dtype=np.float32) for k, v in self._vars.items()}
 
     def compile_stats(self) -> dict[str, Any]:
-        return {"traces": int(self._step.experimental_get_tracing_count())}
+        traces = sum(int(f.experimental_get_tracing_count()) for f in self._functions)
+        return {"traces": traces, "compile_s": self._trace_s}
 
     def settings(self) -> dict[str, Any]:
         tf = self._tf
@@ -127,3 +164,86 @@ class TfFunction(Adapter):
             "jit_compile": False,
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         }
+
+
+def _dense(tf, v, h, n_layers: int):
+    for i in range(n_layers):
+        h = tf.matmul(h, v[f"dense{i}/kernel"]) + v[f"dense{i}/bias"]
+        if i < n_layers - 1:
+            h = tf.nn.relu(h)
+    return h
+
+
+def _gru(tf, v, h, token, hidden: int):
+    gi = tf.matmul(tf.gather(v["embed/table"], token), v["gru/kernel"]) + v["gru/bias"]
+    gh = tf.matmul(h, v["gru/recurrent_kernel"]) + v["gru/recurrent_bias"]
+    r = tf.sigmoid(gi[:, :hidden] + gh[:, :hidden])
+    z = tf.sigmoid(gi[:, hidden : 2 * hidden] + gh[:, hidden : 2 * hidden])
+    n = tf.tanh(gi[:, 2 * hidden :] + r * gh[:, 2 * hidden :])
+    return (1 - z) * n + z * h
+
+
+def _loss_fn(tf, spec: Workload, v):
+    def xent(logits, labels):
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+
+    if spec.family == "mlp":
+        return lambda b: tf.reduce_mean(
+            xent(_dense(tf, v, tf.reshape(b["x"], [tf.shape(b["x"])[0], -1]), len(spec.layer_sizes) - 1), b["y"])
+        )
+
+    if spec.family == "cnn":
+
+        def cnn_loss(b):
+            h = b["x"]
+            for i in range(len(spec.channels)):
+                h = tf.nn.relu(tf.nn.conv2d(h, v[f"conv{i}/kernel"], 1, "SAME") + v[f"conv{i}/bias"])
+                h = tf.nn.max_pool2d(h, 2, 2, "VALID")
+            h = tf.reshape(h, [tf.shape(h)[0], -1])
+            return tf.reduce_mean(xent(_dense(tf, v, h, len(spec.dense_sizes) - 1), b["y"]))
+
+        return cnn_loss
+
+    def one_step(h, tok, tgt, m):
+        h = _gru(tf, v, h, tok, spec.hidden)
+        logits = tf.matmul(h, v["out/kernel"]) + v["out/bias"]
+        return h, tf.reduce_sum(xent(logits, tgt) * m)
+
+    def caption_loss(b):
+        h = tf.tanh(tf.matmul(b["features"], v["img/kernel"]) + v["img/bias"])
+        total = tf.constant(0.0)
+        if spec.strategy == "graph-loop":
+            for t in tf.range(b["length"]):  # AutoGraph: a tf.while_loop over a tensor bound
+                h, ce = one_step(h, b["tokens"][:, t], b["targets"][:, t], b["mask"][:, t])
+                total += ce
+        else:
+            for t in range(b["tokens"].shape[1]):  # static length: unrolled, retraced per shape
+                h, ce = one_step(h, b["tokens"][:, t], b["targets"][:, t], b["mask"][:, t])
+                total += ce
+        return total / tf.reduce_sum(b["mask"])
+
+    return caption_loss
+
+
+def _decoder(tf, spec: Workload, v):
+    def decode(features):
+        b = tf.shape(features)[0]
+        h = tf.tanh(tf.matmul(features, v["img/kernel"]) + v["img/bias"])
+        token = tf.fill([b], BOS)
+        done = tf.zeros([b], tf.bool)
+        out = tf.fill([b, spec.max_len], PAD)
+        positions = tf.range(spec.max_len)
+
+        def cond(t, h, token, done, out):
+            return tf.logical_and(t < spec.max_len, tf.logical_not(tf.reduce_all(done)))
+
+        def body(t, h, token, done, out):
+            h = _gru(tf, v, h, token, spec.hidden)
+            best = tf.argmax(tf.matmul(h, v["out/kernel"]) + v["out/bias"], axis=1, output_type=tf.int32)
+            token = tf.where(done, PAD, best)
+            out = tf.where(positions[None, :] == t, token[:, None], out)
+            return t + 1, h, token, tf.logical_or(done, token == EOS), out
+
+        return tf.while_loop(cond, body, (tf.constant(0), h, token, done, out))[-1]
+
+    return decode

@@ -1,9 +1,15 @@
 """PyTorch eager mode: the dynamic-graph baseline.
 
-Written as a PyTorch user writes a fast loop: an ``nn.Sequential`` of ``nn.Linear``,
-``torch.optim`` with multi-tensor (foreach) updates, ``zero_grad(set_to_none=True)``, and the
-loss returned as a detached device tensor so that nothing forces a host round trip inside the
-step. ``sync`` reads the loss with ``.item()``, which waits for the CUDA stream.
+Written as a PyTorch user writes a fast loop: ``nn.Module`` models, ``torch.optim`` with
+multi-tensor (foreach) updates, ``zero_grad(set_to_none=True)``, and the loss returned as a
+detached device tensor so nothing forces a host round trip inside the step. ``sync`` reads the
+loss with ``.item()``, which waits for the CUDA stream.
+
+Layouts: Linear weights are (out, in), so canonical kernels are transposed; conv kernels go
+from HWIO to OIHW and images from NHWC to NCHW when placed (placement is timed apart); the
+convnet flattens in NHWC order so the first dense layer matches the canonical rows. The GRU
+is ``nn.GRUCell`` (PyTorch's gate order is the canonical one) stepped in a Python loop, so
+every batch runs exactly its own length; padded strategies just run more steps.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ import numpy as np
 
 from adapters.base import Adapter, pick_device
 from workloads import Batch, Params, Workload
-from workloads.mlp import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
+from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
+from workloads.rnn import BOS, EOS, PAD
 
 
 class TorchEager(Adapter):
@@ -38,64 +45,193 @@ class TorchEager(Adapter):
         import torch
 
         torch.set_num_threads(threads)
-        # Equal footing: full fp32 matmuls on every framework unless the run asks otherwise.
+        # Equal footing: full fp32 matmuls and convolutions unless the run asks otherwise.
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+        self.torch = torch
         self.device = torch.device(device)
-        self.n_layers = len(spec.layer_sizes) - 1
-        layers: list[torch.nn.Module] = []
-        for i in range(self.n_layers):
-            kernel = params[f"dense{i}/kernel"]
-            linear = torch.nn.Linear(*kernel.shape)
-            with torch.no_grad():
-                linear.weight.copy_(torch.from_numpy(kernel.T.copy()))
-                linear.bias.copy_(torch.from_numpy(params[f"dense{i}/bias"]))
-            layers += [linear, torch.nn.ReLU()] if i < self.n_layers - 1 else [linear]
-        self.model = torch.nn.Sequential(torch.nn.Flatten(), *layers).to(self.device)
+        self.spec = spec
+        self.model = _build(torch, spec).to(self.device)
+        self.model.load_canonical(params)
         if spec.optimizer == "sgd":
             self.opt = torch.optim.SGD(self.model.parameters(), lr=spec.learning_rate, foreach=True)
         else:
+            betas = (ADAM_BETA1, ADAM_BETA2)
             self.opt = torch.optim.Adam(
-                self.model.parameters(),
-                lr=spec.learning_rate,
-                betas=(ADAM_BETA1, ADAM_BETA2),
-                eps=ADAM_EPS,
-                foreach=True,
+                self.model.parameters(), lr=spec.learning_rate, betas=betas, eps=ADAM_EPS, foreach=True
             )
-        self.loss_fn = torch.nn.CrossEntropyLoss()
 
     def to_device(self, batch: Batch) -> Any:
-        import torch
-
-        return (
-            torch.from_numpy(batch["x"]).to(self.device),
-            torch.from_numpy(batch["y"].astype(np.int64)).to(self.device),
-        )
+        torch = self.torch
+        placed = {}
+        for key, value in batch.items():
+            t = torch.from_numpy(np.ascontiguousarray(value))
+            if key == "x" and self.spec.family == "cnn":
+                t = t.permute(0, 3, 1, 2).contiguous()  # NHWC -> NCHW, PyTorch's native layout
+            if key in ("y", "tokens", "targets"):
+                t = t.long()
+            placed[key] = t.to(self.device)
+        return placed
 
     def train_step(self, batch: Any) -> Any:
-        x, y = batch
         self.opt.zero_grad(set_to_none=True)
-        loss = self.loss_fn(self.model(x), y)
+        loss = self.model.loss(batch)
         loss.backward()
         self.opt.step()
         return loss.detach()
 
+    def infer_step(self, batch: Any) -> Any:
+        with self.torch.inference_mode():
+            return self.model.decode(batch["features"], self.spec.max_len)
+
     def sync(self, handle: Any) -> float:
+        if handle.dtype == self.torch.long:  # decoded tokens: mean caption length
+            return float((handle != PAD).sum().item()) / len(handle)
         return float(handle.item())
 
+    def fetch(self, handle: Any) -> np.ndarray:
+        return handle.cpu().numpy()
+
     def params(self) -> Params:
-        linears = [m for m in self.model if hasattr(m, "weight")]
-        out: Params = {}
-        for i, lin in enumerate(linears):
-            out[f"dense{i}/kernel"] = lin.weight.detach().cpu().numpy().T.copy()
-            out[f"dense{i}/bias"] = lin.bias.detach().cpu().numpy().copy()
-        return out
+        return self.model.canonical()
 
     def settings(self) -> dict[str, Any]:
-        import torch
-
+        torch = self.torch
         return {
             "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
             "cudnn_benchmark": torch.backends.cudnn.benchmark,
             "intra_op_threads": torch.get_num_threads(),
         }
+
+
+def _build(torch, spec: Workload):
+    """The spec's model as an nn.Module with load_canonical / canonical / loss (/ decode)."""
+    nn, F = torch.nn, torch.nn.functional
+
+    def t(a: np.ndarray) -> Any:
+        return torch.from_numpy(np.ascontiguousarray(a))
+
+    def dense_stack(sizes: list[int]) -> Any:
+        return nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True))
+
+    def run_dense(layers, h):
+        for i, layer in enumerate(layers):
+            h = layer(h)
+            if i < len(layers) - 1:
+                h = F.relu(h)
+        return h
+
+    class Dense(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dense = dense_stack(spec.layer_sizes)
+
+        def forward(self, x):
+            return run_dense(self.dense, x.flatten(1))
+
+        def loss(self, batch):
+            return F.cross_entropy(self(batch["x"]), batch["y"])
+
+        def load_canonical(self, p: Params) -> None:
+            with torch.no_grad():
+                for i, layer in enumerate(self.dense):
+                    layer.weight.copy_(t(p[f"dense{i}/kernel"].T))
+                    layer.bias.copy_(t(p[f"dense{i}/bias"]))
+
+        def canonical(self) -> Params:
+            out = {}
+            for i, layer in enumerate(self.dense):
+                out[f"dense{i}/kernel"] = layer.weight.detach().cpu().numpy().T.copy()
+                out[f"dense{i}/bias"] = layer.bias.detach().cpu().numpy().copy()
+            return out
+
+    class Conv(Dense):
+        def __init__(self) -> None:
+            nn.Module.__init__(self)
+            cins = [spec.input_shape[2], *spec.channels[:-1]]
+            self.convs = nn.ModuleList(nn.Conv2d(a, b, 3, padding=1) for a, b in zip(cins, spec.channels, strict=True))
+            self.dense = dense_stack(spec.dense_sizes)
+
+        def forward(self, x):
+            for conv in self.convs:
+                x = F.max_pool2d(F.relu(conv(x)), 2)
+            # flatten in (H, W, C) order, the canonical one
+            return run_dense(self.dense, x.permute(0, 2, 3, 1).flatten(1))
+
+        def load_canonical(self, p: Params) -> None:
+            super().load_canonical(p)
+            with torch.no_grad():
+                for i, conv in enumerate(self.convs):
+                    conv.weight.copy_(t(p[f"conv{i}/kernel"].transpose(3, 2, 0, 1)))
+                    conv.bias.copy_(t(p[f"conv{i}/bias"]))
+
+        def canonical(self) -> Params:
+            out = super().canonical()
+            for i, conv in enumerate(self.convs):
+                out[f"conv{i}/kernel"] = conv.weight.detach().cpu().numpy().transpose(2, 3, 1, 0).copy()
+                out[f"conv{i}/bias"] = conv.bias.detach().cpu().numpy().copy()
+            return out
+
+    class Caption(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.img = nn.Linear(spec.feature_dim, spec.hidden)
+            self.embed = nn.Embedding(spec.vocab, spec.embed_dim)
+            self.cell = nn.GRUCell(spec.embed_dim, spec.hidden)
+            self.out = nn.Linear(spec.hidden, spec.vocab)
+
+        def loss(self, batch):
+            h = torch.tanh(self.img(batch["features"]))
+            emb = self.embed(batch["tokens"])
+            states = []
+            for step in range(emb.shape[1]):
+                h = self.cell(emb[:, step], h)
+                states.append(h)
+            logits = self.out(torch.stack(states, dim=1))
+            ce = F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten(), reduction="none")
+            mask = batch["mask"].flatten()
+            return (ce * mask).sum() / mask.sum()
+
+        def decode(self, features, max_len: int):
+            h = torch.tanh(self.img(features))
+            token = torch.full((len(features),), BOS, dtype=torch.long, device=features.device)
+            done = torch.zeros(len(features), dtype=torch.bool, device=features.device)
+            out = torch.full((len(features), max_len), PAD, dtype=torch.long, device=features.device)
+            for step in range(max_len):
+                h = self.cell(self.embed(token), h)
+                token = torch.where(done, PAD, self.out(h).argmax(dim=1))
+                out[:, step] = token
+                done |= token == EOS
+                if bool(done.all()):  # the data-dependent exit: a host sync every step
+                    break
+            return out
+
+        def load_canonical(self, p: Params) -> None:
+            with torch.no_grad():
+                self.img.weight.copy_(t(p["img/kernel"].T))
+                self.img.bias.copy_(t(p["img/bias"]))
+                self.embed.weight.copy_(t(p["embed/table"]))
+                self.cell.weight_ih.copy_(t(p["gru/kernel"].T))
+                self.cell.weight_hh.copy_(t(p["gru/recurrent_kernel"].T))
+                self.cell.bias_ih.copy_(t(p["gru/bias"]))
+                self.cell.bias_hh.copy_(t(p["gru/recurrent_bias"]))
+                self.out.weight.copy_(t(p["out/kernel"].T))
+                self.out.bias.copy_(t(p["out/bias"]))
+
+        def canonical(self) -> Params:
+            def n(x):
+                return x.detach().cpu().numpy().copy()
+
+            return {
+                "img/kernel": n(self.img.weight).T.copy(),
+                "img/bias": n(self.img.bias),
+                "embed/table": n(self.embed.weight),
+                "gru/kernel": n(self.cell.weight_ih).T.copy(),
+                "gru/recurrent_kernel": n(self.cell.weight_hh).T.copy(),
+                "gru/bias": n(self.cell.bias_ih),
+                "gru/recurrent_bias": n(self.cell.bias_hh),
+                "out/kernel": n(self.out.weight).T.copy(),
+                "out/bias": n(self.out.bias),
+            }
+
+    return {"mlp": Dense, "cnn": Conv, "rnn-caption": Caption}[spec.family]()

@@ -16,7 +16,7 @@ from adapters import discover
 from harness import env, records, report, runner, timing
 from harness.plan import DEVICES, PlanError, plan
 from harness.progress import MatrixProgress
-from workloads import WORKLOADS
+from workloads import STRATEGIES, WORKLOADS
 
 DEFAULT_OUT = Path("reports")
 PLAN = "plan.json"
@@ -47,7 +47,9 @@ def _new_run(args: argparse.Namespace, adapters) -> tuple[Path, list[dict[str, A
         raise PlanError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
     threads = args.threads or env.default_threads()
     run_id = args.run_id or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    cells = plan(adapters, args.framework, args.workload, args.device, args.set, args.profile, threads, run_id)
+    cells = plan(
+        adapters, args.framework, args.workload, args.device, args.set, args.profile, threads, run_id, args.strategy
+    )
     run_dir = args.out / run_id
     if (run_dir / records.RESULTS).exists():
         raise PlanError(
@@ -155,6 +157,11 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--workload", default="all", help=f"all, or a comma list of: {', '.join(WORKLOADS)}")
     b.add_argument("--device", default="auto", help=f"one or a comma list of: {', '.join(DEVICES)}")
     b.add_argument("--profile", default="quick", choices=sorted(timing.PROFILES))
+    b.add_argument(
+        "--strategy",
+        default="all",
+        help=f"loop strategies for rnn-caption: all, or a comma list of: {', '.join(STRATEGIES)}",
+    )
     b.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="override a spec field")
     b.add_argument("--threads", type=int, default=None, help="intra-op threads for every framework (default: all)")
     b.add_argument("--timeout", type=float, default=None, help="seconds per cell (default: the profile's)")

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from adapters import AdapterInfo
 from harness.records import cell_id
-from workloads import WORKLOADS, SpecError, get_workload, override
+from workloads import STRATEGIES, WORKLOADS, SpecError, get_workload, override
 
 DEVICES = ("auto", "cpu", "cuda", "all")
 
@@ -76,6 +76,24 @@ def select_devices(expr: str) -> list[str]:
     return chosen
 
 
+def select_strategies(expr: str) -> list[str]:
+    chosen: list[str] = []
+    for item in _items(expr):
+        if item != "all" and item not in STRATEGIES:
+            raise _bad("strategy", item, ["all", *STRATEGIES])
+        chosen += [s for s in (STRATEGIES if item == "all" else [item]) if s not in chosen]
+    return chosen
+
+
+def variants(workload: str, overrides: list[str], strategies: list[str]) -> list[list[str]]:
+    """Override lists for one workload: one per loop strategy where the workload has them
+    (training with a variable-length loop) and the user did not fix one with --set."""
+    spec = get_workload(workload)
+    if getattr(spec, "task", None) != "train" or any(o.split("=")[0].strip() == "strategy" for o in overrides):
+        return [list(overrides)]
+    return [[*overrides, f"strategy={s}"] for s in strategies]
+
+
 def plan(
     adapters: Mapping[str, AdapterInfo],
     framework: str,
@@ -85,33 +103,36 @@ def plan(
     profile: str,
     threads: int,
     run_id: str,
+    strategy: str = "all",
 ) -> list[dict]:
-    """The cells of a run, in order: workload, then device, then adapter."""
+    """The cells of a run, in order: workload (and its strategies), then device, then adapter."""
     names = select_adapters(framework, adapters)
     workloads = select_workloads(workload)
     devices = select_devices(device)
-    specs = {}
+    strategies = select_strategies(strategy)
+    planned = []
     for w in workloads:
-        try:
-            specs[w] = override(get_workload(w), overrides)
-        except SpecError as exc:
-            raise PlanError(str(exc)) from None
+        for ovr in variants(w, overrides, strategies):
+            try:
+                planned.append((w, ovr, override(get_workload(w), ovr)))
+            except SpecError as exc:
+                raise PlanError(str(exc)) from None
     cells = []
-    for w in workloads:
+    for w, ovr, spec in planned:
         for d in devices:
             for name in names:
                 info = adapters[name]
                 cells.append(
                     {
                         "run_id": run_id,
-                        "cell_id": cell_id(name, w, d, overrides),
+                        "cell_id": cell_id(name, w, d, ovr),
                         "adapter": name,
                         "framework": info.framework,
                         "graph": info.graph,
                         "workload": w,
-                        "overrides": list(overrides),
-                        "spec": specs[w].as_dict(),
-                        "param_count": specs[w].param_count(),
+                        "overrides": ovr,
+                        "spec": spec.as_dict(),
+                        "param_count": spec.param_count(),
                         "device_requested": d,
                         "profile": profile,
                         "threads": threads,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +46,9 @@ def _title(rec: dict[str, Any]) -> str:
         detail.append(f"batch {spec['batch_size']}")
     if "optimizer" in spec:
         detail.append(f"{spec['optimizer']} lr {spec['learning_rate']:g}")
-    if rec.get("overrides"):
-        detail.append("overrides: " + ", ".join(rec["overrides"]))
+    overrides = [o for o in rec.get("overrides", []) if not o.startswith("strategy=")]
+    if overrides:
+        detail.append("overrides: " + ", ".join(overrides))
     return parts[0] + (f" ({', '.join(detail)})" if detail else "")
 
 
@@ -62,21 +64,29 @@ def _compiles(rec: dict[str, Any]) -> str:
     return ", ".join(parts) or DASH
 
 
+def strategy(rec: dict[str, Any]) -> str | None:
+    return (rec.get("spec") or {}).get("strategy") if (rec.get("spec") or {}).get("task") == "train" else None
+
+
+def _device(rec: dict[str, Any]) -> str:
+    device = rec.get("device") or rec["device_requested"]
+    return f"{device} (auto)" if rec["device_requested"] == "auto" and rec["status"] == "ok" else device
+
+
 def workload_table(recs: list[dict[str, Any]]) -> str:
     ok = [r for r in recs if r["status"] == "ok"]
     fastest = min((r["median_s"] for r in ok), default=None)
+    with_strategy = any(strategy(r) for r in recs)
     rows = []
     for r in recs:
         good = r["status"] == "ok"
-        device = r.get("device") or r["device_requested"]
-        if r["device_requested"] == "auto" and good:
-            device = f"{device} (auto)"
         iqr = sig(r["iqr_s"] * 1e3) + (" noisy" if r.get("noisy") else "") if good else DASH
         rows.append(
             [
                 r["adapter"],
                 r.get("graph", DASH),
-                device,
+                *([strategy(r) or DASH] if with_strategy else []),
+                _device(r),
                 sig(r["first_step_s"] * 1e3) if good else DASH,
                 sig(r["median_s"] * 1e3) if good else DASH,
                 iqr,
@@ -91,6 +101,7 @@ def workload_table(recs: list[dict[str, Any]]) -> str:
     headers = [
         "adapter",
         "graph",
+        *(["strategy"] if with_strategy else []),
         "device",
         "first step (ms)",
         "steady median (ms/step)",
@@ -159,6 +170,86 @@ def method(recs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def cumulative_s(rec: dict[str, Any], steps: int) -> float:
+    """Seconds to train ``steps`` batches from a cold start: the measured cold window, then
+    the steady median per step beyond it."""
+    cold = rec["cold_times_s"]
+    if steps <= len(cold):
+        return float(sum(cold[:steps]))
+    return float(sum(cold)) + (steps - len(cold)) * rec["median_s"]
+
+
+def break_even(static: dict[str, Any], eager: dict[str, Any]) -> int | None:
+    """The first step count at which ``static`` has spent no more time than ``eager`` since a
+    cold start, or None if it never catches up (its steady step is not faster)."""
+    window = max(len(static["cold_times_s"]), len(eager["cold_times_s"]))
+    for n in range(1, window + 1):
+        if cumulative_s(static, n) <= cumulative_s(eager, n):
+            return n
+    gain = eager["median_s"] - static["median_s"]
+    if gain <= 0:
+        return None
+    behind = cumulative_s(static, window) - cumulative_s(eager, window)
+    return window + math.ceil(behind / gain)
+
+
+def static_vs_dynamic(groups: dict[tuple, list[dict[str, Any]]]) -> list[str]:
+    """For workloads run under loop strategies: compiles, cold time and break-even per cell."""
+    out: list[str] = []
+    for (workload, _), recs in groups.items():
+        ok = [r for r in recs if r["status"] == "ok" and strategy(r) and "cold_times_s" in r]
+        for device in sorted({_device(r) for r in ok}):
+            cells = [r for r in ok if _device(r) == device]
+            eager = [r for r in cells if r.get("graph") == "dynamic"]
+            if not cells:
+                continue
+            base = min(eager, key=lambda r: r["median_s"]) if eager else None
+            n = max(len(r["cold_times_s"]) for r in cells)
+            rows = []
+            for r in sorted(cells, key=lambda r: (r.get("graph") != "static", r["adapter"])):
+                if r is base:
+                    even = "baseline"
+                elif base is None or r.get("graph") != "static":
+                    even = DASH
+                else:
+                    steps = break_even(r, base)
+                    even = "never" if steps is None else f"{steps:,}"
+                rows.append(
+                    [
+                        r["adapter"],
+                        r.get("graph", DASH),
+                        strategy(r),
+                        _compiles(r),
+                        sig(r["first_step_s"] * 1e3),
+                        sig(r["median_s"] * 1e3),
+                        sig(cumulative_s(r, n)),
+                        even,
+                    ]
+                )
+            headers = [
+                "adapter",
+                "graph",
+                "strategy",
+                "traces / compiles",
+                "first step (ms)",
+                "steady (ms/step)",
+                f"cold time, {n} batches (s)",
+                "break-even (steps)",
+            ]
+            out += [f"## Static vs dynamic: {workload} on {device}", ""]
+            if base is not None:
+                out += [
+                    f"Break-even: the number of training steps from a cold start after which the static-graph "
+                    f"cell has spent no more time in total than the fastest dynamic-graph cell, "
+                    f"{base['adapter']} ({strategy(base)}, {sig(base['median_s'] * 1e3)} ms/step); measured over "
+                    f"the first {n} steps (every compile included), extrapolated with the steady medians beyond. "
+                    "`never`: its steady step is not faster.",
+                    "",
+                ]
+            out += [tabulate(rows, headers, tablefmt="github", disable_numparse=True), ""]
+    return out
+
+
 def failures(recs: list[dict[str, Any]]) -> list[str]:
     """A section with each failed cell's reason and the tail of its stderr."""
     out = []
@@ -185,9 +276,11 @@ def build(run_dir: Path) -> str:
     ]
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in recs:
-        groups.setdefault((r["workload"], tuple(r.get("overrides", []))), []).append(r)
+        key = tuple(o for o in r.get("overrides", []) if not o.startswith("strategy="))
+        groups.setdefault((r["workload"], key), []).append(r)
     for group in groups.values():
         out += [_title(group[0]), "", workload_table(group), ""]
+    out += static_vs_dynamic(groups)
     out += failures(recs)
     settings = settings_table(recs)
     if settings:

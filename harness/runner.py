@@ -16,6 +16,7 @@ from typing import Any
 from adapters import AdapterInfo
 from harness import records
 from harness.progress import MatrixProgress
+from workloads import SpecError, get_workload, override
 
 REPO = Path(__file__).resolve().parent.parent
 STDERR_TAIL_LINES = 20
@@ -78,6 +79,12 @@ def run_cell(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[
     """One cell's record; never raises for anything the cell itself does."""
     if not info.available:
         return records.new_record(cell, "skipped", info.unavailable)
+    try:
+        unsupported = info.cls().supports(override(get_workload(cell["workload"]), cell["overrides"]))
+    except SpecError as exc:
+        return records.new_record(cell, "failed", f"SpecError: {exc}")
+    if unsupported:
+        return records.new_record(cell, "skipped", unsupported)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "record.json"

@@ -1,9 +1,14 @@
 """The timing protocol. The harness holds the clock; adapters only run steps.
 
-Per cell: the first step is timed alone (trace + compile + first run), then ``warmup_steps``
-untimed steps, then timed steps until both ``min_steps`` and ``budget_s`` are reached (or
-``max_steps``). Every timed step is ``train_step`` followed by ``sync``, so asynchronous
-dispatch can never hide device work. Raw per-step times are kept.
+Per cell, two windows, every step timed on its own as ``step`` followed by ``sync`` (so
+asynchronous dispatch can never hide device work), raw times kept:
+
+cold window: the first ``max(1 + warmup_steps, len(batches))`` steps from a cold start. Its
+    first step holds trace + compile + first run; covering the whole dataset means every batch
+    shape has been seen (and compiled) before the steady window. Its sum is the time a user
+    waits to train that many batches, every compile included.
+steady window: then steps until both ``min_steps`` and ``budget_s`` are reached (or
+    ``max_steps``); the median of these is the steady-state step time.
 """
 
 from __future__ import annotations
@@ -13,8 +18,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-from adapters.base import Adapter
 
 Clock = Callable[[], float]
 
@@ -45,38 +48,50 @@ class Diverged(RuntimeError):
 
 @dataclass
 class Measurement:
-    first_step_s: float
-    warmup_steps: int
+    cold_times_s: list[float]
     step_times_s: list[float]
     loss_first: float
     loss_last: float
 
+    @property
+    def first_step_s(self) -> float:
+        return self.cold_times_s[0]
+
 
 def measure(
-    adapter: Adapter, batches: Sequence[Any], profile: Profile, clock: Clock = time.perf_counter
+    step_fn: Callable[[Any], Any],
+    sync: Callable[[Any], float],
+    batches: Sequence[Any],
+    profile: Profile,
+    clock: Clock = time.perf_counter,
 ) -> Measurement:
-    """Run the timing protocol on placed batches; step i uses batch i % len(batches)."""
+    """Run the timing protocol on placed batches; step i uses batch i % len(batches).
+
+    ``sync`` returns the step's loss (or, for inference, any finite summary); a non-finite
+    value raises Diverged.
+    """
     step = 0
 
-    def run_one() -> float:
+    def run_one() -> tuple[float, float]:
         nonlocal step
-        loss = adapter.sync(adapter.train_step(batches[step % len(batches)]))
-        if not math.isfinite(loss):
-            raise Diverged(step, loss)
+        t0 = clock()
+        value = sync(step_fn(batches[step % len(batches)]))
+        elapsed = clock() - t0
+        if not math.isfinite(value):
+            raise Diverged(step, value)
         step += 1
-        return loss
+        return elapsed, value
 
-    t0 = clock()
-    loss_first = run_one()
-    first_step_s = clock() - t0
-    loss = loss_first
-    for _ in range(profile.warmup_steps):
-        loss = run_one()
+    cold: list[float] = []
+    values: list[float] = []
+    for _ in range(max(1 + profile.warmup_steps, len(batches))):
+        elapsed, value = run_one()
+        cold.append(elapsed)
+        values.append(value)
 
     times: list[float] = []
     start = clock()
     while len(times) < profile.max_steps and (len(times) < profile.min_steps or clock() - start < profile.budget_s):
-        t0 = clock()
-        loss = run_one()
-        times.append(clock() - t0)
-    return Measurement(first_step_s, profile.warmup_steps, times, loss_first, loss)
+        elapsed, value = run_one()
+        times.append(elapsed)
+    return Measurement(cold, times, values[0], value)

@@ -59,6 +59,11 @@ def place(adapter, spec) -> tuple[list[Any], list[float]]:
     return placed, seconds
 
 
+def step_function(adapter, spec):
+    """``infer_step`` for inference workloads (``task="decode"``), else ``train_step``."""
+    return adapter.infer_step if getattr(spec, "task", "train") != "train" else adapter.train_step
+
+
 def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """Compile counters accrued during training (set-up compiles are not the step's)."""
     return {k: after[k] - before.get(k, 0) for k in after}
@@ -72,7 +77,7 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
         return new_record(cell, "skipped", str(exc))
     placed, place_s = place(adapter, spec)
     before = adapter.compile_stats()
-    m = timing.measure(adapter, placed, profile)
+    m = timing.measure(step_function(adapter, spec), adapter.sync, placed, profile)
     compile_stats = _delta(before, adapter.compile_stats())
     batch_bytes = sum(a.nbytes for a in spec.batches()[0].values())
     return new_record(
@@ -86,7 +91,9 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
         to_device_s=float(np.median(place_s)),
         batch_bytes=int(batch_bytes),
         first_step_s=m.first_step_s,
-        warmup_steps=m.warmup_steps,
+        cold_steps=len(m.cold_times_s),
+        cold_times_s=m.cold_times_s,
+        cold_s=sum(m.cold_times_s),
         steps=len(m.step_times_s),
         step_times_s=m.step_times_s,
         loss_first=m.loss_first,
@@ -99,8 +106,15 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
 
 
 def check(cell: dict[str, Any], steps: int, snapshot: int) -> dict[str, np.ndarray]:
-    adapter, spec, device, _ = prepare(cell)
+    """Losses of ``steps`` steps and parameters after ``snapshot``; for inference workloads,
+    the outputs of ``infer_step`` on the first batch. A skip is returned as ``skipped``."""
+    try:
+        adapter, spec, device, _ = prepare(cell)
+    except Skip as exc:
+        return {"skipped": np.asarray(str(exc))}
     placed, _ = place(adapter, spec)
+    if getattr(spec, "task", "train") != "train":
+        return {"outputs": adapter.fetch(adapter.infer_step(placed[0]))}
     losses, snap = [], {}
     for step in range(steps):
         losses.append(adapter.sync(adapter.train_step(placed[step % len(placed)])))

@@ -77,13 +77,18 @@ def test_bad_input_exits_2_with_one_clear_line(python, args, message, tmp_path):
     assert not list(tmp_path.iterdir()), "nothing is written for rejected input"
 
 
-@needs_torch
-def test_exception_in_a_cell_is_a_failed_record():
+def test_a_cell_with_a_bad_spec_is_a_failed_record():
+    """A cell from a damaged plan.json (resume) fails alone; planning catches it otherwise."""
     cell = check_cell("torch-eager", "mlp") | {"overrides": ["no_such_field=1"], "cell_id": "x"}
     rec = runner.run_cell(TORCH, cell, timeout_s=120)
     assert rec["status"] == "failed"
     assert rec["reason"].startswith("SpecError: unknown field 'no_such_field'")
-    assert "Traceback" in rec["stderr_tail"] or "SpecError" in rec["stderr_tail"]
+
+
+def test_an_unsupported_pair_is_skipped_without_starting_a_worker():
+    cell = check_cell("torch-eager", "rnn-caption", overrides=("strategy=graph-loop",)) | {"cell_id": "x"}
+    rec = runner.run_cell(TORCH, cell, timeout_s=0.001)  # a started worker would time out
+    assert rec["status"] == "skipped" and "has no loop inside a graph" in rec["reason"]
 
 
 @needs_torch

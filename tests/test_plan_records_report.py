@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -133,3 +134,70 @@ def test_report_of_corrupt_results_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize("value, text", [(0.000123456, "0.000123"), (1.23456, "1.23"), (1234.5, "1,234"), (None, "—")])
 def test_significant_digits(value, text):
     assert report.sig(value) == text
+
+
+def test_plan_expands_loop_strategies_only_for_training_with_a_loop():
+    cells = plan(ADAPTERS, "jax-jit", "mlp,rnn-caption,rnn-decode", "cpu", [], "quick", 2, "r", "exact,padded")
+    assert [(c["workload"], c["overrides"]) for c in cells] == [
+        ("mlp", []),
+        ("rnn-caption", ["strategy=exact"]),
+        ("rnn-caption", ["strategy=padded"]),
+        ("rnn-decode", []),
+    ]
+    fixed = plan(ADAPTERS, "jax-jit", "rnn-caption", "cpu", ["strategy=bucketed"], "quick", 2, "r")
+    assert [c["overrides"] for c in fixed] == [["strategy=bucketed"]]
+    with pytest.raises(PlanError, match="unknown strategy 'paded' \\(did you mean 'padded'\\?\\)"):
+        plan(ADAPTERS, "all", "rnn-caption", "cpu", [], "quick", 2, "r", "paded")
+
+
+def _timed(adapter, graph, strat, cold, median_ms, **extra):
+    return record(
+        adapter,
+        workload="rnn-caption",
+        median_ms=median_ms,
+        graph=graph,
+        overrides=[f"strategy={strat}"],
+        spec={"batch_size": 32, "optimizer": "adam", "learning_rate": 0.003, "strategy": strat, "task": "train"},
+        cold_times_s=cold,
+        **extra,
+    )
+
+
+def test_break_even_from_cold_window_and_steady_medians():
+    eager = _timed("torch-eager", "dynamic", "exact", [0.01] * 4, 10.0)  # 10 ms/step throughout
+    static = _timed("jax-jit", "static", "padded", [1.0, 0.005, 0.005, 0.005], 5.0)
+    # static: 1.015 s after 4 steps, then 5 ms/step; eager 0.04 s, then 10 ms/step
+    assert report.cumulative_s(static, 4) == pytest.approx(1.015)
+    assert report.cumulative_s(eager, 10) == pytest.approx(0.1)
+    assert report.break_even(static, eager) == 4 + math.ceil((1.015 - 0.04) / 0.005)
+    slow = _timed("tf-function", "static", "exact", [2.0] * 4, 20.0)
+    assert report.break_even(slow, eager) is None
+    ahead = _timed("jax-jit", "static", "graph-loop", [0.001] * 4, 1.0)
+    assert report.break_even(ahead, eager) == 1
+
+
+def test_static_vs_dynamic_section(tmp_path):
+    run = _run_dir(
+        tmp_path,
+        [
+            _timed("torch-eager", "dynamic", "exact", [0.01] * 4, 10.0),
+            _timed("jax-jit", "static", "exact", [1.0] * 4, 5.0, traces=4, compiles=4, compile_s=3.9),
+            _timed("jax-jit", "static", "padded", [1.0, 0.005, 0.005, 0.005], 5.0, traces=1, compiles=1),
+            _timed("tf-function", "static", "exact", [2.0] * 4, 20.0, traces=4),
+        ],
+    )
+    md = report.build(run)
+    assert "## Static vs dynamic: rnn-caption on cpu" in md
+    section = md.split("## Static vs dynamic")[1].split("\n## ")[0]
+    rows = {(r[0], r[2]): r for r in (_cells(line) for line in section.splitlines() if line.startswith("| "))}
+    assert rows[("torch-eager", "exact")][-1] == "baseline"
+    assert rows[("jax-jit", "padded")][-1] == f"{4 + math.ceil((1.015 - 0.04) / 0.005):,}"
+    assert rows[("jax-jit", "exact")][3] == "4 traces, 4 compiles, 3.9 s"
+    assert rows[("jax-jit", "exact")][6] == "4"  # cold time of 4 batches, seconds
+    assert rows[("tf-function", "exact")][-1] == "never"
+    # the per-workload table shows the strategy column
+    assert "| adapter     | graph   | strategy" in md
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip("|").split("|")]

@@ -13,13 +13,17 @@ from tests.fakes import FakeAdapter, FakeClock
 PROFILE = Profile("t", warmup_steps=3, min_steps=10, max_steps=1000, budget_s=1.0, timeout_s=10)
 
 
-def test_first_step_is_timed_alone_and_warmup_is_not_timed():
+def run(adapter, batches, profile=PROFILE, clock=None):
+    return measure(adapter.train_step, adapter.sync, batches, profile, clock or adapter.clock)
+
+
+def test_first_step_and_cold_window_are_kept_apart_from_steady_steps():
     clock = FakeClock()
     costs = [5.0, 0.9, 0.9, 0.9] + [0.01] * 200  # compile-heavy first step, slow warm-up
     adapter = FakeAdapter(clock, costs)
-    m = measure(adapter, ["b0", "b1"], PROFILE, clock)
+    m = run(adapter, ["b0", "b1"])
     assert m.first_step_s == pytest.approx(5.0)
-    assert m.warmup_steps == 3
+    assert m.cold_times_s == pytest.approx([5.0, 0.9, 0.9, 0.9]), "cold window = first step + warm-up"
     assert all(t == pytest.approx(0.01) for t in m.step_times_s), "warm-up leaked into timed steps"
     # budget 1 s at 0.01 s/step: the loop stops once 1 s of timed work has passed
     assert 100 <= len(m.step_times_s) <= 101
@@ -29,21 +33,30 @@ def test_first_step_is_timed_alone_and_warmup_is_not_timed():
 
 def test_min_steps_wins_over_an_exhausted_budget():
     clock = FakeClock()
-    m = measure(FakeAdapter(clock, [0.5]), ["b"], PROFILE, clock)
+    m = run(FakeAdapter(clock, [0.5]), ["b"])
     assert len(m.step_times_s) == PROFILE.min_steps
+
+
+def test_cold_window_covers_every_batch_so_no_new_shape_reaches_the_steady_window():
+    clock = FakeClock()
+    batches = [f"b{i}" for i in range(7)]
+    adapter = FakeAdapter(clock, [1.0] * 7 + [0.01])
+    m = run(adapter, batches)
+    assert len(m.cold_times_s) == 7 and sum(m.cold_times_s) == pytest.approx(7.0)
+    assert adapter.batches_seen[:7] == batches
 
 
 def test_max_steps_caps_a_fast_cell():
     clock = FakeClock()
     profile = Profile("t", 0, 1, 50, budget_s=1e9, timeout_s=10)
-    m = measure(FakeAdapter(clock, [1e-6]), ["b"], profile, clock)
+    m = run(FakeAdapter(clock, [1e-6]), ["b"], profile)
     assert len(m.step_times_s) == 50
 
 
 def test_times_are_taken_after_sync():
     """An adapter whose cost lands in sync (async dispatch) is still fully timed."""
     clock = FakeClock()
-    m = measure(FakeAdapter(clock, [0.2]), ["b"], Profile("t", 0, 5, 5, 0.0, 10), clock)
+    m = run(FakeAdapter(clock, [0.2]), ["b"], Profile("t", 0, 5, 5, 0.0, 10))
     assert m.step_times_s == pytest.approx([0.2] * 5)
 
 
@@ -52,7 +65,7 @@ def test_non_finite_loss_is_divergence_with_its_step(bad):
     clock = FakeClock()
     losses = [2.0] * 7 + [bad] + [1.0] * 100
     with pytest.raises(Diverged, match="diverged at step 7"):
-        measure(FakeAdapter(clock, [0.01], losses), ["b"], PROFILE, clock)
+        run(FakeAdapter(clock, [0.01], losses), ["b"])
 
 
 def test_summarize():

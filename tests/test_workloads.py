@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from workloads import MLP, WORKLOADS, SpecError, get_workload, override
+from workloads import CNN, MLP, STRATEGIES, WORKLOADS, RNNCaption, SpecError, get_workload, override
 from workloads.mlp import mlp_loss_and_grads
 
 
@@ -89,3 +89,95 @@ def test_override_rejects_bad_input(assignment, message):
 def test_unknown_workload_names_the_valid_ones():
     with pytest.raises(SpecError, match="unknown workload 'mpl'; valid: mlp, mlp-wide"):
         get_workload("mpl")
+
+
+def _finite_difference_check(spec, rel=1e-5):
+    params = {k: v.astype(np.float64) for k, v in spec.init_params().items()}
+    batch = spec.batches()[0]
+    _, grads = spec.reference_loss_and_grads(params, batch)
+    eps = 1e-6
+    for name, value in params.items():
+        for idx in [(0,) * value.ndim, tuple(s - 1 for s in value.shape), tuple(s // 2 for s in value.shape)]:
+            plus = {k: v.copy() for k, v in params.items()}
+            minus = {k: v.copy() for k, v in params.items()}
+            plus[name][idx] += eps
+            minus[name][idx] -= eps
+            numeric = (
+                spec.reference_loss_and_grads(plus, batch)[0] - spec.reference_loss_and_grads(minus, batch)[0]
+            ) / (2 * eps)
+            assert grads[name][idx] == pytest.approx(numeric, rel=rel, abs=1e-8), (name, idx)
+
+
+def test_cnn_reference_gradients_match_finite_differences():
+    _finite_difference_check(
+        CNN(name="t", input_shape=(4, 4, 2), channels=(3, 2), hidden=(5,), num_classes=3, batch_size=3, num_batches=1)
+    )
+
+
+def test_rnn_reference_gradients_match_finite_differences():
+    small = RNNCaption(
+        name="t", feature_dim=5, vocab=7, embed_dim=3, hidden=4, topics=2, min_len=2, max_len=4, buckets=(4,),
+        batch_size=3, num_batches=1,
+    )  # fmt: skip
+    _finite_difference_check(small)
+
+
+def test_sizes_of_the_new_workloads():
+    assert get_workload("cnn").param_count() == 545_098
+    assert get_workload("rnn-caption").param_count() == 812_776
+
+
+def test_cnn_labels_cover_every_class():
+    labels = np.concatenate([b["y"] for b in get_workload("cnn").batches()])
+    assert set(np.unique(labels)) == set(range(10))
+
+
+def test_caption_lengths_vary_and_strategies_shape_the_time_axis():
+    spec = get_workload("rnn-caption")
+    lengths = [int(b["mask"].sum(axis=1).max()) for b in spec.batches()]
+    assert len(set(lengths)) > 8 and min(lengths) >= spec.min_len and max(lengths) <= spec.max_len
+    for strategy, expect in [("exact", lengths), ("padded", [40] * 16)]:
+        batches = override(spec, [f"strategy={strategy}"]).batches()
+        assert [b["tokens"].shape[1] for b in batches] == expect
+    bucketed = override(spec, ["strategy=bucketed"]).batches()
+    assert {b["tokens"].shape[1] for b in bucketed} <= set(spec.buckets)
+    graph = override(spec, ["strategy=graph-loop"]).batches()
+    assert [int(b["length"]) for b in graph] == lengths
+    # every caption ends with EOS and nothing follows it
+    b = spec.batches()[0]
+    ends = b["mask"].sum(axis=1).astype(int) - 1
+    assert np.all(b["targets"][np.arange(len(ends)), ends] == 2)
+
+
+def test_strategies_change_cost_never_the_reference_loss():
+    spec = get_workload("rnn-caption")
+    p = spec.init_params()
+    losses = {s: override(spec, [f"strategy={s}"]).reference_train(p, 2)[0] for s in STRATEGIES}
+    for s, value in losses.items():
+        np.testing.assert_allclose(value, losses["exact"], rtol=1e-12, err_msg=s)
+
+
+def test_reference_decode_stops_after_eos():
+    spec = get_workload("rnn-decode")
+    p = spec.init_params()
+    # make EOS the most likely token from the second step on: every caption ends at step 1 or 2
+    p["out/bias"] = p["out/bias"].copy()
+    p["out/bias"][2] = 50.0
+    out = spec.reference_decode(p, spec.batches()[0]["features"])
+    assert np.all(out[:, 0] == 2) and np.all(out[:, 1:] == 0)
+
+
+@pytest.mark.parametrize(
+    "name, assignment, message",
+    [
+        ("rnn-caption", "strategy=fast", "strategy 'fast' is not one of: exact, bucketed, padded, graph-loop"),
+        ("rnn-caption", "max_len=50", "buckets must be increasing and end at >= max_len (50)"),
+        ("rnn-caption", "min_len=1", "need 2 <= min_len <= max_len"),
+        ("cnn", "input_shape=30,30,3", "height and width must divide by 4"),
+        ("cnn", "channels=0", "channels must be one or more positive widths"),
+    ],
+)
+def test_new_workloads_reject_bad_values(name, assignment, message):
+    with pytest.raises(SpecError) as info:
+        override(get_workload(name), [assignment])
+    assert message in str(info.value)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from workloads.cnn import CNN
 from workloads.mlp import MLP
+from workloads.rnn import STRATEGIES, RNNCaption
 from workloads.spec import Batch, Params, SpecError, Workload, override
 
 #: The named workloads, with the defaults taken from the seed articles.
@@ -18,6 +20,12 @@ WORKLOADS: dict[str, Workload] = {
         optimizer="adam",
         learning_rate=1e-3,
     ),
+    # CIFAR-shaped convnet: two conv 3x3 + ReLU + max-pool blocks, Dense 128, Dense 10.
+    "cnn": CNN(name="cnn"),
+    # Captioning decoder: GRU over captions whose length changes from batch to batch.
+    "rnn-caption": RNNCaption(name="rnn-caption"),
+    # The same decoder generating greedily until every caption has ended: a data-dependent loop.
+    "rnn-decode": RNNCaption(name="rnn-decode", task="decode"),
 }
 
 
@@ -28,4 +36,16 @@ def get_workload(name: str) -> Workload:
         raise SpecError(f"unknown workload {name!r}; valid: {', '.join(WORKLOADS)}") from None
 
 
-__all__ = ["WORKLOADS", "Batch", "MLP", "Params", "SpecError", "Workload", "get_workload", "override"]
+__all__ = [
+    "CNN",
+    "MLP",
+    "STRATEGIES",
+    "WORKLOADS",
+    "Batch",
+    "Params",
+    "RNNCaption",
+    "SpecError",
+    "Workload",
+    "get_workload",
+    "override",
+]

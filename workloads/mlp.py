@@ -9,13 +9,7 @@ Canonical parameter layout (every adapter converts to and from it):
 Initialisation: Glorot-uniform kernels, biases uniform in [-0.05, 0.05] (non-zero on purpose,
 so that a bias dropped or mis-mapped by an adapter shows in the step-0 loss).
 
-Optimisers, written out so every framework runs the same arithmetic:
-    ``sgd``:  p -= lr * g
-    ``adam``: Kingma & Ba (2015) Algorithm 1, as torch.optim.Adam and optax.adam do it:
-              m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
-              p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
-              with b1=0.9, b2=0.999, eps=1e-8. (Keras puts eps before the bias correction;
-              its adapter compensates, see adapters/keras_torch.py.)
+Optimisers: see workloads/optim.py.
 
 Data: inputs are standard normal; labels are the argmax of a fixed random teacher network, so
 the task is learnable and a falling loss means real training.
@@ -29,11 +23,6 @@ import numpy as np
 
 from workloads.spec import Batch, Params, SpecError, Workload, _positive
 
-ADAM_BETA1 = 0.9
-ADAM_BETA2 = 0.999
-ADAM_EPS = 1e-8
-OPTIMIZERS = ("sgd", "adam")
-
 
 @dataclasses.dataclass(frozen=True)
 class MLP(Workload):
@@ -42,18 +31,10 @@ class MLP(Workload):
     input_shape: tuple[int, ...] = (28, 28)
     hidden: tuple[int, ...] = (300, 100)
     num_classes: int = 10
-    optimizer: str = "sgd"
-    learning_rate: float = 0.01
-    num_batches: int = 16
 
     def validate(self) -> None:
         super().validate()
-        for field in ("num_classes", "num_batches"):
-            _positive(self, field)
-        if self.learning_rate <= 0:
-            raise SpecError(f"learning_rate must be > 0, got {self.learning_rate!r}")
-        if self.optimizer not in OPTIMIZERS:
-            raise SpecError(f"optimizer {self.optimizer!r} is not one of: {', '.join(OPTIMIZERS)}")
+        _positive(self, "num_classes")
         if not self.input_shape or any(d <= 0 for d in self.input_shape):
             raise SpecError(f"input_shape must be positive sizes, got {self.input_shape!r}")
         if any(d <= 0 for d in self.hidden):
@@ -82,16 +63,20 @@ class MLP(Workload):
             out.append({"x": x, "y": teacher(x.reshape(self.batch_size, -1)).astype(np.int32)})
         return out
 
-    def reference_train(self, params: Params, steps: int) -> tuple[list[float], Params]:
-        p = {k: v.astype(np.float64) for k, v in params.items()}
-        data = self.batches()
-        opt = _SGD(self.learning_rate) if self.optimizer == "sgd" else _Adam(self.learning_rate, p)
-        losses = []
-        for step in range(steps):
-            loss, grads = mlp_loss_and_grads(p, data[step % len(data)], len(self.layer_sizes) - 1)
-            losses.append(loss)
-            opt.apply(p, grads)
-        return losses, p
+    def reference_loss_and_grads(self, params: Params, batch: Batch) -> tuple[float, Params]:
+        return mlp_loss_and_grads(params, batch, len(self.layer_sizes) - 1)
+
+    def flops(self, batch: Batch) -> int:
+        return dense_training_flops(self.layer_sizes, len(batch["y"]))
+
+
+def dense_training_flops(sizes: list[int], batch: int) -> int:
+    """Forward (2 B in out) + weight gradient (2 B in out) for every layer, + input gradient
+    (2 B in out) for every layer but the first, whose input needs none."""
+    total = 0
+    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        total += (4 if i == 0 else 6) * batch * fan_in * fan_out
+    return total
 
 
 def _teacher(fan_in: int, classes: int, seed: int):
@@ -99,6 +84,18 @@ def _teacher(fan_in: int, classes: int, seed: int):
     w1 = rng.standard_normal((fan_in, 64)) / np.sqrt(fan_in)
     w2 = rng.standard_normal((64, classes)) / np.sqrt(64)
     return lambda x: np.argmax(np.maximum(x @ w1, 0.0) @ w2, axis=1)
+
+
+def softmax_cross_entropy(logits: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> tuple[float, np.ndarray]:
+    """Weighted mean cross-entropy over rows, ``sum(w * ce) / sum(w)``, and d loss / d logits."""
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    logsumexp = np.log(np.exp(shifted).sum(axis=-1))
+    rows = np.arange(len(labels))
+    total = weights.sum()
+    loss = float(np.sum(weights * (logsumexp - shifted[rows, labels])) / total)
+    grad = np.exp(shifted - logsumexp[:, None])
+    grad[rows, labels] -= 1.0
+    return loss, grad * (weights / total)[:, None]
 
 
 def mlp_loss_and_grads(p: Params, batch: Batch, n_layers: int) -> tuple[float, Params]:
@@ -109,15 +106,7 @@ def mlp_loss_and_grads(p: Params, batch: Batch, n_layers: int) -> tuple[float, P
     for i in range(n_layers):
         z = acts[-1] @ p[f"dense{i}/kernel"] + p[f"dense{i}/bias"]
         acts.append(np.maximum(z, 0.0) if i < n_layers - 1 else z)
-    logits = acts[-1]
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    logsumexp = np.log(np.exp(shifted).sum(axis=1))
-    rows = np.arange(len(y))
-    loss = float(np.mean(logsumexp - shifted[rows, y]))
-
-    dz = np.exp(shifted - logsumexp[:, None])
-    dz[rows, y] -= 1.0
-    dz /= len(y)
+    loss, dz = softmax_cross_entropy(acts[-1], y, np.ones(len(y)))
     grads: Params = {}
     for i in reversed(range(n_layers)):
         grads[f"dense{i}/kernel"] = acts[i].T @ dz
@@ -125,28 +114,3 @@ def mlp_loss_and_grads(p: Params, batch: Batch, n_layers: int) -> tuple[float, P
         if i:
             dz = (dz @ p[f"dense{i}/kernel"].T) * (acts[i] > 0)
     return loss, grads
-
-
-class _SGD:
-    def __init__(self, lr: float) -> None:
-        self.lr = lr
-
-    def apply(self, p: Params, g: Params) -> None:
-        for k in p:
-            p[k] -= self.lr * g[k]
-
-
-class _Adam:
-    def __init__(self, lr: float, p: Params) -> None:
-        self.lr, self.t = lr, 0
-        self.m = {k: np.zeros_like(v) for k, v in p.items()}
-        self.v = {k: np.zeros_like(v) for k, v in p.items()}
-
-    def apply(self, p: Params, g: Params) -> None:
-        self.t += 1
-        for k in p:
-            self.m[k] = ADAM_BETA1 * self.m[k] + (1 - ADAM_BETA1) * g[k]
-            self.v[k] = ADAM_BETA2 * self.v[k] + (1 - ADAM_BETA2) * g[k] ** 2
-            m_hat = self.m[k] / (1 - ADAM_BETA1**self.t)
-            v_hat = self.v[k] / (1 - ADAM_BETA2**self.t)
-            p[k] -= self.lr * m_hat / (np.sqrt(v_hat) + ADAM_EPS)

@@ -36,13 +36,23 @@ class Workload(abc.ABC):
     name: str
     batch_size: int = 32
     seed: int = 0
+    optimizer: str = "sgd"
+    learning_rate: float = 0.01
+    num_batches: int = 16
 
     # --- contract -------------------------------------------------------------------------
     def validate(self) -> None:
         """Raise SpecError naming the field if a value is out of range."""
+        from workloads.optim import OPTIMIZERS
+
         _positive(self, "batch_size")
+        _positive(self, "num_batches")
         if self.seed < 0:
             raise SpecError(f"seed must be >= 0, got {self.seed}")
+        if self.learning_rate <= 0:
+            raise SpecError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise SpecError(f"optimizer {self.optimizer!r} is not one of: {', '.join(OPTIMIZERS)}")
 
     @abc.abstractmethod
     def init_params(self) -> Params:
@@ -53,9 +63,30 @@ class Workload(abc.ABC):
         """Deterministic synthetic training batches; step i trains on batch i % len(batches)."""
 
     @abc.abstractmethod
+    def reference_loss_and_grads(self, params: Params, batch: Batch) -> tuple[float, Params]:
+        """NumPy float64 forward and backward pass on one batch."""
+
     def reference_train(self, params: Params, steps: int) -> tuple[list[float], Params]:
         """NumPy float64 reference: the loss before each of ``steps`` updates, and the
         parameters after them, starting from ``params`` and cycling through ``batches()``."""
+        from workloads import optim
+
+        p = {k: v.astype(np.float64) for k, v in params.items()}
+        data = self.batches()
+        opt = optim.make(self.optimizer, self.learning_rate, p)
+        losses = []
+        for step in range(steps):
+            loss, grads = self.reference_loss_and_grads(p, data[step % len(data)])
+            losses.append(loss)
+            opt.apply(p, grads)
+        return losses, p
+
+    def flops(self, batch: Batch) -> int | None:
+        """Useful floating-point operations of one training (or inference) step on ``batch``,
+        or None where the workload states none. Counted analytically from the spec: matmul and
+        convolution multiply-adds as 2 FLOPs each, element-wise work ignored, so the figure is
+        a slight lower bound; padding a strategy adds is not counted, it is waste."""
+        return None
 
     def param_count(self) -> int:
         return int(sum(p.size for p in self.init_params().values()))

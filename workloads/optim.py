@@ -1,0 +1,49 @@
+"""The optimisers every workload may name, written out so every framework runs the same maths.
+
+``sgd``:  p -= lr * g
+``adam``: Kingma & Ba (2015) Algorithm 1, as torch.optim.Adam and optax.adam do it:
+          m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+          p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+          with b1=0.9, b2=0.999, eps=1e-8. (Keras puts eps before the bias correction;
+          its adapter compensates, see adapters/keras_torch.py.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workloads.spec import Params
+
+ADAM_BETA1 = 0.9
+ADAM_BETA2 = 0.999
+ADAM_EPS = 1e-8
+OPTIMIZERS = ("sgd", "adam")
+
+
+class SGD:
+    def __init__(self, lr: float, p: Params) -> None:
+        self.lr = lr
+
+    def apply(self, p: Params, g: Params) -> None:
+        for k in p:
+            p[k] -= self.lr * g[k]
+
+
+class Adam:
+    def __init__(self, lr: float, p: Params) -> None:
+        self.lr, self.t = lr, 0
+        self.m = {k: np.zeros_like(v) for k, v in p.items()}
+        self.v = {k: np.zeros_like(v) for k, v in p.items()}
+
+    def apply(self, p: Params, g: Params) -> None:
+        self.t += 1
+        for k in p:
+            self.m[k] = ADAM_BETA1 * self.m[k] + (1 - ADAM_BETA1) * g[k]
+            self.v[k] = ADAM_BETA2 * self.v[k] + (1 - ADAM_BETA2) * g[k] ** 2
+            m_hat = self.m[k] / (1 - ADAM_BETA1**self.t)
+            v_hat = self.v[k] / (1 - ADAM_BETA2**self.t)
+            p[k] -= self.lr * m_hat / (np.sqrt(v_hat) + ADAM_EPS)
+
+
+def make(name: str, lr: float, p: Params) -> SGD | Adam:
+    return {"sgd": SGD, "adam": Adam}[name](lr, p)

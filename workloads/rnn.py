@@ -1,0 +1,230 @@
+"""An image-captioning-style decoder: a GRU run over a caption of varying length.
+
+Model (B = batch, T = steps run, F = feature_dim, D = embed_dim, H = hidden, V = vocab):
+    h_0 = tanh(features @ img/kernel + img/bias)                 image feature -> initial state
+    e_t = embed/table[tokens[:, t]]                                token embedding
+    GRU cell, gate order (r, z, n), PyTorch's equations:
+        gi = e_t @ gru/kernel + gru/bias;  gh = h @ gru/recurrent_kernel + gru/recurrent_bias
+        r = sigmoid(gi_r + gh_r);  z = sigmoid(gi_z + gh_z);  n = tanh(gi_n + r * gh_n)
+        h_{t+1} = (1 - z) * n + z * h
+    logits_t = h_{t+1} @ out/kernel + out/bias
+    loss = sum(mask * cross_entropy(logits, targets)) / sum(mask)
+
+Canonical parameter layout: ``img/kernel`` (F, H), ``img/bias`` (H,), ``embed/table`` (V, D),
+``gru/kernel`` (D, 3H) and ``gru/recurrent_kernel`` (H, 3H) with column blocks [r | z | n],
+``gru/bias`` and ``gru/recurrent_bias`` (3H,), ``out/kernel`` (H, V), ``out/bias`` (V,).
+Keras orders GRU gates (z, r, n) and stacks the two biases; its adapter reorders.
+
+Data: token 0 is PAD, 1 is BOS, 2 is EOS. Each image belongs to one of ``topics`` (argmax of a
+fixed projection of its feature); a caption starts with the topic's first word and each next
+word is a fixed topic-specific successor of the current one, so the task is learnable. Each
+batch has its own length T_b, drawn from [min_len, max_len]; each caption in it has a length
+in [min_len, T_b] (one of them exactly T_b) and ends with EOS.
+
+Loop strategies (the ``strategy`` field) decide the arrays' time length, never the result:
+    ``exact``      each batch at its own length T_b (graph frameworks see a new shape)
+    ``bucketed``   padded up to the next of ``buckets`` (a bounded number of shapes)
+    ``padded``     padded to ``max_len`` (one shape, wasted steps)
+    ``graph-loop`` padded to ``max_len`` plus ``length`` = T_b, for a loop inside the graph
+                   that runs only T_b steps
+Padding has mask 0, so the loss and gradients are the same under every strategy.
+
+``task = "decode"``: greedy decoding from BOS until every caption has emitted EOS or
+``max_len`` steps; a finished caption emits PAD. Inputs are the batches' ``features``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from workloads.mlp import softmax_cross_entropy
+from workloads.spec import Batch, Params, SpecError, Workload, _positive
+
+PAD, BOS, EOS = 0, 1, 2
+STRATEGIES = ("exact", "bucketed", "padded", "graph-loop")
+TASKS = ("train", "decode")
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+@dataclasses.dataclass(frozen=True)
+class RNNCaption(Workload):
+    family = "rnn-caption"
+
+    optimizer: str = "adam"
+    learning_rate: float = 3e-3
+    feature_dim: int = 512
+    vocab: int = 1000
+    embed_dim: int = 128
+    hidden: int = 256
+    topics: int = 16
+    min_len: int = 5
+    max_len: int = 40
+    strategy: str = "exact"
+    buckets: tuple[int, ...] = (10, 20, 30, 40)
+    task: str = "train"
+
+    def validate(self) -> None:
+        super().validate()
+        for field in ("feature_dim", "embed_dim", "hidden", "topics", "min_len"):
+            _positive(self, field)
+        if self.vocab < 4:
+            raise SpecError(f"vocab must be >= 4 (PAD, BOS, EOS and a word), got {self.vocab}")
+        if self.min_len < 2 or self.max_len < self.min_len:
+            raise SpecError(f"need 2 <= min_len <= max_len, got min_len={self.min_len}, max_len={self.max_len}")
+        if self.strategy not in STRATEGIES:
+            raise SpecError(f"strategy {self.strategy!r} is not one of: {', '.join(STRATEGIES)}")
+        if self.task not in TASKS:
+            raise SpecError(f"task {self.task!r} is not one of: {', '.join(TASKS)}")
+        if not self.buckets or list(self.buckets) != sorted(self.buckets) or self.buckets[-1] < self.max_len:
+            raise SpecError(f"buckets must be increasing and end at >= max_len ({self.max_len}), got {self.buckets!r}")
+
+    def init_params(self) -> Params:
+        rng = np.random.default_rng([self.seed, 1])
+        f, v, d, h = self.feature_dim, self.vocab, self.embed_dim, self.hidden
+
+        def glorot(shape: tuple[int, int]) -> np.ndarray:
+            limit = np.sqrt(6.0 / sum(shape))
+            return rng.uniform(-limit, limit, shape).astype(np.float32)
+
+        def bias(n: int) -> np.ndarray:
+            return rng.uniform(-0.05, 0.05, (n,)).astype(np.float32)
+
+        return {
+            "img/kernel": glorot((f, h)),
+            "img/bias": bias(h),
+            "embed/table": rng.uniform(-0.05, 0.05, (v, d)).astype(np.float32),
+            "gru/kernel": glorot((d, 3 * h)),
+            "gru/recurrent_kernel": glorot((h, 3 * h)),
+            "gru/bias": bias(3 * h),
+            "gru/recurrent_bias": bias(3 * h),
+            "out/kernel": glorot((h, v)),
+            "out/bias": bias(v),
+        }
+
+    def _time_length(self, length: int) -> int:
+        if self.strategy == "exact":
+            return length
+        if self.strategy == "bucketed":
+            return next(b for b in self.buckets if b >= length)
+        return self.max_len
+
+    def batches(self) -> list[Batch]:
+        rng = np.random.default_rng([self.seed, 2])
+        teacher = np.random.default_rng([self.seed, 3])
+        projection = teacher.standard_normal((self.feature_dim, self.topics))
+        first_word = teacher.integers(3, self.vocab, self.topics)
+        successor = teacher.integers(3, self.vocab, (self.topics, self.vocab))
+        out = []
+        for _ in range(self.num_batches):
+            b = self.batch_size
+            features = rng.standard_normal((b, self.feature_dim), dtype=np.float32)
+            topic = (features @ projection).argmax(axis=1)
+            length = int(rng.integers(self.min_len, self.max_len + 1))
+            lengths = rng.integers(self.min_len, length + 1, b)
+            lengths[0] = length
+            steps = self._time_length(length)
+            targets = np.zeros((b, steps), np.int32)
+            for i in range(b):
+                word = first_word[topic[i]]
+                for t in range(lengths[i] - 1):
+                    targets[i, t] = word
+                    word = successor[topic[i], word]
+                targets[i, lengths[i] - 1] = EOS
+            tokens = np.zeros_like(targets)
+            tokens[:, 0] = BOS
+            tokens[:, 1:] = targets[:, :-1]
+            mask = (np.arange(steps)[None, :] < lengths[:, None]).astype(np.float32)
+            tokens[mask == 0] = PAD
+            batch = {"features": features, "tokens": tokens, "targets": targets, "mask": mask}
+            if self.strategy == "graph-loop":
+                batch["length"] = np.asarray(length, np.int32)
+            out.append(batch)
+        return out
+
+    def flops(self, batch: Batch) -> int | None:
+        """Training only (a decode's step count is data-dependent): per caption step the two
+        GRU matmuls and the output projection, three passes each (forward, weight and input
+        gradients), over the steps the batch needs; plus the image projection (no input
+        gradient). Padded steps are waste and not counted."""
+        if self.task != "train":
+            return None
+        b = len(batch["features"])
+        steps = int(batch["mask"].sum(axis=1).max())
+        h = self.hidden
+        per_step = 2 * b * (self.embed_dim * 3 * h + h * 3 * h + h * self.vocab)
+        return 3 * per_step * steps + 4 * b * self.feature_dim * h
+
+    def reference_loss_and_grads(self, params: Params, batch: Batch) -> tuple[float, Params]:
+        p = params
+        h_dim = self.hidden
+        tokens, targets, mask = batch["tokens"], batch["targets"], batch["mask"].astype(np.float64)
+        b, steps = tokens.shape
+        features = batch["features"].astype(np.float64)
+        h = np.tanh(features @ p["img/kernel"] + p["img/bias"])
+        h0 = h
+        tape = []
+        logits = np.empty((b, steps, self.vocab))
+        for t in range(steps):
+            e = p["embed/table"][tokens[:, t]]
+            gi = e @ p["gru/kernel"] + p["gru/bias"]
+            gh = h @ p["gru/recurrent_kernel"] + p["gru/recurrent_bias"]
+            r = sigmoid(gi[:, :h_dim] + gh[:, :h_dim])
+            z = sigmoid(gi[:, h_dim : 2 * h_dim] + gh[:, h_dim : 2 * h_dim])
+            n = np.tanh(gi[:, 2 * h_dim :] + r * gh[:, 2 * h_dim :])
+            h_new = (1 - z) * n + z * h
+            tape.append((e, h, r, z, n, gh[:, 2 * h_dim :]))
+            h = h_new
+            logits[:, t] = h @ p["out/kernel"] + p["out/bias"]
+        loss, dlogits = softmax_cross_entropy(logits.reshape(-1, self.vocab), targets.reshape(-1), mask.reshape(-1))
+        dlogits = dlogits.reshape(b, steps, self.vocab)
+
+        g = {k: np.zeros_like(v, dtype=np.float64) for k, v in p.items()}
+        dh = np.zeros((b, h_dim))
+        for t in reversed(range(steps)):
+            e, h_prev, r, z, n, gh_n = tape[t]
+            h_t = (1 - z) * n + z * h_prev
+            g["out/kernel"] += h_t.T @ dlogits[:, t]
+            g["out/bias"] += dlogits[:, t].sum(axis=0)
+            dh = dh + dlogits[:, t] @ p["out/kernel"].T
+            dn = dh * (1 - z) * (1 - n**2)
+            dz = dh * (h_prev - n) * z * (1 - z)
+            dr = dn * gh_n * r * (1 - r)
+            dgi = np.concatenate([dr, dz, dn], axis=1)
+            dgh = np.concatenate([dr, dz, dn * r], axis=1)
+            g["gru/kernel"] += e.T @ dgi
+            g["gru/bias"] += dgi.sum(axis=0)
+            g["gru/recurrent_kernel"] += h_prev.T @ dgh
+            g["gru/recurrent_bias"] += dgh.sum(axis=0)
+            np.add.at(g["embed/table"], tokens[:, t], dgi @ p["gru/kernel"].T)
+            dh = dh * z + dgh @ p["gru/recurrent_kernel"].T
+        dpre = dh * (1 - h0**2)
+        g["img/kernel"] = features.T @ dpre
+        g["img/bias"] = dpre.sum(axis=0)
+        return loss, g
+
+    def reference_decode(self, params: Params, features: np.ndarray) -> np.ndarray:
+        """Greedy decode in float64: (B, max_len) tokens, PAD after each caption's EOS."""
+        p = {k: v.astype(np.float64) for k, v in params.items()}
+        h_dim = self.hidden
+        h = np.tanh(features.astype(np.float64) @ p["img/kernel"] + p["img/bias"])
+        token = np.full(len(features), BOS)
+        done = np.zeros(len(features), bool)
+        out = np.full((len(features), self.max_len), PAD, np.int32)
+        for t in range(self.max_len):
+            gi = p["embed/table"][token] @ p["gru/kernel"] + p["gru/bias"]
+            gh = h @ p["gru/recurrent_kernel"] + p["gru/recurrent_bias"]
+            r = sigmoid(gi[:, :h_dim] + gh[:, :h_dim])
+            z = sigmoid(gi[:, h_dim : 2 * h_dim] + gh[:, h_dim : 2 * h_dim])
+            n = np.tanh(gi[:, 2 * h_dim :] + r * gh[:, 2 * h_dim :])
+            h = (1 - z) * n + z * h
+            token = np.where(done, PAD, (h @ p["out/kernel"] + p["out/bias"]).argmax(axis=1))
+            out[:, t] = token
+            done |= token == EOS
+            if done.all():
+                break
+        return out
