@@ -9,6 +9,8 @@ DEVICE ?= auto
 WORKLOAD ?= all
 PROFILE ?= quick
 STRATEGY ?= all
+DATA ?= all
+PRECISION ?= fp32
 ARGS ?=
 
 .PHONY: bench test lint list report clean-venv
@@ -20,7 +22,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 bench: $(STAMP)
-	$(PY) -m harness bench --framework $(FRAMEWORK) --device $(DEVICE) --workload $(WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) $(ARGS)
+	$(PY) -m harness bench --framework $(FRAMEWORK) --device $(DEVICE) --workload $(WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -8,13 +8,15 @@ Lifecycle in a worker process, one adapter instance per cell:
     worker_env(threads)    -> environment variables, set before the process starts
     supports(spec)         -> None, or the reason this adapter cannot run the spec
     resolve_device(device) -> "cpu" / "cuda"; raises DeviceUnavailable with the reason
-    setup(spec, params, device, threads)   build the model from canonical NumPy parameters
+    setup(spec, params, device, options)   build the model from canonical NumPy parameters
     to_device(batch)       -> framework batch; must return only once the data is placed
     train_step(batch)      -> a loss handle; may return before the device finishes (async)
     infer_step(batch)      -> an output handle, for inference workloads (rnn-decode)
     sync(handle)           -> float; blocks until the step behind it is done: the loss, or for
                               inference a finite summary of the outputs
     fetch(handle)          -> the outputs of infer_step as a NumPy array (parity checks)
+    loader(batches)        -> the framework's native input pipeline (``--data loader``)
+    device_memory_peak()   -> peak device bytes, where the framework reports them
     params()               -> canonical NumPy parameters (for parity checks)
     compile_stats()        -> trace/compile counters the framework exposes (may be empty)
 """
@@ -23,9 +25,27 @@ from __future__ import annotations
 
 import abc
 import importlib.util
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from workloads import Batch, Params, Workload
+
+PRECISIONS = ("fp32", "tf32")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Run settings every adapter applies the same way."""
+
+    threads: int
+    """Intra-op threads on CPU, the same for every framework."""
+    precision: str = "fp32"
+    """``fp32``: TF32 off everywhere (the default); ``tf32``: TF32 matmuls/convolutions on."""
+
+    @property
+    def tf32(self) -> bool:
+        return self.precision == "tf32"
 
 
 class DeviceUnavailable(RuntimeError):
@@ -45,6 +65,9 @@ class Adapter(abc.ABC):
     """The pip extra of this project that installs them."""
     families: ClassVar[tuple[str, ...]] = ("mlp", "cnn", "rnn-caption")
     """Workload families this adapter implements."""
+    loader_kind: ClassVar[str | None] = None
+    """The native input pipeline behind ``loader`` (e.g. ``tf.data with prefetch``); None
+    when the adapter has none, which makes ``--data loader`` a skipped cell."""
     graph_loop: ClassVar[str | None] = None
     """How the adapter runs the rnn-caption ``graph-loop`` strategy (e.g. ``tf.while_loop``);
     None when it has no loop inside a graph, which makes that strategy a skipped cell."""
@@ -81,8 +104,9 @@ class Adapter(abc.ABC):
         """Map "cpu", "cuda" or "auto" to the device this cell runs on."""
 
     @abc.abstractmethod
-    def setup(self, spec: Workload, params: Params, device: str, threads: int) -> None:
-        """Build model and optimiser state from the canonical parameters on ``device``."""
+    def setup(self, spec: Workload, params: Params, device: str, options: Options) -> None:
+        """Build model and optimiser state from the canonical parameters on ``device``, with
+        ``options.threads`` intra-op threads and TF32 as ``options.tf32`` says."""
 
     @abc.abstractmethod
     def to_device(self, batch: Batch) -> Any:
@@ -111,6 +135,15 @@ class Adapter(abc.ABC):
     @abc.abstractmethod
     def params(self) -> Params:
         """Current parameters as float32 NumPy arrays in the workload's canonical layout."""
+
+    def loader(self, batches: list[Batch]) -> Iterator[Any] | None:
+        """The framework's native input pipeline, as its users write it, yielding placed
+        batches in order and cycling forever; None if the adapter has none (skipped cell)."""
+        return None
+
+    def device_memory_peak(self) -> int | None:
+        """Peak bytes the framework allocated on the device; None where it cannot say (CPU)."""
+        return None
 
     def compile_stats(self) -> dict[str, Any]:
         """Trace/compile counters and seconds from the framework's own instrumentation."""

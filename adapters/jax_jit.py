@@ -17,12 +17,16 @@ so a single compiled program runs only the steps each batch needs. Greedy decodi
 
 from __future__ import annotations
 
+import collections
+import itertools
+import os
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from adapters.base import Adapter, pick_device
+from adapters.base import Adapter, Options, pick_device
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
 from workloads.rnn import BOS, EOS, PAD
@@ -34,6 +38,7 @@ class JaxJit(Adapter):
     graph = "static"
     requires = ("jax", "optax")
     extra = "jax"
+    loader_kind = "double-buffered asynchronous jax.device_put (prefetch_to_device pattern)"
     graph_loop = "lax.scan over max_len with lax.cond skipping steps past the batch length"
 
     @classmethod
@@ -60,13 +65,14 @@ class JaxJit(Adapter):
             has_gpu = False
         return pick_device(device, has_gpu, "jax")
 
-    def setup(self, spec: Workload, params: Params, device: str, threads: int) -> None:
+    def setup(self, spec: Workload, params: Params, device: str, options: Options) -> None:
         import jax
         import jax.numpy as jnp
         import optax
 
-        # TF32 off: "highest" keeps float32 matmuls and convolutions in full precision on GPU.
-        jax.config.update("jax_default_matmul_precision", "highest")
+        # "highest" keeps float32 matmuls and convolutions in full precision on GPU (TF32 off);
+        # "tensorfloat32" allows TF32, as --precision tf32 does in every framework.
+        jax.config.update("jax_default_matmul_precision", "tensorfloat32" if options.tf32 else "highest")
         self._events: dict[str, list[float]] = defaultdict(list)
         jax.monitoring.register_event_duration_secs_listener(self._on_event)
         self.spec = spec
@@ -95,6 +101,24 @@ class JaxJit(Adapter):
         import jax
 
         return jax.block_until_ready(jax.device_put(dict(batch), self.device))
+
+    def loader(self, batches: list[Batch]) -> Iterator[Any]:
+        """Double-buffered ``jax.device_put`` of the next batches (flax's prefetch_to_device
+        pattern): the copy of batch i+2 is dispatched, asynchronously, before batch i runs."""
+        import jax
+
+        def stream() -> Iterator[Any]:
+            source = itertools.cycle(batches)
+            ahead = collections.deque(jax.device_put(next(source), self.device) for _ in range(2))
+            while True:
+                ahead.append(jax.device_put(next(source), self.device))
+                yield ahead.popleft()
+
+        return stream()
+
+    def device_memory_peak(self) -> int | None:
+        stats = self.device.memory_stats() if self.device.platform != "cpu" else None
+        return stats.get("peak_bytes_in_use") if stats else None
 
     def train_step(self, batch: Any) -> Any:
         self._params, self._opt_state, loss = self._step(self._params, self._opt_state, batch)
@@ -129,7 +153,12 @@ class JaxJit(Adapter):
     def settings(self) -> dict[str, Any]:
         import jax
 
-        return {"matmul_precision": jax.config.jax_default_matmul_precision, "donate_buffers": True}
+        return {
+            "matmul_precision": jax.config.jax_default_matmul_precision,
+            "donate_buffers": True,
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "gpu_autotune": "XLA default (level 4)",
+        }
 
 
 def _dense(jax, p: Params, h, prefix: str, n_layers: int):

@@ -22,11 +22,13 @@ in eager mode, so this costs nothing on the device.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from adapters.base import Adapter, pick_device
+from adapters._torch_data import LOADER_KIND, data_loader
+from adapters.base import Adapter, Options, pick_device
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
 from workloads.rnn import BOS, EOS, PAD
@@ -38,6 +40,7 @@ class KerasTorch(Adapter):
     graph = "dynamic"
     requires = ("keras", "torch")
     extra = "keras"
+    loader_kind = LOADER_KIND + " (Keras on torch takes a torch DataLoader)"
 
     @classmethod
     def worker_env(cls, threads: int) -> dict[str, str]:
@@ -54,15 +57,16 @@ class KerasTorch(Adapter):
 
         return pick_device(device, torch.cuda.is_available(), "keras (torch backend)")
 
-    def setup(self, spec: Workload, params: Params, device: str, threads: int) -> None:
+    def setup(self, spec: Workload, params: Params, device: str, options: Options) -> None:
         import keras
         import torch
 
         if keras.backend.backend() != "torch":
             raise RuntimeError(f"Keras backend is {keras.backend.backend()!r}; KERAS_BACKEND=torch must be set first")
-        torch.set_num_threads(threads)
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        torch.set_num_threads(options.threads)
+        # Equal footing: TF32 only where the run asks for it, in every framework at once.
+        torch.backends.cuda.matmul.allow_tf32 = options.tf32
+        torch.backends.cudnn.allow_tf32 = options.tf32
         self._torch, self._keras = torch, keras
         self._device = device
         self.spec = spec
@@ -85,6 +89,14 @@ class KerasTorch(Adapter):
     def to_device(self, batch: Batch) -> Any:
         torch = self._torch
         return {k: torch.from_numpy(np.ascontiguousarray(v)).to(self._device) for k, v in batch.items()}
+
+    def loader(self, batches: list[Batch]) -> Iterator[Any]:
+        cuda = self._device == "cuda"
+        stream = data_loader(self._torch, batches, cuda)
+        return ({k: v.to(self._device, non_blocking=cuda) for k, v in b.items()} for b in stream)
+
+    def device_memory_peak(self) -> int | None:
+        return self._torch.cuda.max_memory_allocated() if self._device == "cuda" else None
 
     def train_step(self, batch: Any) -> Any:
         self._t += 1
@@ -132,6 +144,7 @@ class KerasTorch(Adapter):
         return {
             "jit_compile": False,
             "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
             "intra_op_threads": torch.get_num_threads(),
         }
 

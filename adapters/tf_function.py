@@ -18,12 +18,15 @@ Grappler's graph optimisation on the first call is not exposed and lands in the 
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from adapters.base import Adapter, pick_device
+from adapters.base import Adapter, Options, pick_device
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
 from workloads.rnn import BOS, EOS, PAD
@@ -35,6 +38,7 @@ class TfFunction(Adapter):
     graph = "static"
     requires = ("tensorflow",)
     extra = "tensorflow"
+    loader_kind = "tf.data (from_tensor_slices, or from_generator for ragged lengths) with prefetch"
     graph_loop = "tf.while_loop via AutoGraph over tf.range(length)"
 
     @classmethod
@@ -58,12 +62,12 @@ class TfFunction(Adapter):
 
         return pick_device(device, bool(tf.config.list_physical_devices("GPU")), "tensorflow")
 
-    def setup(self, spec: Workload, params: Params, device: str, threads: int) -> None:
+    def setup(self, spec: Workload, params: Params, device: str, options: Options) -> None:
         import tensorflow as tf
 
-        tf.config.experimental.enable_tensor_float_32_execution(False)
+        tf.config.experimental.enable_tensor_float_32_execution(options.tf32)
         try:  # also set through the environment (worker_env); this makes it readable back
-            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_intra_op_parallelism_threads(options.threads)
         except RuntimeError:
             pass  # the runtime is already initialised with TF_NUM_INTRAOP_THREADS
         self._tf = tf
@@ -133,6 +137,24 @@ class TfFunction(Adapter):
             tf.test.experimental.sync_devices()
         return placed
 
+    def loader(self, batches: list[Batch]) -> Iterator[Any]:
+        tf = self._tf
+        if all(b[k].shape == batches[0][k].shape for b in batches for k in b):
+            stacked = {k: np.stack([b[k] for b in batches]) for k in batches[0]}
+            dataset = tf.data.Dataset.from_tensor_slices(stacked).repeat()
+        else:  # caption batches of varying length
+            signature = {k: tf.TensorSpec([None] * v.ndim, tf.as_dtype(v.dtype)) for k, v in batches[0].items()}
+            dataset = tf.data.Dataset.from_generator(lambda: itertools.cycle(batches), output_signature=signature)
+        dataset = dataset.prefetch(tf.data.AUTOTUNE)
+        if self._device != "/CPU:0":
+            dataset = dataset.apply(tf.data.experimental.prefetch_to_device(self._device))
+        return iter(dataset)
+
+    def device_memory_peak(self) -> int | None:
+        if self._device == "/CPU:0":
+            return None
+        return int(self._tf.config.experimental.get_memory_info("GPU:0")["peak"])
+
     def train_step(self, batch: Any) -> Any:
         with self._tf.device(self._device):
             return self._step(batch)
@@ -163,6 +185,7 @@ class TfFunction(Adapter):
             "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
             "jit_compile": False,
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+            "cudnn_autotune": os.environ.get("TF_CUDNN_USE_AUTOTUNE", "on (default)"),
         }
 
 

@@ -14,11 +14,13 @@ every batch runs exactly its own length; padded strategies just run more steps.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from adapters.base import Adapter, pick_device
+from adapters._torch_data import LOADER_KIND, data_loader
+from adapters.base import Adapter, Options, pick_device
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
 from workloads.rnn import BOS, EOS, PAD
@@ -30,6 +32,7 @@ class TorchEager(Adapter):
     graph = "dynamic"
     requires = ("torch",)
     extra = "torch"
+    loader_kind = LOADER_KIND
 
     def version(self) -> dict[str, str]:
         import torch
@@ -41,13 +44,13 @@ class TorchEager(Adapter):
 
         return pick_device(device, torch.cuda.is_available(), "torch")
 
-    def setup(self, spec: Workload, params: Params, device: str, threads: int) -> None:
+    def setup(self, spec: Workload, params: Params, device: str, options: Options) -> None:
         import torch
 
-        torch.set_num_threads(threads)
-        # Equal footing: full fp32 matmuls and convolutions unless the run asks otherwise.
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        torch.set_num_threads(options.threads)
+        # Equal footing: TF32 only where the run asks for it, in every framework at once.
+        torch.backends.cuda.matmul.allow_tf32 = options.tf32
+        torch.backends.cudnn.allow_tf32 = options.tf32
         self.torch = torch
         self.device = torch.device(device)
         self.spec = spec
@@ -62,16 +65,25 @@ class TorchEager(Adapter):
             )
 
     def to_device(self, batch: Batch) -> Any:
-        torch = self.torch
+        return self._place({k: self.torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items()})
+
+    def _place(self, batch: dict[str, Any], non_blocking: bool = False) -> Any:
         placed = {}
-        for key, value in batch.items():
-            t = torch.from_numpy(np.ascontiguousarray(value))
+        for key, t in batch.items():
+            t = t.to(self.device, non_blocking=non_blocking)
             if key == "x" and self.spec.family == "cnn":
                 t = t.permute(0, 3, 1, 2).contiguous()  # NHWC -> NCHW, PyTorch's native layout
             if key in ("y", "tokens", "targets"):
                 t = t.long()
-            placed[key] = t.to(self.device)
+            placed[key] = t
         return placed
+
+    def loader(self, batches: list[Batch]) -> Iterator[Any]:
+        cuda = self.device.type == "cuda"
+        return (self._place(b, non_blocking=cuda) for b in data_loader(self.torch, batches, cuda))
+
+    def device_memory_peak(self) -> int | None:
+        return self.torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None
 
     def train_step(self, batch: Any) -> Any:
         self.opt.zero_grad(set_to_none=True)

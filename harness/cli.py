@@ -13,8 +13,9 @@ from typing import Any
 from tabulate import tabulate
 
 from adapters import discover
+from adapters.base import PRECISIONS
 from harness import env, records, report, runner, timing
-from harness.plan import DEVICES, PlanError, plan
+from harness.plan import DATA_MODES, DEVICES, PlanError, plan
 from harness.progress import MatrixProgress
 from workloads import STRATEGIES, WORKLOADS
 
@@ -48,7 +49,17 @@ def _new_run(args: argparse.Namespace, adapters) -> tuple[Path, list[dict[str, A
     threads = args.threads or env.default_threads()
     run_id = args.run_id or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     cells = plan(
-        adapters, args.framework, args.workload, args.device, args.set, args.profile, threads, run_id, args.strategy
+        adapters,
+        args.framework,
+        args.workload,
+        args.device,
+        args.set,
+        args.profile,
+        threads,
+        run_id,
+        strategy=args.strategy,
+        data=args.data,
+        precision=args.precision,
     )
     run_dir = args.out / run_id
     if (run_dir / records.RESULTS).exists():
@@ -88,6 +99,14 @@ def _dry_run(cells: list[dict[str, Any]], adapters) -> None:
     print(f"{len(cells)} cells planned; nothing was run.")
 
 
+def _peak_devices(cells: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
+    wanted = {c["device_requested"] for c in cells}
+    devices = ["cpu"] if wanted & {"cpu", "auto"} else []
+    if info["gpus"] and wanted & {"cuda", "auto"}:
+        devices.append("cuda")
+    return devices
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -109,7 +128,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         run_dir.mkdir(parents=True, exist_ok=True)
         threads = cells[0]["threads"] if cells else env.default_threads()
         command = ["python -m harness", *sys.argv[1:]]
-        (run_dir / records.ENV).write_text(json.dumps(env.capture(threads, command), indent=2) + "\n")
+        info = env.capture(threads, command)
+        print("measuring device peaks (matmul, copy) ...", flush=True)
+        info["peaks"] = runner.measure_peaks(_peak_devices(cells, info), threads)
+        info["precision"] = cells[0]["precision"] if cells else "fp32"
+        (run_dir / records.ENV).write_text(json.dumps(info, indent=2) + "\n")
         (run_dir / PLAN).write_text(json.dumps({"timeout_s": timeout, "cells": cells}, indent=1) + "\n")
     print(f"run {run_dir.name}: {len(cells)} cells to run, writing {run_dir}", flush=True)
 
@@ -122,14 +145,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
         interrupted = True
     finally:
         signal.signal(signal.SIGTERM, previous)
+    problems: list[str] = []
     if (run_dir / records.RESULTS).exists():
         print(f"report: {report.write(run_dir)}")
+        problems = report.physics_violations(records.load(run_dir / records.RESULTS), report.load_env(run_dir))
+        for problem in problems:
+            print(f"warning: {problem}", file=sys.stderr)
     if interrupted:
         print(f"interrupted; finished cells are kept. Resume with: python -m harness bench --resume {run_dir}")
         return 130
     failed = [r for r in records.load(run_dir / records.RESULTS) if r["status"] == "failed"]
-    if args.strict and failed:
-        print(f"{len(failed)} failed cells (--strict)", file=sys.stderr)
+    if args.strict and (failed or problems):
+        print(f"{len(failed)} failed cells, {len(problems)} physics violations (--strict)", file=sys.stderr)
         return 1
     return 0
 
@@ -162,13 +189,15 @@ def parser() -> argparse.ArgumentParser:
         default="all",
         help=f"loop strategies for rnn-caption: all, or a comma list of: {', '.join(STRATEGIES)}",
     )
+    b.add_argument("--data", default="all", help=f"data modes: all, or a comma list of: {', '.join(DATA_MODES)}")
+    b.add_argument("--precision", default="fp32", choices=PRECISIONS, help="fp32 (TF32 off everywhere) or tf32")
     b.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="override a spec field")
     b.add_argument("--threads", type=int, default=None, help="intra-op threads for every framework (default: all)")
     b.add_argument("--timeout", type=float, default=None, help="seconds per cell (default: the profile's)")
     b.add_argument("--out", type=Path, default=DEFAULT_OUT, help="parent folder of run folders")
     b.add_argument("--run-id", default=None, help="run folder name (default: a timestamp)")
     b.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="run only the missing cells of a run")
-    b.add_argument("--strict", action="store_true", help="exit 1 if any cell failed")
+    b.add_argument("--strict", action="store_true", help="exit 1 if any cell failed or broke the physics check")
     b.add_argument("--dry-run", action="store_true", help="print the planned cells and exit")
     b.set_defaults(func=cmd_bench)
 

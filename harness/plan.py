@@ -7,13 +7,16 @@ PlanError naming it, the valid choices and the closest match.
 from __future__ import annotations
 
 import difflib
+import itertools
 from collections.abc import Iterable, Mapping
 
 from adapters import AdapterInfo
+from adapters.base import PRECISIONS
 from harness.records import cell_id
 from workloads import STRATEGIES, WORKLOADS, SpecError, get_workload, override
 
 DEVICES = ("auto", "cpu", "cuda", "all")
+DATA_MODES = ("resident", "host", "loader")
 
 
 class PlanError(ValueError):
@@ -94,6 +97,15 @@ def variants(workload: str, overrides: list[str], strategies: list[str]) -> list
     return [[*overrides, f"strategy={s}"] for s in strategies]
 
 
+def select_data(expr: str) -> list[str]:
+    chosen: list[str] = []
+    for item in _items(expr):
+        if item != "all" and item not in DATA_MODES:
+            raise _bad("data mode", item, ["all", *DATA_MODES])
+        chosen += [d for d in (DATA_MODES if item == "all" else [item]) if d not in chosen]
+    return chosen
+
+
 def plan(
     adapters: Mapping[str, AdapterInfo],
     framework: str,
@@ -104,12 +116,17 @@ def plan(
     threads: int,
     run_id: str,
     strategy: str = "all",
+    data: str = "resident",
+    precision: str = "fp32",
 ) -> list[dict]:
-    """The cells of a run, in order: workload (and its strategies), then device, then adapter."""
+    """The cells of a run, in order: workload (and its strategies), data mode, device, adapter."""
     names = select_adapters(framework, adapters)
     workloads = select_workloads(workload)
     devices = select_devices(device)
     strategies = select_strategies(strategy)
+    modes = select_data(data)
+    if precision not in PRECISIONS:
+        raise _bad("precision", precision, PRECISIONS)
     planned = []
     for w in workloads:
         for ovr in variants(w, overrides, strategies):
@@ -118,24 +135,24 @@ def plan(
             except SpecError as exc:
                 raise PlanError(str(exc)) from None
     cells = []
-    for w, ovr, spec in planned:
-        for d in devices:
-            for name in names:
-                info = adapters[name]
-                cells.append(
-                    {
-                        "run_id": run_id,
-                        "cell_id": cell_id(name, w, d, ovr),
-                        "adapter": name,
-                        "framework": info.framework,
-                        "graph": info.graph,
-                        "workload": w,
-                        "overrides": ovr,
-                        "spec": spec.as_dict(),
-                        "param_count": spec.param_count(),
-                        "device_requested": d,
-                        "profile": profile,
-                        "threads": threads,
-                    }
-                )
+    for (w, ovr, spec), mode, d, name in itertools.product(planned, modes, devices, names):
+        info = adapters[name]
+        cells.append(
+            {
+                "run_id": run_id,
+                "cell_id": cell_id(name, w, d, [*ovr, f"data={mode}", f"precision={precision}"]),
+                "adapter": name,
+                "framework": info.framework,
+                "graph": info.graph,
+                "workload": w,
+                "overrides": ovr,
+                "spec": spec.as_dict(),
+                "param_count": spec.param_count(),
+                "data": mode,
+                "device_requested": d,
+                "precision": precision,
+                "profile": profile,
+                "threads": threads,
+            }
+        )
     return cells

@@ -11,7 +11,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 def cell_line(rec: dict[str, Any]) -> str:
     """The one-line summary of a finished cell."""
-    what = f"{rec['adapter']:<12} {rec['workload']:<9} {rec['device_requested']:<5}"
+    variant = " ".join(filter(None, [rec["workload"], *rec.get("overrides", []), rec.get("data", "")]))
+    what = f"{rec['adapter']:<12} {variant:<36} {rec['device_requested']:<5}"
     if rec["status"] == "ok":
         return f"{what} ok      {rec['median_s'] * 1e3:9.3f} ms/step (first step {rec['first_step_s'] * 1e3:.1f} ms)"
     return f"{what} {rec['status']}: {rec['reason']}"

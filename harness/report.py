@@ -73,9 +73,24 @@ def _device(rec: dict[str, Any]) -> str:
     return f"{device} (auto)" if rec["device_requested"] == "auto" and rec["status"] == "ok" else device
 
 
+def _vs_fastest(rec: dict[str, Any], fastest: dict[str, Any]) -> str:
+    ratio = f"{rec['median_s'] / fastest['median_s']:.2f}"
+    if rec is fastest or "ci_low_s" not in rec:
+        return ratio
+    overlap = rec["ci_low_s"] <= fastest["ci_high_s"] and fastest["ci_low_s"] <= rec["ci_high_s"]
+    return f"{ratio} (tie)" if overlap else ratio
+
+
+def _median_ci(rec: dict[str, Any]) -> str:
+    text = sig(rec["median_s"] * 1e3)
+    if "ci_low_s" in rec:
+        text += f" [{sig(rec['ci_low_s'] * 1e3)}, {sig(rec['ci_high_s'] * 1e3)}]"
+    return text
+
+
 def workload_table(recs: list[dict[str, Any]]) -> str:
     ok = [r for r in recs if r["status"] == "ok"]
-    fastest = min((r["median_s"] for r in ok), default=None)
+    fastest = min(ok, key=lambda r: r["median_s"], default=None)
     with_strategy = any(strategy(r) for r in recs)
     rows = []
     for r in recs:
@@ -88,10 +103,10 @@ def workload_table(recs: list[dict[str, Any]]) -> str:
                 *([strategy(r) or DASH] if with_strategy else []),
                 _device(r),
                 sig(r["first_step_s"] * 1e3) if good else DASH,
-                sig(r["median_s"] * 1e3) if good else DASH,
+                _median_ci(r) if good else DASH,
                 iqr,
                 sig(r["samples_per_s"]) if good else DASH,
-                f"{r['median_s'] / fastest:.2f}" if good else DASH,
+                _vs_fastest(r, fastest) if good else DASH,
                 _compiles(r) if good else DASH,
                 f"{r['loss_first']:.3f} → {r['loss_last']:.3f}" if good else DASH,
                 r.get("steps", DASH) if good else DASH,
@@ -104,7 +119,7 @@ def workload_table(recs: list[dict[str, Any]]) -> str:
         *(["strategy"] if with_strategy else []),
         "device",
         "first step (ms)",
-        "steady median (ms/step)",
+        "steady median [95% CI] (ms/step)",
         "IQR (ms)",
         "samples/s",
         "time vs fastest",
@@ -161,8 +176,9 @@ def method(recs: list[dict[str, Any]]) -> str:
         "device has finished and reads the loss, so asynchronous dispatch cannot hide work.",
         "- Each cell runs in a fresh process; every framework starts from the same NumPy parameters and "
         "trains on the same batches, already placed on the device (placement is timed apart).",
-        "- `time vs fastest` is this cell's median over the fastest median of the workload (1.00 = fastest). "
-        f"IQR is flagged `noisy` when it exceeds {NOISY_IQR_RATIO:.0%} of the median.",
+        "- `time vs fastest` is this cell's median over the fastest median of the workload (1.00 = fastest); "
+        "`(tie)`: the 95% bootstrap confidence intervals of the two medians overlap, so the cell is not "
+        f"ranked against the fastest. IQR is flagged `noisy` when it exceeds {NOISY_IQR_RATIO:.0%} of the median.",
         "- `first step` includes tracing and compilation for static-graph adapters. `traces / compiles` "
         "are counted during training by the framework's own instrumentation (tf.function's tracing "
         "count, jax.monitoring compile events); a dash means the adapter has none to report.",
@@ -250,6 +266,160 @@ def static_vs_dynamic(groups: dict[tuple, list[dict[str, Any]]]) -> list[str]:
     return out
 
 
+def load_env(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / records.ENV
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+#: Measured peaks are best-of-five; a step may beat them by noise, not by more than this.
+PEAK_SLACK = 1.10
+
+
+def peak_gflops(env: dict[str, Any], rec: dict[str, Any]) -> float | None:
+    peak = (env.get("peaks") or {}).get(rec.get("device") or "", {})
+    return peak.get("matmul_gflops")
+
+
+def physics_violations(recs: list[dict[str, Any]], env: dict[str, Any]) -> list[str]:
+    """Cells whose fastest step claims more FLOP/s than the device's measured matmul peak
+    (with PEAK_SLACK): a missing sync or a wrong FLOP count, never a real result."""
+    problems = []
+    for r in recs:
+        peak = peak_gflops(env, r)
+        if r["status"] == "ok" and r.get("gflops_max_step") and peak and r["gflops_max_step"] > PEAK_SLACK * peak:
+            problems.append(
+                f"{r['adapter']} / {r['workload']} / {r.get('device')}: a step ran at {sig(r['gflops_max_step'])} "
+                f"GFLOP/s, above the measured peak of {sig(peak)} GFLOP/s: its timing cannot be trusted"
+            )
+    return problems
+
+
+def _label(rec: dict[str, Any]) -> list[str]:
+    return [rec["adapter"], rec["workload"], strategy(rec) or DASH, _device(rec)]
+
+
+def input_pipeline(recs: list[dict[str, Any]]) -> list[str]:
+    """Per adapter/workload/device: steady step time per data mode against ``resident``."""
+    cells: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for r in recs:
+        key = (r["adapter"], r["workload"], strategy(r), r.get("device") or r["device_requested"])
+        cells.setdefault(key, {})[r.get("data", "resident")] = r
+    rows = []
+    for modes in cells.values():
+        if len(modes) < 2 or "resident" not in modes:
+            continue
+        base = modes["resident"]
+        row = _label(base)
+        for mode in ("resident", "host", "loader"):
+            r = modes.get(mode)
+            if r is None:
+                row.append(DASH)
+            elif r["status"] != "ok":
+                row.append(f"{r['status']}: {r['reason']}")
+            elif mode == "resident" or base["status"] != "ok":
+                row.append(sig(r["median_s"] * 1e3))
+            else:
+                row.append(f"{sig(r['median_s'] * 1e3)} ({r['median_s'] / base['median_s']:.2f}x)")
+        host = modes.get("host")
+        row.append(sig(host["to_device_s"] * 1e3) if host and host["status"] == "ok" else DASH)
+        both_ok = host and host["status"] == "ok" and base["status"] == "ok"
+        share = max(0.0, 1 - base["median_s"] / host["median_s"]) if both_ok else None
+        row.append(DASH if share is None else f"{share:.0%}")
+        rows.append(row)
+    if not rows:
+        return []
+    headers = [
+        "adapter",
+        "workload",
+        "strategy",
+        "device",
+        "resident (ms/step)",
+        "host (ms/step)",
+        "loader (ms/step)",
+        "copy of one batch (ms)",
+        "input-bound share (host)",
+    ]
+    intro = (
+        "Steady median step time when the dataset sits on the device (`resident`), when each "
+        "step copies its batch from host memory (`host`), and when the framework's native input "
+        "pipeline feeds it (`loader`); in brackets, the ratio to `resident`. The input-bound share "
+        "is the part of a `host` step not spent computing: 1 - resident / host."
+    )
+    return ["## Input pipeline", "", intro, "", tabulate(rows, headers, tablefmt="github", disable_numparse=True), ""]
+
+
+def hardware(recs: list[dict[str, Any]], env: dict[str, Any]) -> list[str]:
+    """Achieved useful GFLOP/s against the measured matmul peak of the device."""
+    peaks = env.get("peaks") or {}
+    lines = []
+    for device, peak in peaks.items():
+        if "error" in peak:
+            lines.append(f"- {device}: peak not measured ({peak['error'].splitlines()[-1]})")
+            continue
+        by = peak["matmul_gflops_by"]
+        source = ", ".join(f"{k} {sig(v)}" for k, v in by.items()) if isinstance(by, dict) else by
+        lines.append(
+            f"- {device}: float32 matmul {sig(peak['matmul_gflops'])} GFLOP/s ({source}); "
+            f"copy {sig(peak['copy_gbs'])} GB/s (read + write)"
+        )
+    rows = []
+    for r in recs:
+        if r["status"] != "ok" or r.get("data", "resident") != "resident" or r.get("gflops") is None:
+            continue
+        peak = peak_gflops(env, r)
+        pct = f"{r['gflops'] / peak:.1%}" if peak else DASH
+        best = f"{r['gflops_max_step'] / peak:.1%}" if peak else DASH
+        rows.append([*_label(r), sig(r["flops_per_step"] / 1e9), sig(r["gflops"]), pct, best])
+    if not rows and not lines:
+        return []
+    out = ["## How close to the hardware", "", "Measured peaks, once per run:", "", *lines, ""]
+    if rows:
+        headers = ["adapter", "workload", "strategy", "device", "GFLOP per step", "GFLOP/s", "% of peak", "best step"]
+        out += [
+            "Useful work per step is counted from the spec (matmul and convolution multiply-adds, "
+            "padding not counted); GFLOP/s is that work over the steady window's time.",
+            "",
+            tabulate(rows, headers, tablefmt="github", disable_numparse=True),
+            "",
+        ]
+    problems = physics_violations(recs, env)
+    if problems:
+        out += ["**Physics check failed** (timing suspect):", "", *(f"- {p}" for p in problems), ""]
+    elif rows:
+        out += [f"Physics check: no step exceeds {PEAK_SLACK:.0%} of the measured peak.", ""]
+    return out
+
+
+def _mib(value: Any) -> str:
+    return "unavailable" if value is None else sig(value / 2**20)
+
+
+def memory(recs: list[dict[str, Any]]) -> list[str]:
+    rows = [
+        [
+            *_label(r),
+            r.get("data", "resident"),
+            _mib(r.get("host_peak_rss_bytes")),
+            _mib(r.get("device_peak_bytes")),
+            DASH if r.get("gpu_util_mean") is None else f"{r['gpu_util_mean']:.0f}%",
+        ]
+        for r in recs
+        if r["status"] == "ok" and "host_peak_rss_bytes" in r
+    ]
+    if not rows:
+        return []
+    headers = ["adapter", "workload", "strategy", "device", "data", "host peak RSS (MiB)", "device peak (MiB)"]
+    headers.append("GPU util (steady)")
+    note = (
+        "Host RSS is the worker process's peak (framework import included). Device peak is what the "
+        "framework itself reports (torch max_memory_allocated, JAX peak_bytes_in_use, TF "
+        "get_memory_info), with JAX preallocation off and TF memory growth on; on CPU the frameworks "
+        "report none, so it reads unavailable, never 0. GPU utilisation is NVML's, sampled over the "
+        "steady window."
+    )
+    return ["## Memory", "", note, "", tabulate(rows, headers, tablefmt="github", disable_numparse=True), ""]
+
+
 def failures(recs: list[dict[str, Any]]) -> list[str]:
     """A section with each failed cell's reason and the tail of its stderr."""
     out = []
@@ -264,8 +434,7 @@ def failures(recs: list[dict[str, Any]]) -> list[str]:
 
 def build(run_dir: Path) -> str:
     recs = records.load(run_dir / records.RESULTS)
-    env_path = run_dir / records.ENV
-    env = json.loads(env_path.read_text()) if env_path.is_file() else {}
+    env = load_env(run_dir)
     run_id = recs[0].get("run_id", run_dir.name) if recs else run_dir.name
     counts = pd.Series([r["status"] for r in recs]).value_counts().to_dict() if recs else {}
     out = [
@@ -278,9 +447,14 @@ def build(run_dir: Path) -> str:
     for r in recs:
         key = tuple(o for o in r.get("overrides", []) if not o.startswith("strategy="))
         groups.setdefault((r["workload"], key), []).append(r)
-    for group in groups.values():
-        out += [_title(group[0]), "", workload_table(group), ""]
-    out += static_vs_dynamic(groups)
+    resident = {k: [r for r in g if r.get("data", "resident") == "resident"] for k, g in groups.items()}
+    for group in resident.values():
+        if group:
+            out += [_title(group[0]), "", workload_table(group), ""]
+    out += static_vs_dynamic(resident)
+    out += input_pipeline(recs)
+    out += hardware(recs, env)
+    out += memory(recs)
     out += failures(recs)
     settings = settings_table(recs)
     if settings:

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from adapters import AdapterInfo
-from harness import records
+from harness import records, timing
 from harness.progress import MatrixProgress
+from harness.stats import summarize
 from workloads import SpecError, get_workload, override
 
 REPO = Path(__file__).resolve().parent.parent
@@ -83,8 +84,44 @@ def run_cell(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[
         unsupported = info.cls().supports(override(get_workload(cell["workload"]), cell["overrides"]))
     except SpecError as exc:
         return records.new_record(cell, "failed", f"SpecError: {exc}")
+    if not unsupported and cell.get("data") == "loader" and info.cls.loader_kind is None:
+        unsupported = f"{info.name} has no native input pipeline"
     if unsupported:
         return records.new_record(cell, "skipped", unsupported)
+    repeats = timing.PROFILES[cell["profile"]].repeats
+    runs = []
+    for _ in range(repeats):
+        record = _run_once(info, cell, timeout_s)
+        if record["status"] != "ok":
+            return record
+        runs.append(record)
+    return pool(runs)
+
+
+def pool(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record from repeats of a cell in fresh processes: steady windows pooled, the cold
+    window and first step of the first process, per-process medians kept."""
+    if len(runs) == 1:
+        return runs[0]
+    record = dict(runs[0])
+    times = [t for r in runs for t in r["step_times_s"]]
+    record.update(summarize(times, record["batch_size"]))
+    record.update(
+        step_times_s=times,
+        steps=len(times),
+        repeats=len(runs),
+        repeat_medians_s=[r["median_s"] for r in runs],
+        repeat_cold_s=[r["cold_s"] for r in runs],
+        host_peak_rss_bytes=max(r["host_peak_rss_bytes"] for r in runs),
+        wall_s=sum(r.get("wall_s", 0.0) for r in runs),
+    )
+    if record.get("gflops") is not None:
+        record["gflops"] = sum(r["gflops"] for r in runs) / len(runs)
+        record["gflops_max_step"] = max(r["gflops_max_step"] for r in runs)
+    return record
+
+
+def _run_once(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "record.json"
@@ -121,3 +158,21 @@ def run_cells(
         record = run_cell(adapters[cell["adapter"]], cell, timeout_s)
         records.append(results, record)
         progress.finish(record)
+
+
+def measure_peaks(devices: list[str], threads: int) -> dict[str, Any]:
+    """The measured matmul and copy limits of each device, keyed by device (see harness.peak).
+    A device whose measurement fails maps to {"error": reason}."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    peaks: dict[str, Any] = {}
+    for device in devices:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "peak.json"
+            cmd = [sys.executable, "-m", "harness.peak", device, str(out)]
+            proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+            if proc.returncode == 0 and out.is_file():
+                peaks[device] = json.loads(out.read_text())
+            else:
+                peaks[device] = {"error": _tail(proc.stderr) or f"exit code {proc.returncode}"}
+    return peaks

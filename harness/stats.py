@@ -8,13 +8,28 @@ import numpy as np
 NOISY_IQR_RATIO = 0.25
 
 
+BOOTSTRAP_SAMPLES = 2000
+
+
+def median_ci(times: np.ndarray, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile-bootstrap confidence interval of the median (fixed seed: reproducible)."""
+    rng = np.random.default_rng(seed)
+    medians = np.median(rng.choice(times, size=(BOOTSTRAP_SAMPLES, len(times)), replace=True), axis=1)
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(medians, [tail, 100 - tail])
+    return float(low), float(high)
+
+
 def summarize(step_times_s: list[float], batch_size: int) -> dict[str, float]:
-    """Median, quartiles, IQR, mean and samples/s of per-step times."""
+    """Median with its 95% bootstrap CI, quartiles, IQR, mean and samples/s of step times."""
     if not step_times_s:
         raise ValueError("no step times to summarize")
     t = np.asarray(step_times_s, dtype=np.float64)
     q1, median, q3 = (float(v) for v in np.percentile(t, [25, 50, 75]))
+    ci_low, ci_high = median_ci(t)
     return {
+        "ci_low_s": ci_low,
+        "ci_high_s": ci_high,
         "median_s": median,
         "q1_s": q1,
         "q3_s": q3,

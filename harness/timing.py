@@ -7,17 +7,22 @@ cold window: the first ``max(1 + warmup_steps, len(batches))`` steps from a cold
     first step holds trace + compile + first run; covering the whole dataset means every batch
     shape has been seen (and compiled) before the steady window. Its sum is the time a user
     waits to train that many batches, every compile included.
-steady window: then steps until both ``min_steps`` and ``budget_s`` are reached (or
-    ``max_steps``); the median of these is the steady-state step time.
+steady window: then at least ``min_steps`` steps, continuing until the spread is small
+    (IQR / median below ``target_rel_iqr``, checked every CHECK_EVERY steps), ``budget_s``
+    runs out, or ``max_steps``; the median of these is the steady-state step time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 Clock = Callable[[], float]
 
@@ -29,13 +34,21 @@ class Profile:
     min_steps: int
     max_steps: int
     budget_s: float
-    timeout_s: float  # per cell, the whole worker process
+    """Most seconds of steady-window timing; adaptive repetition stops earlier once stable."""
+    target_rel_iqr: float
+    """Stop the steady window once IQR / median of its step times is below this."""
+    repeats: int
+    """Fresh worker processes per cell; their steady windows are pooled."""
+    timeout_s: float
+    """Per worker process, the whole of it."""
 
 
 PROFILES = {
-    "quick": Profile("quick", warmup_steps=5, min_steps=30, max_steps=5000, budget_s=2.0, timeout_s=600),
-    "full": Profile("full", warmup_steps=30, min_steps=200, max_steps=100_000, budget_s=15.0, timeout_s=3600),
+    "quick": Profile("quick", 5, 30, 5000, budget_s=2.0, target_rel_iqr=0.05, repeats=1, timeout_s=600),
+    "full": Profile("full", 30, 200, 100_000, budget_s=15.0, target_rel_iqr=0.02, repeats=3, timeout_s=3600),
 }
+#: How often (in steps) the adaptive rule looks at the spread.
+CHECK_EVERY = 10
 
 
 class Diverged(RuntimeError):
@@ -64,11 +77,12 @@ def measure(
     batches: Sequence[Any],
     profile: Profile,
     clock: Clock = time.perf_counter,
+    steady: AbstractContextManager | None = None,
 ) -> Measurement:
     """Run the timing protocol on placed batches; step i uses batch i % len(batches).
 
     ``sync`` returns the step's loss (or, for inference, any finite summary); a non-finite
-    value raises Diverged.
+    value raises Diverged. ``steady`` is entered around the steady window (GPU sampling).
     """
     step = 0
 
@@ -90,8 +104,18 @@ def measure(
         values.append(value)
 
     times: list[float] = []
-    start = clock()
-    while len(times) < profile.max_steps and (len(times) < profile.min_steps or clock() - start < profile.budget_s):
-        elapsed, value = run_one()
-        times.append(elapsed)
+    with steady or contextlib.nullcontext():
+        start = clock()
+        while len(times) < profile.max_steps:
+            if len(times) >= profile.min_steps and (
+                clock() - start >= profile.budget_s or (len(times) % CHECK_EVERY == 0 and stable(times, profile))
+            ):
+                break
+            elapsed, value = run_one()
+            times.append(elapsed)
     return Measurement(cold, times, values[0], value)
+
+
+def stable(times: list[float], profile: Profile) -> bool:
+    q1, median, q3 = np.percentile(times, [25, 50, 75])
+    return bool(q3 - q1 < profile.target_rel_iqr * median)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import time
 import traceback
 from pathlib import Path
@@ -22,7 +23,9 @@ from typing import Any
 import numpy as np
 
 from adapters import DeviceUnavailable, discover
+from adapters.base import Options
 from harness import timing
+from harness.gpu_util import UtilSampler
 from harness.records import new_record
 from harness.stats import summarize
 from workloads import get_workload, override
@@ -44,15 +47,16 @@ def prepare(cell: dict[str, Any]):
     except DeviceUnavailable as exc:
         raise Skip(str(exc)) from None
     params = spec.init_params()
+    options = Options(threads=cell["threads"], precision=cell.get("precision", "fp32"))
     t0 = time.perf_counter()
-    adapter.setup(spec, params, device, cell["threads"])
+    adapter.setup(spec, params, device, options)
     setup_s = time.perf_counter() - t0
     return adapter, spec, device, setup_s
 
 
-def place(adapter, spec) -> tuple[list[Any], list[float]]:
+def place(adapter, batches: list) -> tuple[list[Any], list[float]]:
     placed, seconds = [], []
-    for batch in spec.batches():
+    for batch in batches:
         t0 = time.perf_counter()
         placed.append(adapter.to_device(batch))
         seconds.append(time.perf_counter() - t0)
@@ -64,22 +68,53 @@ def step_function(adapter, spec):
     return adapter.infer_step if getattr(spec, "task", "train") != "train" else adapter.train_step
 
 
+def feed(adapter, spec, mode: str, batches: list) -> tuple[Any, list]:
+    """The step function and its per-step inputs for a data mode:
+
+    ``resident``: the dataset is placed before timing; steps take placed batches.
+    ``host``: batches stay in host memory; every step places its batch (copy inside the step).
+    ``loader``: the framework's native input pipeline feeds every step.
+    """
+    step = step_function(adapter, spec)
+    if mode == "resident":
+        return step, place(adapter, batches)[0]
+    if mode == "host":
+        return (lambda batch: step(adapter.to_device(batch))), batches
+    stream = adapter.loader(batches)
+    if stream is None:
+        raise Skip(f"{adapter.name} has no native input pipeline")
+    return (lambda _: step(next(stream))), list(range(len(batches)))
+
+
 def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """Compile counters accrued during training (set-up compiles are not the step's)."""
     return {k: after[k] - before.get(k, 0) for k in after}
+
+
+def achieved_gflops(flops: list[int | None], cold_steps: int, times: list[float]) -> tuple[float, float] | None:
+    """Useful GFLOP/s over the steady window, and the highest single step's; step i of the
+    window ran batch (cold_steps + i) % len(flops)."""
+    if any(f is None for f in flops):
+        return None
+    work = [flops[(cold_steps + i) % len(flops)] for i in range(len(times))]
+    return sum(work) / sum(times) / 1e9, max(w / t for w, t in zip(work, times, strict=True)) / 1e9
 
 
 def bench(cell: dict[str, Any]) -> dict[str, Any]:
     profile = timing.PROFILES[cell["profile"]]
     try:
         adapter, spec, device, setup_s = prepare(cell)
+        batches = spec.batches()
+        step, inputs = feed(adapter, spec, cell.get("data", "resident"), batches)
     except Skip as exc:
         return new_record(cell, "skipped", str(exc))
-    placed, place_s = place(adapter, spec)
+    _, place_s = place(adapter, batches[:4])  # the copy on its own, whatever the data mode
     before = adapter.compile_stats()
-    m = timing.measure(step_function(adapter, spec), adapter.sync, placed, profile)
+    sampler = UtilSampler() if device == "cuda" else None
+    m = timing.measure(step, adapter.sync, inputs, profile, steady=sampler)
     compile_stats = _delta(before, adapter.compile_stats())
-    batch_bytes = sum(a.nbytes for a in spec.batches()[0].values())
+    flops = [spec.flops(b) for b in batches]
+    gflops = achieved_gflops(flops, len(m.cold_times_s), m.step_times_s)
     return new_record(
         cell,
         "ok",
@@ -89,7 +124,7 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
         settings=adapter.settings(),
         setup_s=setup_s,
         to_device_s=float(np.median(place_s)),
-        batch_bytes=int(batch_bytes),
+        batch_bytes=int(sum(a.nbytes for a in batches[0].values())),
         first_step_s=m.first_step_s,
         cold_steps=len(m.cold_times_s),
         cold_times_s=m.cold_times_s,
@@ -101,6 +136,12 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
         compiles=compile_stats.get("compiles"),
         traces=compile_stats.get("traces"),
         compile_s=compile_stats.get("compile_s"),
+        flops_per_step=None if gflops is None else float(np.mean(flops)),
+        gflops=None if gflops is None else gflops[0],
+        gflops_max_step=None if gflops is None else gflops[1],
+        host_peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        device_peak_bytes=adapter.device_memory_peak(),
+        gpu_util_mean=sampler.mean if sampler else None,
         **summarize(m.step_times_s, spec.batch_size),
     )
 
@@ -112,7 +153,7 @@ def check(cell: dict[str, Any], steps: int, snapshot: int) -> dict[str, np.ndarr
         adapter, spec, device, _ = prepare(cell)
     except Skip as exc:
         return {"skipped": np.asarray(str(exc))}
-    placed, _ = place(adapter, spec)
+    placed, _ = place(adapter, spec.batches())
     if getattr(spec, "task", "train") != "train":
         return {"outputs": adapter.fetch(adapter.infer_step(placed[0]))}
     losses, snap = [], {}

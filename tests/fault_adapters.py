@@ -7,7 +7,9 @@ with the NumPy reference (so it is a real, if slow, cell); each subclass breaks 
 from __future__ import annotations
 
 import os
+import queue
 import signal
+import threading
 import time
 from typing import Any
 
@@ -104,3 +106,28 @@ class FaultNan(FaultOk):
 
     def sync(self, handle):
         return float("nan") if self.step > 4 else float(handle)
+
+
+class FaultNoSync(FaultOk):
+    """Computes on a background thread and never waits for it: the missing-sync bug that the
+    physics check must catch (its steps look far faster than the hardware allows)."""
+
+    name = "fault-nosync"
+
+    def setup(self, spec, params, device, options):
+        super().setup(spec, params, device, options)
+        self.queue: queue.Queue = queue.Queue()
+        threading.Thread(target=self._work, daemon=True).start()
+
+    def _work(self):
+        while True:
+            self.queue.get()
+            super().train_step(self.batch)
+
+    def train_step(self, batch):
+        self.batch = batch
+        self.queue.put(None)
+        return 1.0
+
+    def sync(self, handle):
+        return handle

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from adapters import discover
-from harness import records, runner
+from harness import records, report, runner
 from tests.conftest import REPO, check_cell
 
 TORCH = discover()["torch-eager"]
@@ -32,7 +32,7 @@ def test_help_and_list(python):
 def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
     proc = harness(
         python, "bench", "--framework", "torch-eager", "--workload", "mlp", "--device", "cpu,cuda",
-        "--set", "num_batches=4", "--out", str(tmp_path), "--run-id", "e2e",
+        "--data", "resident", "--set", "num_batches=4", "--out", str(tmp_path), "--run-id", "e2e",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     run = tmp_path / "e2e"
@@ -47,6 +47,13 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
         assert cuda["status"] == "skipped" and cuda["reason"] == "no CUDA device visible to torch"
     env = json.loads((run / records.ENV).read_text())
     assert env["threads"] >= 1 and "torch" in env["packages"]
+    peak = env["peaks"]["cpu"]["matmul_gflops"]
+    assert peak > 1 and env["peaks"]["cpu"]["copy_gbs"] > 0
+    # physics: the achieved rate is real work over synced time, below what the device can do
+    assert 0 < cpu["gflops"] <= cpu["gflops_max_step"] <= report.PEAK_SLACK * peak
+    assert report.physics_violations(recs, env) == []
+    assert cpu["host_peak_rss_bytes"] > 50 * 2**20 and cpu["device_peak_bytes"] is None
+    assert cpu["ci_low_s"] <= cpu["median_s"] <= cpu["ci_high_s"]
     first = (run / "report.md").read_text()
     assert "| torch-eager " in first and f"report: {run / 'report.md'}" in proc.stdout
     (run / "report.md").unlink()

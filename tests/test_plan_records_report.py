@@ -201,3 +201,43 @@ def test_static_vs_dynamic_section(tmp_path):
 
 def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_ties_are_not_ranked_and_sections_read_records(tmp_path):
+    run = _run_dir(
+        tmp_path,
+        [
+            record("torch-eager", median_ms=1.0, ci_low_s=0.9e-3, ci_high_s=1.1e-3),
+            record("jax-jit", median_ms=1.05, ci_low_s=1.0e-3, ci_high_s=1.2e-3),
+            record("tf-function", median_ms=2.0, ci_low_s=1.9e-3, ci_high_s=2.1e-3),
+            record("torch-eager", median_ms=1.5, data="host", to_device_s=0.2e-3, ci_low_s=1.4e-3, ci_high_s=1.6e-3),
+            record("torch-eager", status="skipped", data="loader", reason="no loader"),
+        ],
+    )
+    md = report.build(run)
+    assert _row(md, "jax-jit")[7] == "1.05 (tie)"
+    assert _row(md, "tf-function")[7] == "2.00"
+    assert _row(md, "torch-eager")[4] == "1 [0.9, 1.1]"
+    pipeline = md.split("## Input pipeline")[1].split("\n## ")[0]
+    row = _cells(next(line for line in pipeline.splitlines() if line.startswith("| torch-eager")))
+    assert row[4:] == ["1", "1.5 (1.50x)", "skipped: no loader", "0.2", "33%"]
+
+
+def test_hardware_section_and_physics_flags(tmp_path):
+    recs = [
+        record("torch-eager", flops_per_step=3.6e7, gflops=36.0, gflops_max_step=50.0),
+        record("jax-jit", flops_per_step=3.6e7, gflops=300.0, gflops_max_step=400.0),
+    ]
+    env = {"peaks": {"cpu": {"matmul_gflops": 200.0, "matmul_gflops_by": {"numpy": 200.0}, "copy_gbs": 15.0}}}
+    problems = report.physics_violations(recs, env)
+    assert len(problems) == 1 and problems[0].startswith("jax-jit / mlp / cpu: a step ran at 400 GFLOP/s")
+    md = "\n".join(report.hardware(recs, env))
+    assert "cpu: float32 matmul 200 GFLOP/s (numpy 200); copy 15 GB/s" in md
+    assert "| torch-eager | mlp        | —          | cpu      | 0.036            | 36        | 18.0%" in md
+    assert "**Physics check failed**" in md
+
+
+def test_memory_section_says_unavailable_never_zero(tmp_path):
+    recs = [record("torch-eager", host_peak_rss_bytes=300 * 2**20, device_peak_bytes=None, gpu_util_mean=None)]
+    md = "\n".join(report.memory(recs))
+    assert "| 300 " in md and "unavailable" in md and "| 0 " not in md

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from harness.stats import summarize
 from harness.timing import Diverged, Profile, measure
 from tests.fakes import FakeAdapter, FakeClock
 
-PROFILE = Profile("t", warmup_steps=3, min_steps=10, max_steps=1000, budget_s=1.0, timeout_s=10)
+PROFILE = Profile("t", 3, 10, 1000, budget_s=1.0, target_rel_iqr=0.0, repeats=1, timeout_s=10)
 
 
 def run(adapter, batches, profile=PROFILE, clock=None):
@@ -48,7 +49,7 @@ def test_cold_window_covers_every_batch_so_no_new_shape_reaches_the_steady_windo
 
 def test_max_steps_caps_a_fast_cell():
     clock = FakeClock()
-    profile = Profile("t", 0, 1, 50, budget_s=1e9, timeout_s=10)
+    profile = Profile("t", 0, 1, 50, budget_s=1e9, target_rel_iqr=0.0, repeats=1, timeout_s=10)
     m = run(FakeAdapter(clock, [1e-6]), ["b"], profile)
     assert len(m.step_times_s) == 50
 
@@ -56,7 +57,7 @@ def test_max_steps_caps_a_fast_cell():
 def test_times_are_taken_after_sync():
     """An adapter whose cost lands in sync (async dispatch) is still fully timed."""
     clock = FakeClock()
-    m = run(FakeAdapter(clock, [0.2]), ["b"], Profile("t", 0, 5, 5, 0.0, 10))
+    m = run(FakeAdapter(clock, [0.2]), ["b"], Profile("t", 0, 5, 5, 0.0, 0.0, 1, 10))
     assert m.step_times_s == pytest.approx([0.2] * 5)
 
 
@@ -77,3 +78,62 @@ def test_summarize():
     assert summarize([1.0, 1.0, 1.01, 1.0], 1)["noisy"] is False
     with pytest.raises(ValueError):
         summarize([], 1)
+
+
+def test_adaptive_repetition_stops_once_the_spread_is_small():
+    clock = FakeClock()
+    adaptive = Profile("t", 0, 20, 1000, budget_s=1e9, target_rel_iqr=0.05, repeats=1, timeout_s=10)
+    steady = run(FakeAdapter(clock, [0.01]), ["b"], adaptive)
+    assert len(steady.step_times_s) == 20, "stable from the start: stops at min_steps"
+    noisy_costs = [0.01, 0.02, 0.03] * 1000
+    noisy = run(FakeAdapter(clock, noisy_costs), ["b"], Profile("t", 0, 20, 1000, 3.0, 0.05, 1, 10))
+    assert noisy.step_times_s and sum(noisy.step_times_s) == pytest.approx(3.0, abs=0.05), "noisy: runs to budget"
+
+
+def test_steady_context_wraps_only_the_steady_window():
+    clock = FakeClock()
+    events = []
+
+    class Probe:
+        def __enter__(self):
+            events.append(("enter", adapter.steps))
+
+        def __exit__(self, *exc):
+            events.append(("exit", adapter.steps))
+
+    adapter = FakeAdapter(clock, [0.01])
+    m = measure(adapter.train_step, adapter.sync, ["a", "b", "c", "d", "e", "f", "g"], PROFILE, clock, Probe())
+    assert events == [("enter", 7), ("exit", 7 + len(m.step_times_s))]
+
+
+def test_median_ci_brackets_the_median():
+    from harness.stats import median_ci
+
+    rng = np.random.default_rng(1)
+    times = rng.normal(1.0, 0.1, 500)
+    low, high = median_ci(times)
+    assert low < np.median(times) < high and high - low < 0.05
+    s = summarize(list(times), 1)
+    assert (s["ci_low_s"], s["ci_high_s"]) == (low, high)
+
+
+def test_repeats_in_fresh_processes_are_pooled():
+    from harness.runner import pool
+
+    def run_record(times, gflops):
+        return {
+            "status": "ok",
+            "batch_size": 10,
+            "step_times_s": times,
+            "median_s": float(np.median(times)),
+            "cold_s": 1.0,
+            "host_peak_rss_bytes": 100,
+            "gflops": gflops,
+            "gflops_max_step": gflops * 2,
+            "wall_s": 3.0,
+        }
+
+    merged = pool([run_record([1.0, 1.0, 1.0], 10.0), run_record([2.0, 2.0, 2.0, 2.0], 20.0)])
+    assert merged["steps"] == 7 and merged["median_s"] == 2.0
+    assert merged["repeats"] == 2 and merged["repeat_medians_s"] == [1.0, 2.0]
+    assert merged["gflops"] == 15.0 and merged["gflops_max_step"] == 40.0 and merged["wall_s"] == 6.0

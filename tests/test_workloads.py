@@ -181,3 +181,17 @@ def test_new_workloads_reject_bad_values(name, assignment, message):
     with pytest.raises(SpecError) as info:
         override(get_workload(name), [assignment])
     assert message in str(info.value)
+
+
+def test_flops_are_counted_from_the_spec():
+    mlp = get_workload("mlp")
+    # 784x300 (no input gradient: 4 B in out), 300x100 and 100x10 (6 B in out each)
+    assert mlp.flops(mlp.batches()[0]) == 32 * (4 * 784 * 300 + 6 * 300 * 100 + 6 * 100 * 10)
+    rnn = get_workload("rnn-caption")
+    b = rnn.batches()[0]
+    steps = int(b["mask"].sum(axis=1).max())
+    per_step = 2 * 32 * (128 * 768 + 256 * 768 + 256 * 1000)
+    assert rnn.flops(b) == 3 * per_step * steps + 4 * 32 * 512 * 256
+    padded = override(rnn, ["strategy=padded"])
+    assert padded.flops(padded.batches()[0]) == rnn.flops(b), "padding is waste, not useful work"
+    assert get_workload("rnn-decode").flops(b) is None

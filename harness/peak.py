@@ -1,0 +1,95 @@
+"""The device's measured limits: a large float32 matmul (GFLOP/s) and a large copy (GB/s).
+
+Run once per device per run, in its own process (``python -m harness.peak DEVICE OUT``) so the
+parent imports no framework. On CPU the best of NumPy's BLAS and PyTorch (oneDNN/MKL) counts;
+on CUDA PyTorch, else JAX. The matmul is timed after a warm-up, best of several repeats, with a
+device sync; the copy counts bytes read plus bytes written.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+MATMUL_N = 2048
+COPY_BYTES = 256 * 2**20
+REPEATS = 5
+
+
+def _best(fn: Callable[[], Any], sync: Callable[[Any], Any]) -> float:
+    sync(fn())  # warm-up
+    best = float("inf")
+    for _ in range(REPEATS):
+        t0 = time.perf_counter()
+        sync(fn())
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure_cpu() -> dict[str, Any]:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((MATMUL_N, MATMUL_N), dtype=np.float32) for _ in range(2))
+    flops = 2 * MATMUL_N**3
+    by = {"numpy": flops / _best(lambda: a @ b, lambda r: r) / 1e9}
+    if importlib.util.find_spec("torch"):
+        import torch
+
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+        by["torch"] = flops / _best(lambda: ta @ tb, lambda r: r) / 1e9
+    src = np.ones(COPY_BYTES // 4, np.float32)
+    dst = np.empty_like(src)
+    copy_gbs = 2 * COPY_BYTES / _best(lambda: np.copyto(dst, src), lambda r: r) / 1e9
+    return {"matmul_gflops": max(by.values()), "matmul_gflops_by": by, "copy_gbs": copy_gbs}
+
+
+def measure_cuda() -> dict[str, Any]:
+    flops = 2 * MATMUL_N**3
+    if importlib.util.find_spec("torch"):
+        import torch
+
+        if torch.cuda.is_available():
+            torch.backends.cuda.matmul.allow_tf32 = False
+            a, b = (torch.randn(MATMUL_N, MATMUL_N, device="cuda") for _ in range(2))
+            src = torch.ones(COPY_BYTES // 4, device="cuda")
+            dst = torch.empty_like(src)
+
+            def sync(_: Any) -> None:
+                torch.cuda.synchronize()
+
+            return {
+                "matmul_gflops": flops / _best(lambda: a @ b, sync) / 1e9,
+                "matmul_gflops_by": "torch",
+                "copy_gbs": 2 * COPY_BYTES / _best(lambda: dst.copy_(src), sync) / 1e9,
+            }
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_default_matmul_precision", "highest")
+    dev = jax.devices("cuda")[0]
+    a, b = (jax.device_put(jnp.ones((MATMUL_N, MATMUL_N), jnp.float32), dev) for _ in range(2))
+    matmul = jax.jit(lambda x, y: x @ y)
+    copy = jax.jit(lambda x: x + 0)
+    src = jax.device_put(jnp.ones(COPY_BYTES // 4, jnp.float32), dev)
+    return {
+        "matmul_gflops": flops / _best(lambda: matmul(a, b), jax.block_until_ready) / 1e9,
+        "matmul_gflops_by": "jax",
+        "copy_gbs": 2 * COPY_BYTES / _best(lambda: copy(src), jax.block_until_ready) / 1e9,
+    }
+
+
+def main(argv: list[str]) -> int:
+    device, out = argv
+    result = measure_cpu() if device == "cpu" else measure_cuda()
+    Path(out).write_text(json.dumps({"device": device, **result}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
