@@ -13,7 +13,7 @@ DATA ?= all
 PRECISION ?= fp32
 ARGS ?=
 
-.PHONY: bench test lint list report clean-venv
+.PHONY: bench test lint list report sweep compare clean-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,15 @@ list: $(STAMP)
 	$(PY) -m harness list
 
 report: $(STAMP)
-	$(PY) -m harness report $(RUN)
+	$(PY) -m harness report $(RUN) $(ARGS)
 
 clean-venv:
 	rm -rf $(VENV)
+
+SWEEP ?= batch_size=16,32,64,128,256,512,1024
+
+sweep: $(STAMP)
+	$(PY) -m harness sweep --framework $(FRAMEWORK) --device $(DEVICE) --workload $(if $(filter all,$(WORKLOAD)),mlp,$(WORKLOAD)) --profile $(PROFILE) --sweep $(SWEEP) $(ARGS)
+
+compare: $(STAMP)
+	$(PY) -m harness compare $(A) $(B) $(ARGS)

@@ -14,13 +14,14 @@ from tabulate import tabulate
 
 from adapters import discover
 from adapters.base import PRECISIONS
-from harness import env, records, report, runner, timing
+from harness import compare, env, records, report, runner, timing
 from harness.plan import DATA_MODES, DEVICES, PlanError, plan
 from harness.progress import MatrixProgress
 from workloads import STRATEGIES, WORKLOADS
 
 DEFAULT_OUT = Path("reports")
 PLAN = "plan.json"
+DEFAULT_SWEEP = "batch_size=16,32,64,128,256,512,1024"
 
 
 def _fail(message: str) -> int:
@@ -60,6 +61,7 @@ def _new_run(args: argparse.Namespace, adapters) -> tuple[Path, list[dict[str, A
         strategy=args.strategy,
         data=args.data,
         precision=args.precision,
+        sweep=args.sweep,
     )
     run_dir = args.out / run_id
     if (run_dir / records.RESULTS).exists():
@@ -162,12 +164,54 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    first, *others = args.run_dirs
+    if others and args.out is None:
+        return _fail("merging several runs needs --out DIR for the merged report")
     try:
-        path = report.write(args.run_dir)
+        path = report.write(first, others, args.out)
     except records.RecordError as exc:
         return _fail(str(exc))
     print(f"report: {path}")
     return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    try:
+        text = compare.build(args.run_a, args.run_b)
+    except records.RecordError as exc:
+        return _fail(str(exc))
+    out = args.out or args.run_b / f"compare-{args.run_a.name}.md"
+    out.write_text(text)
+    print(f"comparison: {out}")
+    return 0
+
+
+def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> None:
+    b.add_argument("--framework", default="all", help="all, an adapter, a framework family, or a comma list")
+    b.add_argument("--workload", default=defaults["workload"], help=f"all, or a comma list of: {', '.join(WORKLOADS)}")
+    b.add_argument("--device", default="auto", help=f"one or a comma list of: {', '.join(DEVICES)}")
+    b.add_argument("--profile", default="quick", choices=sorted(timing.PROFILES))
+    b.add_argument(
+        "--strategy",
+        default=defaults["strategy"],
+        help=f"loop strategies for rnn-caption: all, or a comma list of: {', '.join(STRATEGIES)}",
+    )
+    b.add_argument(
+        "--data", default=defaults["data"], help=f"data modes: all, or a comma list of: {', '.join(DATA_MODES)}"
+    )
+    b.add_argument("--precision", default="fp32", choices=PRECISIONS, help="fp32 (TF32 off everywhere) or tf32")
+    b.add_argument(
+        "--sweep", default=defaults["sweep"], metavar="FIELD=V1,V2,...", help="run every cell for each value"
+    )
+    b.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="override a spec field")
+    b.add_argument("--threads", type=int, default=None, help="intra-op threads for every framework (default: all)")
+    b.add_argument("--timeout", type=float, default=None, help="seconds per cell (default: the profile's)")
+    b.add_argument("--out", type=Path, default=DEFAULT_OUT, help="parent folder of run folders")
+    b.add_argument("--run-id", default=None, help="run folder name (default: a timestamp)")
+    b.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="run only the missing cells of a run")
+    b.add_argument("--strict", action="store_true", help="exit 1 if any cell failed or broke the physics check")
+    b.add_argument("--dry-run", action="store_true", help="print the planned cells and exit")
+    b.set_defaults(func=cmd_bench)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -179,31 +223,24 @@ def parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", help="adapters (available or why not) and workloads").set_defaults(func=cmd_list)
 
-    b = sub.add_parser("bench", help="run a matrix of cells and write reports/<run-id>/")
-    b.add_argument("--framework", default="all", help="all, an adapter, a framework family, or a comma list")
-    b.add_argument("--workload", default="all", help=f"all, or a comma list of: {', '.join(WORKLOADS)}")
-    b.add_argument("--device", default="auto", help=f"one or a comma list of: {', '.join(DEVICES)}")
-    b.add_argument("--profile", default="quick", choices=sorted(timing.PROFILES))
-    b.add_argument(
-        "--strategy",
-        default="all",
-        help=f"loop strategies for rnn-caption: all, or a comma list of: {', '.join(STRATEGIES)}",
+    bench_defaults = {"workload": "all", "data": "all", "strategy": "all", "sweep": None}
+    _bench_arguments(sub.add_parser("bench", help="run a matrix of cells and write reports/<run-id>/"), bench_defaults)
+    sweep_defaults = {"workload": "mlp", "data": "resident", "strategy": "exact", "sweep": DEFAULT_SWEEP}
+    _bench_arguments(
+        sub.add_parser("sweep", help=f"bench over the values of one spec field (default --sweep {DEFAULT_SWEEP})"),
+        sweep_defaults,
     )
-    b.add_argument("--data", default="all", help=f"data modes: all, or a comma list of: {', '.join(DATA_MODES)}")
-    b.add_argument("--precision", default="fp32", choices=PRECISIONS, help="fp32 (TF32 off everywhere) or tf32")
-    b.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="override a spec field")
-    b.add_argument("--threads", type=int, default=None, help="intra-op threads for every framework (default: all)")
-    b.add_argument("--timeout", type=float, default=None, help="seconds per cell (default: the profile's)")
-    b.add_argument("--out", type=Path, default=DEFAULT_OUT, help="parent folder of run folders")
-    b.add_argument("--run-id", default=None, help="run folder name (default: a timestamp)")
-    b.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="run only the missing cells of a run")
-    b.add_argument("--strict", action="store_true", help="exit 1 if any cell failed or broke the physics check")
-    b.add_argument("--dry-run", action="store_true", help="print the planned cells and exit")
-    b.set_defaults(func=cmd_bench)
 
-    r = sub.add_parser("report", help="rebuild report.md of a run folder from its records")
-    r.add_argument("run_dir", type=Path)
+    r = sub.add_parser("report", help="rebuild report.md of a run from its records, or merge several runs")
+    r.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    r.add_argument("--out", type=Path, default=None, help="folder of the merged report (several runs)")
     r.set_defaults(func=cmd_report)
+
+    c = sub.add_parser("compare", help="compare matching cells of two runs (before/after, two machines)")
+    c.add_argument("run_a", type=Path, help="the baseline run folder")
+    c.add_argument("run_b", type=Path, help="the run compared with it")
+    c.add_argument("--out", type=Path, default=None, help="markdown file (default: RUN_B/compare-<A>.md)")
+    c.set_defaults(func=cmd_compare)
     return p
 
 

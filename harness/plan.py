@@ -118,6 +118,7 @@ def plan(
     strategy: str = "all",
     data: str = "resident",
     precision: str = "fp32",
+    sweep: str | None = None,
 ) -> list[dict]:
     """The cells of a run, in order: workload (and its strategies), data mode, device, adapter."""
     names = select_adapters(framework, adapters)
@@ -127,15 +128,18 @@ def plan(
     modes = select_data(data)
     if precision not in PRECISIONS:
         raise _bad("precision", precision, PRECISIONS)
+    field, values = parse_sweep(sweep) if sweep else (None, [None])
     planned = []
     for w in workloads:
-        for ovr in variants(w, overrides, strategies):
+        for ovr, value in itertools.product(variants(w, overrides, strategies), values):
+            if field is not None:
+                ovr = [*ovr, f"{field}={value}"]
             try:
-                planned.append((w, ovr, override(get_workload(w), ovr)))
+                planned.append((w, ovr, override(get_workload(w), ovr), value))
             except SpecError as exc:
                 raise PlanError(str(exc)) from None
     cells = []
-    for (w, ovr, spec), mode, d, name in itertools.product(planned, modes, devices, names):
+    for (w, ovr, spec, value), mode, d, name in itertools.product(planned, modes, devices, names):
         info = adapters[name]
         cells.append(
             {
@@ -153,6 +157,21 @@ def plan(
                 "precision": precision,
                 "profile": profile,
                 "threads": threads,
+                **({"sweep": {"field": field, "value": float(value)}} if field else {}),
             }
         )
     return cells
+
+
+def parse_sweep(expr: str) -> tuple[str, list[str]]:
+    """``FIELD=V1,V2,...`` with numeric values (the sweep's x axis)."""
+    field, sep, raw = expr.partition("=")
+    values = [v.strip() for v in raw.split(",") if v.strip()]
+    if not sep or not field.strip() or len(values) < 2:
+        raise PlanError(f"--sweep {expr!r}: expected FIELD=V1,V2,... with at least two values")
+    for v in values:
+        try:
+            float(v)
+        except ValueError:
+            raise PlanError(f"--sweep {expr!r}: value {v!r} is not a number") from None
+    return field.strip(), values

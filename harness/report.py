@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness import records
+from harness import plots, records, summary
 from harness.stats import NOISY_IQR_RATIO
 from harness.timing import PROFILES
 
@@ -70,7 +70,9 @@ def strategy(rec: dict[str, Any]) -> str | None:
 
 def _device(rec: dict[str, Any]) -> str:
     device = rec.get("device") or rec["device_requested"]
-    return f"{device} (auto)" if rec["device_requested"] == "auto" and rec["status"] == "ok" else device
+    if rec["device_requested"] == "auto" and rec["status"] == "ok":
+        device = f"{device} (auto)"
+    return f"{rec['machine_label']}: {device}" if rec.get("machine_label") else device
 
 
 def _vs_fastest(rec: dict[str, Any], fastest: dict[str, Any]) -> str:
@@ -282,10 +284,11 @@ def peak_gflops(env: dict[str, Any], rec: dict[str, Any]) -> float | None:
 
 def physics_violations(recs: list[dict[str, Any]], env: dict[str, Any]) -> list[str]:
     """Cells whose fastest step claims more FLOP/s than the device's measured matmul peak
-    (with PEAK_SLACK): a missing sync or a wrong FLOP count, never a real result."""
+    (with PEAK_SLACK): a missing sync or a wrong FLOP count, never a real result. A record's
+    own ``peak_gflops`` (merged runs) wins over ``env``'s."""
     problems = []
     for r in recs:
-        peak = peak_gflops(env, r)
+        peak = r.get("peak_gflops") or peak_gflops(env, r)
         if r["status"] == "ok" and r.get("gflops_max_step") and peak and r["gflops_max_step"] > PEAK_SLACK * peak:
             problems.append(
                 f"{r['adapter']} / {r['workload']} / {r.get('device')}: a step ran at {sig(r['gflops_max_step'])} "
@@ -348,25 +351,19 @@ def input_pipeline(recs: list[dict[str, Any]]) -> list[str]:
     return ["## Input pipeline", "", intro, "", tabulate(rows, headers, tablefmt="github", disable_numparse=True), ""]
 
 
-def hardware(recs: list[dict[str, Any]], env: dict[str, Any]) -> list[str]:
-    """Achieved useful GFLOP/s against the measured matmul peak of the device."""
-    peaks = env.get("peaks") or {}
+def hardware(recs: list[dict[str, Any]], envs: dict[str, dict[str, Any]]) -> list[str]:
+    """Achieved useful GFLOP/s against the measured matmul peak of the device (``envs`` by
+    machine name; a plain env dict is one machine)."""
+    if "peaks" in envs or not all(isinstance(v, dict) for v in envs.values()):
+        envs = {"": envs}
     lines = []
-    for device, peak in peaks.items():
-        if "error" in peak:
-            lines.append(f"- {device}: peak not measured ({peak['error'].splitlines()[-1]})")
-            continue
-        by = peak["matmul_gflops_by"]
-        source = ", ".join(f"{k} {sig(v)}" for k, v in by.items()) if isinstance(by, dict) else by
-        lines.append(
-            f"- {device}: float32 matmul {sig(peak['matmul_gflops'])} GFLOP/s ({source}); "
-            f"copy {sig(peak['copy_gbs'])} GB/s (read + write)"
-        )
+    for machine, env in envs.items():
+        lines += _peak_lines(machine if len(envs) > 1 else "", env.get("peaks") or {})
     rows = []
     for r in recs:
         if r["status"] != "ok" or r.get("data", "resident") != "resident" or r.get("gflops") is None:
             continue
-        peak = peak_gflops(env, r)
+        peak = r.get("peak_gflops") or peak_gflops(next(iter(envs.values())), r)
         pct = f"{r['gflops'] / peak:.1%}" if peak else DASH
         best = f"{r['gflops_max_step'] / peak:.1%}" if peak else DASH
         rows.append([*_label(r), sig(r["flops_per_step"] / 1e9), sig(r["gflops"]), pct, best])
@@ -382,12 +379,28 @@ def hardware(recs: list[dict[str, Any]], env: dict[str, Any]) -> list[str]:
             tabulate(rows, headers, tablefmt="github", disable_numparse=True),
             "",
         ]
-    problems = physics_violations(recs, env)
+    problems = physics_violations(recs, next(iter(envs.values())))
     if problems:
         out += ["**Physics check failed** (timing suspect):", "", *(f"- {p}" for p in problems), ""]
     elif rows:
         out += [f"Physics check: no step exceeds {PEAK_SLACK:.0%} of the measured peak.", ""]
     return out
+
+
+def _peak_lines(machine: str, peaks: dict[str, Any]) -> list[str]:
+    lines = []
+    for device, peak in peaks.items():
+        where = f"{machine}: {device}" if machine else device
+        if "error" in peak:
+            lines.append(f"- {where}: peak not measured ({peak['error'].splitlines()[-1]})")
+            continue
+        by = peak["matmul_gflops_by"]
+        source = ", ".join(f"{k} {sig(v)}" for k, v in by.items()) if isinstance(by, dict) else by
+        lines.append(
+            f"- {where}: float32 matmul {sig(peak['matmul_gflops'])} GFLOP/s ({source}); "
+            f"copy {sig(peak['copy_gbs'])} GB/s (read + write)"
+        )
+    return lines
 
 
 def _mib(value: Any) -> str:
@@ -432,40 +445,176 @@ def failures(recs: list[dict[str, Any]]) -> list[str]:
     return ["## Failed cells", "", *out, ""] if out else []
 
 
-def build(run_dir: Path) -> str:
-    recs = records.load(run_dir / records.RESULTS)
-    env = load_env(run_dir)
-    run_id = recs[0].get("run_id", run_dir.name) if recs else run_dir.name
+def crossovers(series: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Where the ranking of two series changes along a sweep.
+
+    ``series`` maps a label to records sorted by swept value. A pair's order counts only at
+    values where both medians' CIs separate (ties are skipped); a crossover is a change of the
+    faster series between two such consecutive values."""
+    found = []
+    labels = sorted(series)
+    for i, a in enumerate(labels):
+        for b in labels[i + 1 :]:
+            by_value_b = {r["sweep"]["value"]: r for r in series[b]}
+            order = []
+            for ra in series[a]:
+                rb = by_value_b.get(ra["sweep"]["value"])
+                if rb is not None and summary.separated(ra, rb):
+                    order.append((ra["sweep"]["value"], a if ra["median_s"] < rb["median_s"] else b))
+            for (v0, w0), (v1, w1) in zip(order, order[1:], strict=False):
+                if w0 != w1:
+                    found.append({"before": v0, "after": v1, "faster_before": w0, "faster_after": w1})
+    return found
+
+
+def sweep_section(recs: list[dict[str, Any]], plot_dir: Path | None) -> list[str]:
+    """Step time and throughput against the swept field, with the crossovers marked."""
+    swept = [r for r in recs if r.get("sweep") and r["status"] == "ok" and r.get("data", "resident") == "resident"]
+    out: list[str] = []
+    for workload in sorted({r["workload"] for r in swept}):
+        cells = [r for r in swept if r["workload"] == workload]
+        field = cells[0]["sweep"]["field"]
+        series: dict[str, list[dict[str, Any]]] = {}
+        for r in sorted(cells, key=lambda r: r["sweep"]["value"]):
+            series.setdefault(" / ".join(filter(None, [r["adapter"], strategy(r), _device(r)])), []).append(r)
+        out += [f"## Sweep: {workload} over {field}", ""]
+        if plot_dir is not None:
+            points = {
+                label: [
+                    (
+                        r["sweep"]["value"],
+                        r["median_s"],
+                        r.get("ci_low_s", r["median_s"]),
+                        r.get("ci_high_s", r["median_s"]),
+                        r["samples_per_s"],
+                    )
+                    for r in rs
+                ]
+                for label, rs in series.items()
+            }
+            path = plots.sweep(points, field, workload, plot_dir / f"{_slug(workload, 'sweep', field)}.png")
+            out += [f"![{workload}: sweep over {field}]({path.name})", ""]
+        values = sorted({r["sweep"]["value"] for r in cells})
+        header_values = [f"{field}={sig(v)}" for v in values]
+        rows = []
+        for label, rs in series.items():
+            by_value = {r["sweep"]["value"]: r for r in rs}
+            rows.append([label, *(sig(by_value[v]["median_s"] * 1e3) if v in by_value else DASH for v in values)])
+        out += [
+            "Steady median step time (ms/step):",
+            "",
+            tabulate(rows, ["series", *header_values], tablefmt="github", disable_numparse=True),
+            "",
+        ]
+        found = crossovers(series)
+        if found:
+            out += ["Crossovers (where the faster of two series changes; ties are not counted):", ""]
+            out += [
+                f"- between {field}={sig(c['before'])} and {sig(c['after'])}: {c['faster_after']} overtakes "
+                f"{c['faster_before']}"
+                for c in found
+            ]
+        else:
+            out += ["No crossover: no pair of series changes order within the swept range (ties not counted)."]
+        out.append("")
+    return out
+
+
+def machine_name(env: dict[str, Any]) -> str:
+    gpus = ", ".join(g["name"] for g in env.get("gpus", []))
+    return f"{env.get('hostname', '?')} ({gpus or env.get('cpu', 'CPU')})"
+
+
+def load_runs(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Records of one or several runs, each annotated with its machine and the measured peak of
+    its device; with several machines, device labels name the machine."""
+    recs, envs = [], {}
+    for run_dir in run_dirs:
+        env = load_env(run_dir)
+        name = machine_name(env) if env else run_dir.name
+        if name in envs:
+            name = f"{name} [{run_dir.name}]"
+        envs[name] = env
+        for r in records.load(run_dir / records.RESULTS):
+            r["machine"] = name
+            r["peak_gflops"] = peak_gflops(env, r)
+            recs.append(r)
+    if len(envs) > 1:
+        for r in recs:
+            r["machine_label"] = r["machine"]
+    return recs, envs
+
+
+def build(run_dirs: Path | list[Path], plot_dir: Path | None = None) -> str:
+    """The report's markdown; with ``plot_dir``, its PNG plots are written there and embedded."""
+    run_dirs = [run_dirs] if isinstance(run_dirs, Path) else list(run_dirs)
+    recs, envs = load_runs(run_dirs)
+    title = ", ".join(sorted({str(r.get("run_id", "")) for r in recs})) or ", ".join(d.name for d in run_dirs)
     counts = pd.Series([r["status"] for r in recs]).value_counts().to_dict() if recs else {}
     out = [
-        f"# dlcompare report: run {run_id}",
+        f"# dlcompare report: run {title}",
         "",
         f"{len(recs)} cells: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in records.STATUSES) + ".",
         "",
     ]
+    findings = summary.sentences(recs, break_even)
+    if findings:
+        out += ["## Summary", "", *(f"- {line}" for line in findings), ""]
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in recs:
         key = tuple(o for o in r.get("overrides", []) if not o.startswith("strategy="))
         groups.setdefault((r["workload"], key), []).append(r)
     resident = {k: [r for r in g if r.get("data", "resident") == "resident"] for k, g in groups.items()}
-    for group in resident.values():
-        if group:
-            out += [_title(group[0]), "", workload_table(group), ""]
+    for (workload, key), group in resident.items():
+        if not group:
+            continue
+        out += [_title(group[0]), "", workload_table(group), ""]
+        if plot_dir is not None:
+            out += _plots(group, workload, key, plot_dir)
     out += static_vs_dynamic(resident)
+    out += sweep_section(recs, plot_dir)
     out += input_pipeline(recs)
-    out += hardware(recs, env)
+    out += hardware(recs, envs)
     out += memory(recs)
     out += failures(recs)
     settings = settings_table(recs)
     if settings:
         out += ["## Framework settings", "", settings, ""]
-    if env:
-        out += ["## Environment", "", env_table(env), ""]
+    for name, env in envs.items():
+        if env:
+            heading = "## Environment" + (f": {name}" if len(envs) > 1 else "")
+            out += [heading, "", env_table(env), ""]
     out += ["## Method", "", method(recs), ""]
     return "\n".join(out)
 
 
-def write(run_dir: Path) -> Path:
-    path = run_dir / "report.md"
-    path.write_text(build(run_dir))
+def _slug(*parts: Any) -> str:
+    text = "-".join(str(p) for p in parts if p)
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:80]
+
+
+def _plots(group: list[dict[str, Any]], workload: str, key: tuple, plot_dir: Path) -> list[str]:
+    """Embedded plots of one workload table; only plots with data are drawn."""
+    made = []
+    slug = _slug(workload, *key)
+    drawn = [
+        ("steady step time", plots.step_times(group, workload, plot_dir / f"{slug}-steps.png")),
+        ("first step vs steady", plots.compile_cost(group, workload, plot_dir / f"{slug}-compile.png")),
+    ]
+    if any(strategy(r) for r in group):
+        path = plots.cumulative(group, workload, plot_dir / f"{slug}-cumulative.png", cumulative_s)
+        drawn.append(("cumulative time from a cold start", path))
+    for alt, path in drawn:
+        if path is not None:
+            made += [f"![{workload}: {alt}]({path.name})", ""]
+    return made
+
+
+def write(run_dir: Path, extra: list[Path] = (), out_dir: Path | None = None) -> Path:
+    """Write report.md (and its plots) for one run, or merge ``extra`` runs into it; merged
+    reports go to ``out_dir``."""
+    target = out_dir or run_dir
+    target.mkdir(parents=True, exist_ok=True)
+    path = target / "report.md"
+    path.write_text(build([run_dir, *extra], plot_dir=target))
     return path

@@ -241,3 +241,17 @@ def test_memory_section_says_unavailable_never_zero(tmp_path):
     recs = [record("torch-eager", host_peak_rss_bytes=300 * 2**20, device_peak_bytes=None, gpu_util_mean=None)]
     md = "\n".join(report.memory(recs))
     assert "| 300 " in md and "unavailable" in md and "| 0 " not in md
+
+
+def test_sweep_plans_one_cell_per_value_and_validates():
+    cells = plan(ADAPTERS, "torch-eager", "mlp", "cpu", [], "quick", 2, "r", sweep="batch_size=16,64")
+    assert [(c["overrides"], c["sweep"]) for c in cells] == [
+        (["batch_size=16"], {"field": "batch_size", "value": 16.0}),
+        (["batch_size=64"], {"field": "batch_size", "value": 64.0}),
+    ]
+    assert cells[0]["cell_id"] != cells[1]["cell_id"]
+    for bad, message in [("batch_size=16", "at least two values"), ("batch_size=a,b", "is not a number")]:
+        with pytest.raises(PlanError, match=message):
+            plan(ADAPTERS, "torch-eager", "mlp", "cpu", [], "quick", 2, "r", sweep=bad)
+    with pytest.raises(PlanError, match="batch_size must be > 0"):
+        plan(ADAPTERS, "torch-eager", "mlp", "cpu", [], "quick", 2, "r", sweep="batch_size=0,16")

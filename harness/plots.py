@@ -1,0 +1,123 @@
+"""PNG plots for the report, made from records alone with matplotlib's headless Agg backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+Record = dict[str, Any]
+
+
+def _label(rec: Record) -> str:
+    spec = rec.get("spec") or {}
+    parts = [rec["adapter"]]
+    if spec.get("task") == "train" and spec.get("strategy"):
+        parts.append(spec["strategy"])
+    if rec.get("device"):
+        parts.append(rec["device"])
+    return " / ".join(parts)
+
+
+def _log_if_wide(ax: Any, values: list[float], axis: str = "y") -> None:
+    positive = [v for v in values if v > 0]
+    if positive and max(positive) / min(positive) > 30:
+        (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def step_times(recs: list[Record], workload: str, path: Path) -> Path | None:
+    """Steady median step time per cell with its 95% CI as error bars."""
+    ok = sorted((r for r in recs if r["status"] == "ok"), key=lambda r: r["median_s"])
+    if not ok:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(ok) + 1.6))
+    medians = [r["median_s"] * 1e3 for r in ok]
+    low = [(r["median_s"] - r.get("ci_low_s", r["median_s"])) * 1e3 for r in ok]
+    high = [(r.get("ci_high_s", r["median_s"]) - r["median_s"]) * 1e3 for r in ok]
+    ax.barh(range(len(ok)), medians, xerr=[low, high], color="#4c72b0", capsize=3)
+    ax.set_yticks(range(len(ok)), [_label(r) for r in ok])
+    ax.invert_yaxis()
+    ax.set_xlabel("steady step time, median (ms/step); bars: 95% CI")
+    ax.set_title(f"{workload}: steady step time (lower is better)")
+    _log_if_wide(ax, medians, "x")
+    return _save(fig, path)
+
+
+def compile_cost(recs: list[Record], workload: str, path: Path) -> Path | None:
+    """First step (trace + compile + run) against the steady step, log scale."""
+    ok = [r for r in recs if r["status"] == "ok"]
+    if not ok:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 0.5 * len(ok) + 1.6))
+    y = range(len(ok))
+    ax.barh(
+        [i - 0.2 for i in y], [r["first_step_s"] * 1e3 for r in ok], height=0.4, label="first step", color="#dd8452"
+    )
+    ax.barh([i + 0.2 for i in y], [r["median_s"] * 1e3 for r in ok], height=0.4, label="steady step", color="#4c72b0")
+    ax.set_yticks(list(y), [_label(r) for r in ok])
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("time (ms, log scale)")
+    ax.set_title(f"{workload}: first step vs steady step (the compile cost)")
+    ax.legend(loc="lower right")
+    return _save(fig, path)
+
+
+def cumulative(recs: list[Record], workload: str, path: Path, cumulative_s) -> Path | None:
+    """Total time from a cold start against steps trained: where static overtakes dynamic."""
+    ok = [r for r in recs if r["status"] == "ok" and "cold_times_s" in r]
+    if len(ok) < 2:
+        return None
+    horizon = 4 * max(len(r["cold_times_s"]) for r in ok)
+    steps = list(range(1, horizon + 1))
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for r in sorted(ok, key=lambda r: (r.get("graph", ""), r["adapter"])):
+        style = "-" if r.get("graph") == "static" else "--"
+        ax.plot(steps, [cumulative_s(r, n) for n in steps], style, label=f"{_label(r)} ({r.get('graph')})")
+    ax.axvline(max(len(r["cold_times_s"]) for r in ok), color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("training steps from a cold start (measured up to the dotted line, then steady medians)")
+    ax.set_ylabel("total time (s, log scale)")
+    ax.set_yscale("log")
+    ax.set_title(f"{workload}: cumulative time, compiles included")
+    ax.legend(fontsize=7, ncol=2)
+    return _save(fig, path)
+
+
+def sweep(series: dict[str, list[tuple[float, float, float, float]]], field: str, workload: str, path: Path) -> Path:
+    """Step time and samples/s against a swept field, one line per adapter/device.
+
+    ``series`` maps a label to (value, median_s, ci_low_s, ci_high_s, ...) points sorted by value."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for label, points in series.items():
+        xs = [p[0] for p in points]
+        left.errorbar(
+            xs,
+            [p[1] * 1e3 for p in points],
+            yerr=[[(p[1] - p[2]) * 1e3 for p in points], [(p[3] - p[1]) * 1e3 for p in points]],
+            marker="o",
+            capsize=3,
+            label=label,
+        )
+        right.plot(xs, [p[4] for p in points], marker="o", label=label)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(field)
+        ax.grid(True, which="both", alpha=0.3)
+    left.set_ylabel("steady step time (ms/step, median, 95% CI)")
+    right.set_ylabel("throughput (samples/s)")
+    left.set_title(f"{workload}: step time vs {field}")
+    right.set_title(f"{workload}: samples/s vs {field}")
+    right.legend(fontsize=8)
+    return _save(fig, path)
