@@ -9,7 +9,7 @@ DEVICE ?= auto
 WORKLOAD ?= all
 PROFILE ?= quick
 STRATEGY ?= all
-DATA ?= all
+DATA ?= resident
 PRECISION ?= fp32
 ARGS ?=
 

@@ -1,20 +1,26 @@
 """Adapter discovery: every module in this package that defines an Adapter subclass.
 
 Adding a framework means adding one module here; no list of adapter names exists elsewhere.
-Modules whose name starts with an underscore are helpers, not adapters. Modules named in the
-environment variable ``DLCOMPARE_EXTRA_ADAPTERS`` (comma-separated import paths) are scanned
-too; the test suite's fault-injection adapters arrive that way, and worker processes inherit it.
+Modules whose name starts with an underscore are helpers, not adapters. Two more sources:
+
+- the entry-point group ``dlcompare.adapters``: an installed package outside this repository
+  registers ``name = "package.module"`` (a module holding Adapter subclasses) in it;
+- the environment variable ``DLCOMPARE_EXTRA_ADAPTERS`` (comma-separated module paths), for
+  local experiments and the test suite's fault-injection adapters; workers inherit it.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import inspect
 import os
 import pkgutil
 from dataclasses import dataclass
 
 from adapters.base import Adapter, DeviceUnavailable
+
+ENTRY_POINT_GROUP = "dlcompare.adapters"
 
 
 @dataclass(frozen=True)
@@ -25,6 +31,7 @@ class AdapterInfo:
     module: str
     cls: type[Adapter]
     unavailable: str | None  # None when its framework is importable
+    source: str = "built-in"
 
     @property
     def available(self) -> bool:
@@ -34,18 +41,25 @@ class AdapterInfo:
 def discover() -> dict[str, AdapterInfo]:
     """All adapters found in this package, by name, sorted by framework then name."""
     found: dict[str, AdapterInfo] = {}
-    names = [f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")]
-    names += [n.strip() for n in os.environ.get("DLCOMPARE_EXTRA_ADAPTERS", "").split(",") if n.strip()]
-    for name in names:
-        if name == f"{__name__}.base":
-            continue
+    sources = [
+        (f"{__name__}.{m.name}", "built-in")
+        for m in pkgutil.iter_modules(__path__)
+        if not m.name.startswith("_") and m.name != "base"
+    ]
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist else "?"
+        sources.append((ep.value, f"entry point of {dist}"))
+    for name in os.environ.get("DLCOMPARE_EXTRA_ADAPTERS", "").split(","):
+        if name.strip():
+            sources.append((name.strip(), "DLCOMPARE_EXTRA_ADAPTERS"))
+    for name, source in sources:
         module = importlib.import_module(name)
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if issubclass(cls, Adapter) and not inspect.isabstract(cls) and cls.__module__ == module.__name__:
                 if cls.name in found:
                     raise RuntimeError(f"adapter name {cls.name!r} defined twice ({module.__name__})")
                 found[cls.name] = AdapterInfo(
-                    cls.name, cls.framework, cls.graph, module.__name__, cls, cls.unavailable_reason()
+                    cls.name, cls.framework, cls.graph, module.__name__, cls, cls.unavailable_reason(), source
                 )
     return dict(sorted(found.items(), key=lambda kv: (kv[1].framework, kv[0])))
 

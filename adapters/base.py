@@ -92,7 +92,7 @@ class Adapter(abc.ABC):
             return f"{self.name} does not implement workload family {spec.family!r}"
         if getattr(spec, "strategy", None) == "graph-loop" and getattr(spec, "task", "train") == "train":
             if self.graph_loop is None:
-                return f"{self.name} has no loop inside a graph; its Python loop already runs each exact length"
+                return f"{self.name} has no loop inside a graph for the caption decoder; graph-loop does not apply"
         return None
 
     @abc.abstractmethod

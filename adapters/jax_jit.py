@@ -20,12 +20,12 @@ from __future__ import annotations
 import collections
 import itertools
 import os
-from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
+from adapters._jax_common import CompileEvents, cuda_visible, jax_env, peak_bytes
 from adapters.base import Adapter, Options, pick_device
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
@@ -43,11 +43,7 @@ class JaxJit(Adapter):
 
     @classmethod
     def worker_env(cls, threads: int) -> dict[str, str]:
-        env = super().worker_env(threads)
-        # Honest memory figures on GPU: allocate on demand instead of grabbing 75% up front.
-        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-        env["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={threads}"
-        return env
+        return {**super().worker_env(threads), **jax_env(threads)}
 
     def version(self) -> dict[str, str]:
         import jax
@@ -57,13 +53,7 @@ class JaxJit(Adapter):
         return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "optax": optax.__version__}
 
     def resolve_device(self, device: str) -> str:
-        import jax
-
-        try:
-            has_gpu = bool(jax.devices("cuda"))
-        except RuntimeError:
-            has_gpu = False
-        return pick_device(device, has_gpu, "jax")
+        return pick_device(device, cuda_visible(), "jax")
 
     def setup(self, spec: Workload, params: Params, device: str, options: Options) -> None:
         import jax
@@ -73,29 +63,34 @@ class JaxJit(Adapter):
         # "highest" keeps float32 matmuls and convolutions in full precision on GPU (TF32 off);
         # "tensorfloat32" allows TF32, as --precision tf32 does in every framework.
         jax.config.update("jax_default_matmul_precision", "tensorfloat32" if options.tf32 else "highest")
-        self._events: dict[str, list[float]] = defaultdict(list)
-        jax.monitoring.register_event_duration_secs_listener(self._on_event)
+        self._events = CompileEvents()
         self.spec = spec
         self.device = jax.devices(device)[0]
         if spec.optimizer == "sgd":
             tx = optax.sgd(spec.learning_rate)
         else:
             tx = optax.adam(spec.learning_rate, b1=ADAM_BETA1, b2=ADAM_BETA2, eps=ADAM_EPS)
-        loss_fn = _loss_fn(jax, jnp, optax, spec)
+        loss_fn = _loss_fn(jax, jnp, optax, spec, self.python_loop)
 
         def step(p, opt_state, batch):
             loss, grads = jax.value_and_grad(loss_fn)(p, batch)
             updates, opt_state = tx.update(grads, opt_state, p)
             return optax.apply_updates(p, updates), opt_state, loss
 
-        self._step = jax.jit(step, donate_argnums=(0, 1))
+        self._step = self._compile(step, donate_argnums=(0, 1))
         self._params = jax.device_put({k: jnp.asarray(v) for k, v in params.items()}, self.device)
         self._opt_state = jax.device_put(tx.init(self._params), self.device)
         if spec.family == "rnn-caption":
-            self._decode = jax.jit(_decoder(jax, jnp, spec))
+            self._decode = self._compile(_decoder(jax, jnp, spec, self.python_loop))
 
-    def _on_event(self, event: str, duration: float, **_: Any) -> None:
-        self._events[event].append(duration)
+    python_loop = False
+    """Run the caption loops as Python loops (op by op) instead of lax.scan / lax.while_loop."""
+
+    def _compile(self, fn: Any, **jit_args: Any) -> Any:
+        """How step functions become executable: jax.jit here (jax-eager overrides it)."""
+        import jax
+
+        return jax.jit(fn, **jit_args)
 
     def to_device(self, batch: Batch) -> Any:
         import jax
@@ -117,8 +112,7 @@ class JaxJit(Adapter):
         return stream()
 
     def device_memory_peak(self) -> int | None:
-        stats = self.device.memory_stats() if self.device.platform != "cpu" else None
-        return stats.get("peak_bytes_in_use") if stats else None
+        return peak_bytes(self.device)
 
     def train_step(self, batch: Any) -> Any:
         self._params, self._opt_state, loss = self._step(self._params, self._opt_state, batch)
@@ -140,15 +134,7 @@ class JaxJit(Adapter):
         return {k: np.asarray(v, dtype=np.float32).copy() for k, v in self._params.items()}
 
     def compile_stats(self) -> dict[str, Any]:
-        def durations(event: str) -> list[float]:
-            return self._events.get(f"/jax/core/compile/{event}_duration", [])
-
-        traces, lowers, compiles = (
-            durations("jaxpr_trace"),
-            durations("jaxpr_to_mlir_module"),
-            durations("backend_compile"),
-        )
-        return {"traces": len(traces), "compiles": len(compiles), "compile_s": float(sum(traces + lowers + compiles))}
+        return self._events.stats()
 
     def settings(self) -> dict[str, Any]:
         import jax
@@ -178,7 +164,7 @@ def _gru(jax, jnp, p: Params, h, token, hidden: int):
     return (1 - z) * n + z * h
 
 
-def _loss_fn(jax, jnp, optax, spec: Workload):
+def _loss_fn(jax, jnp, optax, spec: Workload, python_loop: bool = False):
     lax = jax.lax
     if spec.family == "mlp":
 
@@ -213,6 +199,12 @@ def _loss_fn(jax, jnp, optax, spec: Workload):
             return h, jnp.sum(optax.softmax_cross_entropy_with_integer_labels(logits, tgt) * m)
 
         time_major = (batch["tokens"].T, batch["targets"].T, batch["mask"].T)
+        if python_loop:  # op by op, as an eager JAX user writes it
+            h, total = h0, 0.0
+            for t in range(time_major[0].shape[0]):
+                h, ce = one_step(h, time_major[0][t], time_major[1][t], time_major[2][t])
+                total = total + ce
+            return total / batch["mask"].sum()
         if spec.strategy == "graph-loop":
             length = batch["length"]
 
@@ -228,7 +220,7 @@ def _loss_fn(jax, jnp, optax, spec: Workload):
     return caption_loss
 
 
-def _decoder(jax, jnp, spec: Workload):
+def _decoder(jax, jnp, spec: Workload, python_loop: bool = False):
     lax = jax.lax
 
     def decode(p, features):
@@ -246,6 +238,11 @@ def _decoder(jax, jnp, spec: Workload):
             token = jnp.where(done, PAD, jnp.argmax(h @ p["out/kernel"] + p["out/bias"], axis=1))
             return t + 1, h, token, done | (token == EOS), out.at[:, t].set(token)
 
-        return lax.while_loop(cond, body, init)[-1]
+        if not python_loop:
+            return lax.while_loop(cond, body, init)[-1]
+        carry = init
+        while bool(cond(carry)):  # the data-dependent exit: a host sync every step
+            carry = body(carry)
+        return carry[-1]
 
     return decode

@@ -21,12 +21,12 @@ in eager mode, so this costs nothing on the device.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
+from adapters._keras_common import build_model, compile_model, eager_epsilon, load_params, save_params
 from adapters._torch_data import LOADER_KIND, data_loader
 from adapters.base import Adapter, Options, pick_device
 from workloads import Batch, Params, Workload
@@ -71,19 +71,12 @@ class KerasTorch(Adapter):
         self._device = device
         self.spec = spec
         with keras.device(device):
-            self.model, self._layers = _build(keras, spec)
-            _load(self._layers, params, spec)
+            self.model, self._layers = build_model(keras, spec)
+            load_params(self._layers, params, spec)
             self._adam = spec.optimizer == "adam"
-            if self._adam:
-                opt = keras.optimizers.Adam(spec.learning_rate, beta_1=ADAM_BETA1, beta_2=ADAM_BETA2, epsilon=ADAM_EPS)
-            else:
-                opt = keras.optimizers.SGD(spec.learning_rate)
-            reduction = "mean_with_sample_weight" if spec.family == "rnn-caption" else "sum_over_batch_size"
-            self.model.compile(
-                optimizer=opt,
-                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction),
-                jit_compile=False,
-            )
+            # Keras's own Adam keeps its fused torch path; epsilon is corrected per step instead.
+            adam = keras.optimizers.Adam(spec.learning_rate, beta_1=ADAM_BETA1, beta_2=ADAM_BETA2, epsilon=ADAM_EPS)
+            compile_model(keras, self.model, spec, adam if self._adam else None, jit_compile=False)
         self._t = 0
 
     def to_device(self, batch: Batch) -> Any:
@@ -101,7 +94,7 @@ class KerasTorch(Adapter):
     def train_step(self, batch: Any) -> Any:
         self._t += 1
         if self._adam:
-            self.model.optimizer.epsilon = ADAM_EPS * math.sqrt(1.0 - ADAM_BETA2**self._t)
+            self.model.optimizer.epsilon = eager_epsilon(self._t)
         with self._keras.device(self._device):
             if self.spec.family == "rnn-caption":
                 x = [batch["features"], batch["tokens"]]
@@ -137,7 +130,7 @@ class KerasTorch(Adapter):
         return handle.cpu().numpy()
 
     def params(self) -> Params:
-        return _save(self._layers, self.spec)
+        return save_params(self._layers, self.spec)
 
     def settings(self) -> dict[str, Any]:
         torch = self._torch
@@ -147,73 +140,3 @@ class KerasTorch(Adapter):
             "cudnn_benchmark": torch.backends.cudnn.benchmark,
             "intra_op_threads": torch.get_num_threads(),
         }
-
-
-def _build(keras, spec: Workload) -> tuple[Any, dict[str, Any]]:
-    """The spec's model and its weighted layers by canonical prefix."""
-    L = keras.layers
-    layers: dict[str, Any] = {}
-    if spec.family == "rnn-caption":
-        features = keras.Input((spec.feature_dim,), name="features")
-        tokens = keras.Input((None,), dtype="int32", name="tokens")
-        layers["img"] = L.Dense(spec.hidden, activation="tanh")
-        layers["embed"] = L.Embedding(spec.vocab, spec.embed_dim)
-        layers["gru"] = L.GRU(spec.hidden, return_sequences=True, reset_after=True)
-        layers["out"] = L.Dense(spec.vocab)
-        seq = layers["gru"](layers["embed"](tokens), initial_state=[layers["img"](features)])
-        return keras.Model([features, tokens], layers["out"](seq)), layers
-    stack: list[Any] = [keras.Input(spec.input_shape)]
-    if spec.family == "cnn":
-        for i, width in enumerate(spec.channels):
-            layers[f"conv{i}"] = L.Conv2D(width, 3, padding="same", activation="relu")
-            stack += [layers[f"conv{i}"], L.MaxPooling2D(2)]
-    sizes = spec.dense_sizes if spec.family == "cnn" else spec.layer_sizes
-    stack.append(L.Flatten())
-    for i, width in enumerate(sizes[1:]):
-        layers[f"dense{i}"] = L.Dense(width, activation="relu" if i < len(sizes) - 2 else None)
-        stack.append(layers[f"dense{i}"])
-    return keras.Sequential(stack), layers
-
-
-def _gates_to_keras(a: np.ndarray) -> np.ndarray:
-    """Canonical (r, z, n) column blocks -> Keras (z, r, n); the swap is its own inverse."""
-    r, z, n = np.split(a, 3, axis=-1)
-    return np.concatenate([z, r, n], axis=-1)
-
-
-def _load(layers: dict[str, Any], p: Params, spec: Workload) -> None:
-    if spec.family == "rnn-caption":
-        layers["img"].set_weights([p["img/kernel"], p["img/bias"]])
-        layers["embed"].set_weights([p["embed/table"]])
-        bias = np.stack([p["gru/bias"], p["gru/recurrent_bias"]])
-        layers["gru"].set_weights(
-            [_gates_to_keras(p["gru/kernel"]), _gates_to_keras(p["gru/recurrent_kernel"]), _gates_to_keras(bias)]
-        )
-        layers["out"].set_weights([p["out/kernel"], p["out/bias"]])
-        return
-    for prefix, layer in layers.items():
-        layer.set_weights([p[f"{prefix}/kernel"], p[f"{prefix}/bias"]])
-
-
-def _save(layers: dict[str, Any], spec: Workload) -> Params:
-    def w(name: str) -> list[np.ndarray]:
-        return [np.asarray(a, dtype=np.float32) for a in layers[name].get_weights()]
-
-    if spec.family == "rnn-caption":
-        kernel, recurrent, bias = (_gates_to_keras(a) for a in w("gru"))
-        (img_k, img_b), (table,), (out_k, out_b) = w("img"), w("embed"), w("out")
-        return {
-            "img/kernel": img_k,
-            "img/bias": img_b,
-            "embed/table": table,
-            "gru/kernel": kernel,
-            "gru/recurrent_kernel": recurrent,
-            "gru/bias": bias[0],
-            "gru/recurrent_bias": bias[1],
-            "out/kernel": out_k,
-            "out/bias": out_b,
-        }
-    out: Params = {}
-    for prefix in layers:
-        out[f"{prefix}/kernel"], out[f"{prefix}/bias"] = w(prefix)
-    return out

@@ -110,11 +110,15 @@ class TfFunction(Adapter):
             # One fixed signature: the step can never retrace on a new batch object.
             example = spec.batches()[0]
             signature = [{k: tf.TensorSpec(v.shape, tf.as_dtype(v.dtype)) for k, v in example.items()}]
-        self._step = tf.function(self._timed(step), input_signature=signature, jit_compile=False)
+        self._step = self._compile(self._timed(step), input_signature=signature)
         self._functions = [self._step]
         if spec.family == "rnn-caption":
-            self._decode = tf.function(self._timed(_decoder(tf, spec, self._vars)), jit_compile=False)
+            self._decode = self._compile(self._timed(_decoder(tf, spec, self._vars)))
             self._functions.append(self._decode)
+
+    def _compile(self, fn: Any, input_signature: Any = None) -> Any:
+        """How step functions become executable: tf.function here (tf-eager overrides it)."""
+        return self._tf.function(fn, input_signature=input_signature, jit_compile=False)
 
     def _timed(self, fn):
         """Wrap a Python function so the seconds spent tracing it are counted: tf.function

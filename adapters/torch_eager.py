@@ -54,7 +54,7 @@ class TorchEager(Adapter):
         self.torch = torch
         self.device = torch.device(device)
         self.spec = spec
-        self.model = _build(torch, spec).to(self.device)
+        self.model = _build(torch, spec, self._compile).to(self.device)
         self.model.load_canonical(params)
         if spec.optimizer == "sgd":
             self.opt = torch.optim.SGD(self.model.parameters(), lr=spec.learning_rate, foreach=True)
@@ -63,6 +63,10 @@ class TorchEager(Adapter):
             self.opt = torch.optim.Adam(
                 self.model.parameters(), lr=spec.learning_rate, betas=betas, eps=ADAM_EPS, foreach=True
             )
+
+    def _compile(self, fn: Any, dynamic: bool = False) -> Any:
+        """How model functions become executable: as they are here (torch-compile overrides)."""
+        return fn
 
     def to_device(self, batch: Batch) -> Any:
         return self._place({k: self.torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items()})
@@ -116,8 +120,12 @@ class TorchEager(Adapter):
         }
 
 
-def _build(torch, spec: Workload):
-    """The spec's model as an nn.Module with load_canonical / canonical / loss (/ decode)."""
+def _build(torch, spec: Workload, compile_fn: Any):
+    """The spec's model as an nn.Module with load_canonical / canonical / loss (/ decode).
+
+    ``compile_fn(fn, dynamic)`` wraps the hot functions: the whole loss of the feed-forward
+    models; for the caption decoder the GRU step (fixed shapes) and the batched output head
+    (time length symbolic), so the Python time loop never needs a recompile."""
     nn, F = torch.nn, torch.nn.functional
 
     def t(a: np.ndarray) -> Any:
@@ -137,12 +145,16 @@ def _build(torch, spec: Workload):
         def __init__(self) -> None:
             super().__init__()
             self.dense = dense_stack(spec.layer_sizes)
+            self._loss = compile_fn(self._uncompiled_loss)
 
         def forward(self, x):
             return run_dense(self.dense, x.flatten(1))
 
+        def _uncompiled_loss(self, x, y):
+            return F.cross_entropy(self(x), y)
+
         def loss(self, batch):
-            return F.cross_entropy(self(batch["x"]), batch["y"])
+            return self._loss(batch["x"], batch["y"])
 
         def load_canonical(self, p: Params) -> None:
             with torch.no_grad():
@@ -163,6 +175,7 @@ def _build(torch, spec: Workload):
             cins = [spec.input_shape[2], *spec.channels[:-1]]
             self.convs = nn.ModuleList(nn.Conv2d(a, b, 3, padding=1) for a, b in zip(cins, spec.channels, strict=True))
             self.dense = dense_stack(spec.dense_sizes)
+            self._loss = compile_fn(self._uncompiled_loss)
 
         def forward(self, x):
             for conv in self.convs:
@@ -191,18 +204,27 @@ def _build(torch, spec: Workload):
             self.embed = nn.Embedding(spec.vocab, spec.embed_dim)
             self.cell = nn.GRUCell(spec.embed_dim, spec.hidden)
             self.out = nn.Linear(spec.hidden, spec.vocab)
+            self._step = compile_fn(self.cell)
+            self._head = compile_fn(self._uncompiled_head, dynamic=True)
+            self._next = compile_fn(self._uncompiled_next)
+
+        def _uncompiled_head(self, states, targets, mask):
+            logits = self.out(states)
+            ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+            return (ce * mask.flatten()).sum() / mask.sum()
+
+        def _uncompiled_next(self, token, h, done):
+            h = self.cell(self.embed(token), h)
+            return h, torch.where(done, PAD, self.out(h).argmax(dim=1))
 
         def loss(self, batch):
             h = torch.tanh(self.img(batch["features"]))
-            emb = self.embed(batch["tokens"])
+            emb = self.embed(batch["tokens"].t())  # time-major: each step's slice is contiguous
             states = []
-            for step in range(emb.shape[1]):
-                h = self.cell(emb[:, step], h)
+            for step in range(emb.shape[0]):
+                h = self._step(emb[step], h)
                 states.append(h)
-            logits = self.out(torch.stack(states, dim=1))
-            ce = F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten(), reduction="none")
-            mask = batch["mask"].flatten()
-            return (ce * mask).sum() / mask.sum()
+            return self._head(torch.stack(states, dim=1), batch["targets"], batch["mask"])
 
         def decode(self, features, max_len: int):
             h = torch.tanh(self.img(features))
@@ -210,8 +232,7 @@ def _build(torch, spec: Workload):
             done = torch.zeros(len(features), dtype=torch.bool, device=features.device)
             out = torch.full((len(features), max_len), PAD, dtype=torch.long, device=features.device)
             for step in range(max_len):
-                h = self.cell(self.embed(token), h)
-                token = torch.where(done, PAD, self.out(h).argmax(dim=1))
+                h, token = self._next(token, h, done)
                 out[:, step] = token
                 done |= token == EOS
                 if bool(done.all()):  # the data-dependent exit: a host sync every step

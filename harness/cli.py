@@ -14,8 +14,8 @@ from tabulate import tabulate
 
 from adapters import discover
 from adapters.base import PRECISIONS
-from harness import compare, env, records, report, runner, timing
-from harness.plan import DATA_MODES, DEVICES, PlanError, plan
+from harness import compare, conformance, env, records, report, runner, timing
+from harness.plan import DATA_MODES, DEVICES, PlanError, plan, select_adapters, select_workloads
 from harness.progress import MatrixProgress
 from workloads import STRATEGIES, WORKLOADS
 
@@ -31,10 +31,10 @@ def _fail(message: str) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     rows = [
-        [a.name, a.framework, a.graph, "available" if a.available else f"unavailable: {a.unavailable}"]
+        [a.name, a.framework, a.graph, a.source, "available" if a.available else f"unavailable: {a.unavailable}"]
         for a in discover().values()
     ]
-    print(tabulate(rows, ["adapter", "framework", "graph", "status"], tablefmt="simple"))
+    print(tabulate(rows, ["adapter", "framework", "graph", "from", "status"], tablefmt="simple"))
     print()
     wrows = [[name, spec.family, f"{spec.param_count():,}", spec.batch_size] for name, spec in WORKLOADS.items()]
     print(tabulate(wrows, ["workload", "family", "parameters", "batch"], tablefmt="simple"))
@@ -175,6 +175,30 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    adapters = discover()
+    try:
+        names = select_adapters(args.adapter, adapters)
+        variants = conformance.all_variants(select_workloads(args.workload))
+    except PlanError as exc:
+        return _fail(str(exc))
+    failed = 0
+    for name in names:
+        info = adapters[name]
+        if not info.available:
+            print(f"SKIP  {name}: unavailable: {info.unavailable}")
+            continue
+        print(f"checking {name} against the NumPy float64 reference (one worker process) ...", flush=True)
+        try:
+            lines, bad = conformance.report_lines(info, conformance.run_adapter(info, variants))
+        except RuntimeError as exc:
+            lines, bad = [f"FAIL  {exc}"], 1
+        print("\n".join(lines))
+        print(f"{name}: {f'{bad} checks failed' if bad else 'all checks passed'}", flush=True)
+        failed += bad
+    return 1 if failed else 0
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     try:
         text = compare.build(args.run_a, args.run_b)
@@ -223,7 +247,7 @@ def parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", help="adapters (available or why not) and workloads").set_defaults(func=cmd_list)
 
-    bench_defaults = {"workload": "all", "data": "all", "strategy": "all", "sweep": None}
+    bench_defaults = {"workload": "all", "data": "resident", "strategy": "all", "sweep": None}
     _bench_arguments(sub.add_parser("bench", help="run a matrix of cells and write reports/<run-id>/"), bench_defaults)
     sweep_defaults = {"workload": "mlp", "data": "resident", "strategy": "exact", "sweep": DEFAULT_SWEEP}
     _bench_arguments(
@@ -235,6 +259,11 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
     r.add_argument("--out", type=Path, default=None, help="folder of the merged report (several runs)")
     r.set_defaults(func=cmd_report)
+
+    k = sub.add_parser("check", help="run the conformance checks against an adapter, in plain words")
+    k.add_argument("adapter", help="an adapter, a framework family, all, or a comma list")
+    k.add_argument("--workload", default="all", help="all, or a comma list of workloads")
+    k.set_defaults(func=cmd_check)
 
     c = sub.add_parser("compare", help="compare matching cells of two runs (before/after, two machines)")
     c.add_argument("run_a", type=Path, help="the baseline run folder")

@@ -13,9 +13,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 Record = dict[str, Any]
 
 
+COLORS = {"static": "#dd8452", "dynamic": "#4c72b0"}
+
+
 def _label(rec: Record) -> str:
     spec = rec.get("spec") or {}
-    parts = [rec["adapter"]]
+    parts = [f"{rec['adapter']} ({rec['graph']})" if rec.get("graph") else rec["adapter"]]
     if spec.get("task") == "train" and spec.get("strategy"):
         parts.append(spec["strategy"])
     if rec.get("device"):
@@ -45,10 +48,11 @@ def step_times(recs: list[Record], workload: str, path: Path) -> Path | None:
     medians = [r["median_s"] * 1e3 for r in ok]
     low = [(r["median_s"] - r.get("ci_low_s", r["median_s"])) * 1e3 for r in ok]
     high = [(r.get("ci_high_s", r["median_s"]) - r["median_s"]) * 1e3 for r in ok]
-    ax.barh(range(len(ok)), medians, xerr=[low, high], color="#4c72b0", capsize=3)
+    colors = [COLORS.get(r.get("graph"), "grey") for r in ok]
+    ax.barh(range(len(ok)), medians, xerr=[low, high], color=colors, capsize=3)
     ax.set_yticks(range(len(ok)), [_label(r) for r in ok])
     ax.invert_yaxis()
-    ax.set_xlabel("steady step time, median (ms/step); bars: 95% CI")
+    ax.set_xlabel("steady step time, median (ms/step); error bars: 95% CI; orange: static graph, blue: dynamic")
     ax.set_title(f"{workload}: steady step time (lower is better)")
     _log_if_wide(ax, medians, "x")
     return _save(fig, path)

@@ -433,6 +433,65 @@ def memory(recs: list[dict[str, Any]]) -> list[str]:
     return ["## Memory", "", note, "", tabulate(rows, headers, tablefmt="github", disable_numparse=True), ""]
 
 
+def within_frameworks(groups: dict[tuple, list[dict[str, Any]]]) -> list[str]:
+    """Each framework's dynamic and static modes side by side (torch eager vs torch.compile,
+    TF eager vs tf.function, JAX op by op vs jit, Keras on torch vs on JAX)."""
+    rows = []
+    for (workload, _), recs in groups.items():
+        ok = [r for r in recs if r["status"] == "ok"]
+        for device in sorted({_device(r) for r in ok}):
+            for framework in sorted({r.get("framework", "") for r in ok}):
+                mine = [r for r in ok if _device(r) == device and r.get("framework") == framework]
+                dynamic = [r for r in mine if r.get("graph") == "dynamic"]
+                static = [r for r in mine if r.get("graph") == "static"]
+                if not dynamic or not static:
+                    continue
+                d, st = min(dynamic, key=lambda r: r["median_s"]), min(static, key=lambda r: r["median_s"])
+                steps = break_even(st, d) if "cold_times_s" in st and "cold_times_s" in d else None
+                rows.append(
+                    [
+                        framework,
+                        workload,
+                        device,
+                        " ".join(filter(None, [d["adapter"], strategy(d)])),
+                        sig(d["median_s"] * 1e3),
+                        " ".join(filter(None, [st["adapter"], strategy(st)])),
+                        sig(st["median_s"] * 1e3),
+                        f"{d['median_s'] / st['median_s']:.2f}x",
+                        _compiles(st),
+                        "never" if steps is None else f"{steps:,}",
+                    ]
+                )
+    if not rows:
+        return []
+    headers = [
+        "framework",
+        "workload",
+        "device",
+        "dynamic",
+        "dynamic (ms/step)",
+        "static",
+        "static (ms/step)",
+        "static speed-up",
+        "static traces / compiles",
+        "break-even (steps)",
+    ]
+    intro = (
+        "Each framework's fastest dynamic-graph cell against its fastest static-graph cell (best loop "
+        "strategy where there are several). Speed-up is dynamic time over static time (above 1: the "
+        "static graph is faster once compiled); break-even is the step count from a cold start after "
+        "which the static mode has spent no more time in total."
+    )
+    return [
+        "## Static vs dynamic within each framework",
+        "",
+        intro,
+        "",
+        tabulate(rows, headers, tablefmt="github", disable_numparse=True),
+        "",
+    ]
+
+
 def failures(recs: list[dict[str, Any]]) -> list[str]:
     """A section with each failed cell's reason and the tail of its stderr."""
     out = []
@@ -571,6 +630,7 @@ def build(run_dirs: Path | list[Path], plot_dir: Path | None = None) -> str:
         out += [_title(group[0]), "", workload_table(group), ""]
         if plot_dir is not None:
             out += _plots(group, workload, key, plot_dir)
+    out += within_frameworks(resident)
     out += static_vs_dynamic(resident)
     out += sweep_section(recs, plot_dir)
     out += input_pipeline(recs)

@@ -51,7 +51,7 @@ def run_worker(
     try:
         proc = subprocess.Popen(
             args,
-            env=worker_env(info, cell),
+            env=worker_env(info, cell["cells"][0] if "cells" in cell else cell),
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -19,8 +19,12 @@ def separated(a: Record, b: Record) -> bool:
     return a["ci_high_s"] < b["ci_low_s"] or b["ci_high_s"] < a["ci_low_s"]
 
 
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def _ms(rec: Record) -> str:
-    return f"{rec['median_s'] * 1e3:.3g} ms/step"
+    return f"{_num(rec['median_s'] * 1e3)} ms/step"
 
 
 def _ok_resident(recs: list[Record]) -> list[Record]:
@@ -120,8 +124,8 @@ def compile_sentences(recs: list[Record], break_even) -> list[str]:
             )
         ]
         text = (
-            f"{_name(r)} spends {r['compile_s']:.3g} s tracing/compiling on {r['workload']} "
-            f"({r.get('device')}; first step {r['first_step_s'] * 1e3:.3g} ms vs {_ms(r)} steady)"
+            f"{_name(r)} spends {_num(r['compile_s'])} s tracing/compiling on {r['workload']} "
+            f"({r.get('device')}; first step {_num(r['first_step_s'] * 1e3)} ms vs {_ms(r)} steady)"
         )
         if eager:
             base = min(eager, key=lambda e: e["median_s"])

@@ -6,8 +6,9 @@ starts. Modes:
 
 ``bench``: run the timing protocol and write one result record (JSON) to OUT. Failures inside
 the cell are written as ``failed`` records; skips as ``skipped``.
-``check``: train ``--steps`` steps and write an ``.npz`` with the losses and the parameters
-after ``--snapshot`` steps, for the conformance tests.
+``check``: CELL.json holds {"cells": [...]}, cells of one adapter; for each, train ``--steps``
+steps and write OUT/<i>.npz with the losses and the parameters after ``--snapshot`` steps
+(inference: the outputs), for harness.conformance.
 """
 
 from __future__ import annotations
@@ -173,8 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--snapshot", type=int, default=5)
     args = parser.parse_args(argv)
     cell = json.loads(args.cell.read_text())
-    if args.mode == "check":
-        np.savez(args.out, **check(cell, args.steps, args.snapshot))
+    if args.mode == "check":  # {"cells": [...]}: one .npz per cell in the folder OUT
+        for i, one in enumerate(cell["cells"]):
+            np.savez(args.out / f"{i}.npz", **check(one, one.get("check_steps", args.steps), args.snapshot))
         return 0
     t0 = time.perf_counter()
     try:

@@ -110,3 +110,16 @@ def test_unavailable_adapter_is_skipped_with_the_pip_extra():
     info = fake_info("ghost", "ghost", unavailable="ghost not installed: pip install 'dlcompare[ghost]'")
     rec = runner.run_cell(info, check_cell("torch-eager", "mlp") | {"adapter": "ghost"}, timeout_s=1)
     assert rec["status"] == "skipped" and "pip install 'dlcompare[ghost]'" in rec["reason"]
+
+
+def test_native_input_pipelines_feed_real_training(python, tmp_path):
+    """torch DataLoader workers, tf.data and JAX's prefetching device_put, end to end."""
+    names = [n for n in ("torch-eager", "tf-function", "jax-jit") if discover()[n].available]
+    proc = harness(
+        python, "bench", "--framework", ",".join(names), "--workload", "mlp", "--device", "cpu",
+        "--data", "loader", "--set", "num_batches=2", "--out", str(tmp_path), "--run-id", "loader",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    recs = records.load(tmp_path / "loader" / records.RESULTS)
+    assert [r["status"] for r in recs] == ["ok"] * len(names), [r.get("reason") for r in recs]
+    assert all(r["data"] == "loader" and r["loss_last"] < r["loss_first"] for r in recs)

@@ -22,9 +22,9 @@ def test_cuda_cell_runs_on_the_gpu_and_matches_the_reference(name, tmp_path):
         pytest.skip(rec["reason"])  # e.g. tensorflow-cpu has no CUDA build
     assert rec["status"] == "ok", rec.get("reason")
     assert rec["device"] == "cuda"
-    out = tmp_path / "out.npz"
-    proc = runner.run_worker(info, check_cell(name, "mlp", "cuda"), "check", out, 600, ["--steps", "1"])
+    batch = {"cells": [check_cell(name, "mlp", "cuda")]}
+    proc = runner.run_worker(info, batch, "check", tmp_path, 600, ["--steps", "1"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     spec = get_workload("mlp")
     ref, _ = spec.reference_train(spec.init_params(), 1)
-    np.testing.assert_allclose(np.load(out)["losses"][0], ref[0], rtol=1e-5)
+    np.testing.assert_allclose(np.load(tmp_path / "0.npz")["losses"][0], ref[0], rtol=1e-5)

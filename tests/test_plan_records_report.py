@@ -255,3 +255,22 @@ def test_sweep_plans_one_cell_per_value_and_validates():
             plan(ADAPTERS, "torch-eager", "mlp", "cpu", [], "quick", 2, "r", sweep=bad)
     with pytest.raises(PlanError, match="batch_size must be > 0"):
         plan(ADAPTERS, "torch-eager", "mlp", "cpu", [], "quick", 2, "r", sweep="batch_size=0,16")
+
+
+def test_within_framework_section_pairs_dynamic_and_static_modes(tmp_path):
+    eager = dict(record("torch-eager", median_ms=2.0), framework="torch", graph="dynamic", cold_times_s=[0.002] * 4)
+    compiled = dict(
+        record("torch-compile", median_ms=1.0, traces=1, compiles=1, compile_s=5.0),
+        framework="torch",
+        graph="static",
+        cold_times_s=[5.0, 0.001, 0.001, 0.001],
+    )
+    lonely = dict(record("jax-jit", median_ms=1.0), framework="jax", graph="static")
+    md = report.build(_run_dir(tmp_path, [eager, compiled, lonely]))
+    section = md.split("## Static vs dynamic within each framework")[1].split("\n## ")[0]
+    rows = [_cells(line) for line in section.splitlines() if line.startswith("| torch")]
+    assert rows == [
+        ["torch", "mlp", "cpu", "torch-eager", "2", "torch-compile", "1", "2.00x", "1 traces, 1 compiles, 5 s",
+         f"{report.break_even(compiled, eager):,}"]
+    ]  # fmt: skip
+    assert "| jax " not in section, "a framework with only one mode has no row"

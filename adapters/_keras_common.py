@@ -1,0 +1,124 @@
+"""Keras model building and canonical weight mapping shared by the Keras adapters."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from workloads import Params, Workload
+from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
+
+
+def build_model(keras, spec: Workload) -> tuple[Any, dict[str, Any]]:
+    """The spec's model and its weighted layers by canonical prefix."""
+    L = keras.layers
+    layers: dict[str, Any] = {}
+    if spec.family == "rnn-caption":
+        features = keras.Input((spec.feature_dim,), name="features")
+        tokens = keras.Input((None,), dtype="int32", name="tokens")
+        layers["img"] = L.Dense(spec.hidden, activation="tanh")
+        layers["embed"] = L.Embedding(spec.vocab, spec.embed_dim)
+        layers["gru"] = L.GRU(spec.hidden, return_sequences=True, reset_after=True)
+        layers["out"] = L.Dense(spec.vocab)
+        seq = layers["gru"](layers["embed"](tokens), initial_state=[layers["img"](features)])
+        return keras.Model([features, tokens], layers["out"](seq)), layers
+    stack: list[Any] = [keras.Input(spec.input_shape)]
+    if spec.family == "cnn":
+        for i, width in enumerate(spec.channels):
+            layers[f"conv{i}"] = L.Conv2D(width, 3, padding="same", activation="relu")
+            stack += [layers[f"conv{i}"], L.MaxPooling2D(2)]
+    sizes = spec.dense_sizes if spec.family == "cnn" else spec.layer_sizes
+    stack.append(L.Flatten())
+    for i, width in enumerate(sizes[1:]):
+        layers[f"dense{i}"] = L.Dense(width, activation="relu" if i < len(sizes) - 2 else None)
+        stack.append(layers[f"dense{i}"])
+    return keras.Sequential(stack), layers
+
+
+def _gates_to_keras(a: np.ndarray) -> np.ndarray:
+    """Canonical (r, z, n) column blocks -> Keras (z, r, n); the swap is its own inverse."""
+    r, z, n = np.split(a, 3, axis=-1)
+    return np.concatenate([z, r, n], axis=-1)
+
+
+def load_params(layers: dict[str, Any], p: Params, spec: Workload) -> None:
+    if spec.family == "rnn-caption":
+        layers["img"].set_weights([p["img/kernel"], p["img/bias"]])
+        layers["embed"].set_weights([p["embed/table"]])
+        bias = np.stack([p["gru/bias"], p["gru/recurrent_bias"]])
+        layers["gru"].set_weights(
+            [_gates_to_keras(p["gru/kernel"]), _gates_to_keras(p["gru/recurrent_kernel"]), _gates_to_keras(bias)]
+        )
+        layers["out"].set_weights([p["out/kernel"], p["out/bias"]])
+        return
+    for prefix, layer in layers.items():
+        layer.set_weights([p[f"{prefix}/kernel"], p[f"{prefix}/bias"]])
+
+
+def save_params(layers: dict[str, Any], spec: Workload) -> Params:
+    def w(name: str) -> list[np.ndarray]:
+        return [np.asarray(a, dtype=np.float32) for a in layers[name].get_weights()]
+
+    if spec.family == "rnn-caption":
+        kernel, recurrent, bias = (_gates_to_keras(a) for a in w("gru"))
+        (img_k, img_b), (table,), (out_k, out_b) = w("img"), w("embed"), w("out")
+        return {
+            "img/kernel": img_k,
+            "img/bias": img_b,
+            "embed/table": table,
+            "gru/kernel": kernel,
+            "gru/recurrent_kernel": recurrent,
+            "gru/bias": bias[0],
+            "gru/recurrent_bias": bias[1],
+            "out/kernel": out_k,
+            "out/bias": out_b,
+        }
+    out: Params = {}
+    for prefix in layers:
+        out[f"{prefix}/kernel"], out[f"{prefix}/bias"] = w(prefix)
+    return out
+
+
+def algorithm1_adam(keras: Any, learning_rate: float) -> Any:
+    """Keras's Adam with epsilon applied after the bias correction (the workloads' Algorithm-1
+    update). Keras adds epsilon to sqrt(v) before correcting; scaling it by sqrt(1 - beta2^t)
+    inside the update makes the two identical. It reads the step from the optimiser's own
+    ``iterations`` variable, so it stays right inside a compiled (jit) train step."""
+    ops = keras.ops
+
+    class Algorithm1Adam(keras.optimizers.Adam):
+        def update_step(self, gradient, variable, learning_rate):
+            dtype = variable.dtype
+            step = ops.cast(self.iterations + 1, dtype)
+            beta_2_power = ops.power(ops.cast(self.beta_2, dtype), step)
+            beta_1_power = ops.power(ops.cast(self.beta_1, dtype), step)
+            m = self._momentums[self._get_variable_index(variable)]
+            v = self._velocities[self._get_variable_index(variable)]
+            gradient = ops.cast(gradient, dtype)
+            alpha = ops.cast(learning_rate, dtype) * ops.sqrt(1 - beta_2_power) / (1 - beta_1_power)
+            self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1 - self.beta_1))
+            self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1 - self.beta_2))
+            epsilon = self.epsilon * ops.sqrt(1 - beta_2_power)
+            self.assign_sub(variable, ops.divide(ops.multiply(m, alpha), ops.add(ops.sqrt(v), epsilon)))
+
+    return Algorithm1Adam(learning_rate, beta_1=ADAM_BETA1, beta_2=ADAM_BETA2, epsilon=ADAM_EPS)
+
+
+def eager_epsilon(step: int) -> float:
+    """Keras's eager torch Adam reads ``epsilon`` as a Python float each step; this value makes
+    its update the workloads' Algorithm-1 one at step ``step`` (1-based)."""
+    return ADAM_EPS * math.sqrt(1.0 - ADAM_BETA2**step)
+
+
+def compile_model(keras: Any, model: Any, spec: Workload, adam: Any, jit_compile: bool) -> None:
+    """Compile with the spec's optimiser (``adam`` when it names Adam, else SGD) and the masked
+    mean cross-entropy: the caption mask arrives as sample weights, averaged over their sum."""
+    optimizer = adam if spec.optimizer == "adam" else keras.optimizers.SGD(spec.learning_rate)
+    reduction = "mean_with_sample_weight" if spec.family == "rnn-caption" else "sum_over_batch_size"
+    model.compile(
+        optimizer=optimizer,
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction),
+        jit_compile=jit_compile,
+    )
