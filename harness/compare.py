@@ -89,7 +89,9 @@ def build(run_a: Path, run_b: Path) -> str:
         "",
         "B / A is the ratio of steady median step times (below 1: B is faster), with a 95% "
         "percentile-bootstrap interval that resamples both runs' raw step times. The verdict is "
-        "`faster` or `slower` only when the whole interval lies on one side of 1.",
+        "`faster` or `slower` only when the whole interval lies on one side of 1. The interval covers "
+        "the noise within each run only: on a shared or busy machine, two runs of the same code can "
+        "differ by more (the `full` profile pools several fresh processes per cell to include some of it).",
         "",
         tabulate(rows, headers, tablefmt="github", disable_numparse=True),
         "",

@@ -68,6 +68,11 @@ def strategy(rec: dict[str, Any]) -> str | None:
     return (rec.get("spec") or {}).get("strategy") if (rec.get("spec") or {}).get("task") == "train" else None
 
 
+def _trains(rec: dict[str, Any]) -> bool:
+    """False for inference workloads, whose sync value is a caption length, not a loss."""
+    return (rec.get("spec") or {}).get("task", "train") == "train"
+
+
 def _device(rec: dict[str, Any]) -> str:
     device = rec.get("device") or rec["device_requested"]
     if rec["device_requested"] == "auto" and rec["status"] == "ok":
@@ -110,7 +115,7 @@ def workload_table(recs: list[dict[str, Any]]) -> str:
                 sig(r["samples_per_s"]) if good else DASH,
                 _vs_fastest(r, fastest) if good else DASH,
                 _compiles(r) if good else DASH,
-                f"{r['loss_first']:.3f} → {r['loss_last']:.3f}" if good else DASH,
+                f"{r['loss_first']:.3f} → {r['loss_last']:.3f}" if good and _trains(r) else DASH,
                 r.get("steps", DASH) if good else DASH,
                 _status(r),
             ]
@@ -305,7 +310,7 @@ def input_pipeline(recs: list[dict[str, Any]]) -> list[str]:
     """Per adapter/workload/device: steady step time per data mode against ``resident``."""
     cells: dict[tuple, dict[str, dict[str, Any]]] = {}
     for r in recs:
-        key = (r["adapter"], r["workload"], strategy(r), r.get("device") or r["device_requested"])
+        key = (r["adapter"], r["workload"], strategy(r), r["device_requested"], r.get("machine"))
         cells.setdefault(key, {})[r.get("data", "resident")] = r
     rows = []
     for modes in cells.values():
@@ -554,7 +559,7 @@ def sweep_section(recs: list[dict[str, Any]], plot_dir: Path | None) -> list[str
             path = plots.sweep(points, field, workload, plot_dir / f"{_slug(workload, 'sweep', field)}.png")
             out += [f"![{workload}: sweep over {field}]({path.name})", ""]
         values = sorted({r["sweep"]["value"] for r in cells})
-        header_values = [f"{field}={sig(v)}" for v in values]
+        header_values = [f"{field}={v:g}" for v in values]
         rows = []
         for label, rs in series.items():
             by_value = {r["sweep"]["value"]: r for r in rs}
@@ -569,7 +574,7 @@ def sweep_section(recs: list[dict[str, Any]], plot_dir: Path | None) -> list[str
         if found:
             out += ["Crossovers (where the faster of two series changes; ties are not counted):", ""]
             out += [
-                f"- between {field}={sig(c['before'])} and {sig(c['after'])}: {c['faster_after']} overtakes "
+                f"- between {field}={c['before']:g} and {c['after']:g}: {c['faster_after']} overtakes "
                 f"{c['faster_before']}"
                 for c in found
             ]
