@@ -9,7 +9,9 @@ import matplotlib
 import numpy as np
 
 matplotlib.use("Agg")
+import matplotlib.patches  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 Record = dict[str, Any]
 #: Steps shown in the cumulative-time plot: far enough to see late break-evens.
@@ -33,12 +35,6 @@ def _label(rec: Record) -> str:
     return " / ".join(parts)
 
 
-def _log_if_wide(ax: Any, values: list[float], axis: str = "y") -> None:
-    positive = [v for v in values if v > 0]
-    if positive and max(positive) / min(positive) > 30:
-        (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
-
-
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -47,11 +43,11 @@ def _save(fig: Any, path: Path) -> Path:
 
 
 def step_times(recs: list[Record], workload: str, path: Path) -> Path | None:
-    """Steady median step time per cell with its 95% CI as error bars."""
+    """Steady median step time per cell with its 95% CI as error bars, coloured by graph kind."""
     ok = sorted((r for r in recs if r["status"] == "ok"), key=lambda r: r["median_s"])
     if not ok:
         return None
-    fig, ax = plt.subplots(figsize=(7, 0.45 * len(ok) + 1.6))
+    fig, ax = plt.subplots(figsize=(8.5, 0.42 * len(ok) + 1.8))
     medians = [r["median_s"] * 1e3 for r in ok]
     low = [(r["median_s"] - r.get("ci_low_s", r["median_s"])) * 1e3 for r in ok]
     high = [(r.get("ci_high_s", r["median_s"]) - r["median_s"]) * 1e3 for r in ok]
@@ -59,9 +55,14 @@ def step_times(recs: list[Record], workload: str, path: Path) -> Path | None:
     ax.barh(range(len(ok)), medians, xerr=[low, high], color=colors, capsize=3)
     ax.set_yticks(range(len(ok)), [_label(r) for r in ok])
     ax.invert_yaxis()
-    ax.set_xlabel("steady step time, median (ms/step); error bars: 95% CI; orange: static graph, blue: dynamic")
+    wide = max(medians) / min(medians) > 30
+    if wide:
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.4)))
+    ax.set_xlabel("steady step time, median (ms/step" + (", log scale" if wide else "") + "); error bars: 95% CI")
+    handles = [matplotlib.patches.Patch(color=c, label=f"{k} graph") for k, c in COLORS.items()]
+    ax.legend(handles=handles, loc="lower right", fontsize=8)
     ax.set_title(f"{workload}: steady step time (lower is better)")
-    _log_if_wide(ax, medians, "x")
     return _save(fig, path)
 
 
