@@ -335,7 +335,13 @@ def input_pipeline(recs: list[dict[str, Any]]) -> list[str]:
         row.append(DASH if share is None else f"{share:.0%}")
         rows.append(row)
     if not rows:
-        return []
+        modes = sorted({r.get("data", "resident") for r in recs})
+        note = (
+            f"This run measured one data mode ({', '.join(modes)}). Run with `DATA=all` (`--data all`) to "
+            "time the same cells with each step copying its batch from host memory (`host`) and with the "
+            "framework's native input pipeline (`loader`), and to see the input-bound share here."
+        )
+        return ["## Input pipeline", "", note, ""]
     headers = [
         "adapter",
         "workload",

@@ -274,3 +274,8 @@ def test_within_framework_section_pairs_dynamic_and_static_modes(tmp_path):
          f"{report.break_even(compiled, eager):,}"]
     ]  # fmt: skip
     assert "| jax " not in section, "a framework with only one mode has no row"
+
+
+def test_input_pipeline_section_explains_how_to_get_it_when_one_mode_ran():
+    section = "\n".join(report.input_pipeline([record("torch-eager")]))
+    assert section.startswith("## Input pipeline") and "Run with `DATA=all`" in section
