@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from tabulate import tabulate
 
-from harness import records, report
+from harness import records, report, summary
 from harness.stats import BOOTSTRAP_SAMPLES
 
 Record = dict[str, Any]
@@ -57,12 +57,12 @@ def build(run_a: Path, run_b: Path) -> str:
         label = [
             b["adapter"],
             b["workload"],
-            report.strategy(b) or "—",
+            summary.strategy(b) or "—",
             b.get("data", "resident"),
             b["device_requested"],
         ]
         if a["status"] != "ok" or b["status"] != "ok":
-            rows.append([*label, report._status(a), report._status(b), "—", "not comparable"])
+            rows.append([*label, report.status_text(a), report.status_text(b), "—", "not comparable"])
             continue
         ratio, low, high = ratio_ci(a["step_times_s"], b["step_times_s"])
         word = verdict(low, high)

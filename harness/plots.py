@@ -13,14 +13,11 @@ import matplotlib.patches  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
+from harness.summary import strategy
+
 Record = dict[str, Any]
 #: Steps shown in the cumulative-time plot: far enough to see late break-evens.
 HORIZON = 10_000
-
-
-def _strategy(rec: Record) -> str | None:
-    spec = rec.get("spec") or {}
-    return spec.get("strategy") if spec.get("task") == "train" else None
 
 
 COLORS = {"static": "#dd8452", "dynamic": "#4c72b0"}
@@ -28,8 +25,8 @@ COLORS = {"static": "#dd8452", "dynamic": "#4c72b0"}
 
 def _label(rec: Record) -> str:
     parts = [f"{rec['adapter']} ({rec['graph']})" if rec.get("graph") else rec["adapter"]]
-    if _strategy(rec):
-        parts.append(_strategy(rec))
+    if strategy(rec):
+        parts.append(strategy(rec))
     if rec.get("device"):
         parts.append(rec["device"])
     return " / ".join(parts)
@@ -74,7 +71,11 @@ def compile_cost(recs: list[Record], workload: str, path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(7, 0.5 * len(ok) + 1.6))
     y = range(len(ok))
     ax.barh(
-        [i - 0.2 for i in y], [r["first_step_s"] * 1e3 for r in ok], height=0.4, label="first step", color="#dd8452"
+        [i - 0.2 for i in y],
+        [r["first_step_s"] * 1e3 for r in ok],
+        height=0.4,
+        label="first step (trace + compile + run)",
+        color="#dd8452",
     )
     ax.barh([i + 0.2 for i in y], [r["median_s"] * 1e3 for r in ok], height=0.4, label="steady step", color="#4c72b0")
     ax.set_yticks(list(y), [_label(r) for r in ok])
@@ -101,7 +102,7 @@ def cumulative(recs: list[Record], workload: str, path: Path, cumulative_s) -> P
     fig, axes = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
 
     def exact(rs: list[Record]) -> list[Record]:
-        return [r for r in rs if _strategy(r) in (None, "exact")][:1]
+        return [r for r in rs if strategy(r) in (None, "exact")][:1]
 
     def best(rs: list[Record]) -> list[Record]:
         return [min(rs, key=lambda one: cumulative_s(one, HORIZON))]
@@ -110,7 +111,7 @@ def cumulative(recs: list[Record], workload: str, path: Path, cumulative_s) -> P
         for adapter in adapters:
             for r in choose([r for r in ok if r["adapter"] == adapter]):
                 style = "-" if r.get("graph") == "static" else "--"
-                label = " / ".join(filter(None, [adapter, _strategy(r)]))
+                label = " / ".join(filter(None, [adapter, strategy(r)]))
                 ax.plot(steps, [cumulative_s(r, n) for n in steps], style, color=colors[adapter], label=label)
         ax.axvline(window, color="grey", lw=0.8, ls=":")
         ax.set_xscale("log")

@@ -12,6 +12,7 @@ from tabulate import tabulate
 
 from harness import plots, records, summary
 from harness.stats import NOISY_IQR_RATIO
+from harness.summary import strategy
 from harness.timing import PROFILES
 
 DASH = "—"
@@ -29,7 +30,7 @@ def sig(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
-def _status(rec: dict[str, Any]) -> str:
+def status_text(rec: dict[str, Any]) -> str:
     if rec["status"] == "ok":
         return "ok"
     reason = " ".join(str(rec.get("reason", "")).split())
@@ -62,10 +63,6 @@ def _compiles(rec: dict[str, Any]) -> str:
     if rec.get("compile_s") is not None:
         parts.append(f"{sig(rec['compile_s'])} s")
     return ", ".join(parts) or DASH
-
-
-def strategy(rec: dict[str, Any]) -> str | None:
-    return (rec.get("spec") or {}).get("strategy") if (rec.get("spec") or {}).get("task") == "train" else None
 
 
 def _trains(rec: dict[str, Any]) -> bool:
@@ -117,7 +114,7 @@ def workload_table(recs: list[dict[str, Any]]) -> str:
                 _compiles(r) if good else DASH,
                 f"{r['loss_first']:.3f} → {r['loss_last']:.3f}" if good and _trains(r) else DASH,
                 r.get("steps", DASH) if good else DASH,
-                _status(r),
+                status_text(r),
             ]
         )
     headers = [

@@ -31,14 +31,15 @@ def _ok_resident(recs: list[Record]) -> list[Record]:
     return [r for r in recs if r["status"] == "ok" and r.get("data", "resident") == "resident"]
 
 
-def _strategy(rec: Record) -> str | None:
+def strategy(rec: Record) -> str | None:
+    """The loop strategy of a training cell whose workload has them, else None."""
     spec = rec.get("spec") or {}
     return spec.get("strategy") if spec.get("task") == "train" else None
 
 
 def _name(rec: Record) -> str:
-    strategy = _strategy(rec)
-    return f"{rec['adapter']} ({strategy})" if strategy else rec["adapter"]
+    loop = strategy(rec)
+    return f"{rec['adapter']} ({loop})" if loop else rec["adapter"]
 
 
 def _best_per_adapter(recs: list[Record]) -> list[Record]:
@@ -78,7 +79,7 @@ def gpu_vs_cpu_sentences(recs: list[Record]) -> list[str]:
     out = []
     cells: dict[tuple, dict[str, Record]] = {}
     for r in _ok_resident(recs):
-        cells.setdefault((r["workload"], r["adapter"], _strategy(r)), {})[r.get("device")] = r
+        cells.setdefault((r["workload"], r["adapter"], strategy(r)), {})[r.get("device")] = r
     for (workload, _, _), by_device in cells.items():
         cpu, gpu = by_device.get("cpu"), by_device.get("cuda")
         if not cpu or not gpu:

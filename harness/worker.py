@@ -69,22 +69,24 @@ def step_function(adapter, spec):
     return adapter.infer_step if getattr(spec, "task", "train") != "train" else adapter.train_step
 
 
-def feed(adapter, spec, mode: str, batches: list) -> tuple[Any, list]:
+def feed(adapter, spec, mode: str, batches: list) -> tuple[Any, list, list[float]]:
     """The step function and its per-step inputs for a data mode:
 
     ``resident``: the dataset is placed before timing; steps take placed batches.
     ``host``: batches stay in host memory; every step places its batch (copy inside the step).
     ``loader``: the framework's native input pipeline feeds every step.
+    The third item is the seconds of copying single batches to the device, timed on their own.
     """
     step = step_function(adapter, spec)
     if mode == "resident":
-        return step, place(adapter, batches)[0]
+        return (step, *place(adapter, batches))
+    _, copy_s = place(adapter, batches[:4])
     if mode == "host":
-        return (lambda batch: step(adapter.to_device(batch))), batches
+        return (lambda batch: step(adapter.to_device(batch))), batches, copy_s
     stream = adapter.loader(batches)
     if stream is None:
         raise Skip(f"{adapter.name} has no native input pipeline")
-    return (lambda _: step(next(stream))), list(range(len(batches)))
+    return (lambda _: step(next(stream))), list(range(len(batches))), copy_s
 
 
 def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -106,10 +108,9 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
     try:
         adapter, spec, device, setup_s = prepare(cell)
         batches = spec.batches()
-        step, inputs = feed(adapter, spec, cell.get("data", "resident"), batches)
+        step, inputs, place_s = feed(adapter, spec, cell.get("data", "resident"), batches)
     except Skip as exc:
         return new_record(cell, "skipped", str(exc))
-    _, place_s = place(adapter, batches[:4])  # the copy on its own, whatever the data mode
     before = adapter.compile_stats()
     sampler = UtilSampler() if device == "cuda" else None
     m = timing.measure(step, adapter.sync, inputs, profile, steady=sampler)
