@@ -4,6 +4,40 @@ Shared by the test suite (tests/test_conformance.py) and ``python -m harness che
 which an adapter author runs until everything passes. One worker process runs every variant
 of one adapter (one framework import, one warm compiler), writing what it computed; the
 checks compare that with the float64 reference here, in the parent.
+
+The tolerance rule: derived on the machine that runs the check, never tuned on one
+---------------------------------------------------------------------------------------
+Float32 training is not float64 training. Rounding differs between kernels (oneDNN, Eigen, XLA,
+OpenBLAS) and between CPUs, and a ReLU whose input sits near zero, or Adam's per-element
+normalisation, turns one rounding difference into a visibly different trajectory within a few
+steps (on ``mlp-wide`` a plain float32 run of the NumPy reference itself ends 1.4% away from
+the float64 one after 5 Adam steps, as far as a wrong beta2 does). So the checks never compare
+trajectories. They follow the adapter's own trajectory and, at every step t of the first
+SNAPSHOT, compare what the adapter did with what the float64 reference does *from the
+adapter's own parameters* p_t, with the optimiser state accumulated along that same
+trajectory (a "shadow" step):
+
+* the loss at p_t, as a relative error;
+* the update p_{t+1} - p_t of every parameter tensor, as a relative L2 error;
+* the step size of the whole model's update: the component of the update's error along the
+  reference update, relative to it (a learning rate 0.4% off reads 4e-3 here).
+
+Errors then stay at rounding level instead of compounding, with one exception: a ReLU input
+within rounding of zero flips one unit's derivative for one sample. That moves the unit's bias
+by a visible fraction of the learning rate (and, through Adam's momentum, every later step),
+and no float32 run of the reference can predict where it happens. So a tensor may exceed its
+allowance up to KINK (10% of its update) as long as the whole model's step size is within its
+own allowance: every mutation below moves the step size (or a tensor by 100%). The allowance is the reference's
+own float32 sensitivity, measured on this machine by the same comparison applied to float32
+runs of the NumPy reference (see FLOAT32_RUNS) that differ from each other only in rounding:
+allowed error = FACTOR x the largest error of those runs, per tensor and for the losses, and
+never below FLOOR. Elements whose gradient is below the float32 noise floor of its own sum
+(Adam turns any of them into a step of about +-lr whatever its sign) carry no information about
+correctness: they stay in the norm, and the float32 runs measure how much of a tensor they
+are, so such a tensor gets a larger allowance, measured rather than guessed. The mutations in
+tests/test_tolerance_mutations.py (learning rate x1.004, Adam epsilon before the bias
+correction, beta2 0.99, a bias never updated, a conv kernel flipped, GRU gates swapped) must
+still fail.
 """
 
 from __future__ import annotations
@@ -16,17 +50,34 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from adapters import AdapterInfo
 from harness import runner
 from harness.plan import variants
-from workloads import STRATEGIES, WORKLOADS, Workload, get_workload, override
+from workloads import STRATEGIES, WORKLOADS, Batch, Params, Workload, get_workload, optim, override
+from workloads.rnn import decoded_lengths
 
 SNAPSHOT = 5
-#: Relative tolerance on the step-0 loss (float32 forward pass vs float64 reference).
-LOSS_RTOL = 1e-5
-#: Relative tolerance on the first SNAPSHOT losses.
-LOSSES_RTOL = 1e-4
+#: Allowed error = FACTOR x the largest error of the float32 runs of the reference. Framework
+#: kernels round differently from NumPy's, not worse: 10x covers that with room, while every
+#: mutation in tests/test_tolerance_mutations.py stays at least 10x above its allowance.
+FACTOR = 10.0
+#: No allowance below 256 float32 ulps (3.1e-5) of relative error. NumPy's exp/tanh are within an
+#: ulp; the frameworks' vectorised ones are a few ulps off, and a GRU applies them at every step:
+#: every framework here lands 1.0e-5 from float64 on rnn-caption's updates where NumPy's float32
+#: runs land 1e-6 or less.
+FLOOR = float(256 * np.finfo(np.float32).eps)
+#: A tensor's relative L2 update error accepted beyond its derived allowance as a ReLU kink,
+#: provided the whole model's step size is within its allowance (module docstring).
+KINK = 0.1
+#: The float32 runs of the reference whose spread sets the allowances.
+FLOAT32_RUNS = (
+    "float32",
+    "float32, the rows of every batch permuted (every sum over the batch in another order)",
+    "float32, initial parameters moved by +-1 ulp at random",
+    "float32, rows permuted, initial parameters and inputs moved by +-1 ulp",
+)
 
 #: Checks train on a 4-batch dataset: numerics are the same, four caption lengths (not 16)
 #: keep static-graph compiles few, and the loss falls fast.
@@ -62,34 +113,158 @@ def is_training(spec: Workload) -> bool:
     return getattr(spec, "task", "train") == "train"
 
 
-def update_rtol(spec: Workload) -> float:
-    """Relative L2 error allowed on each parameter tensor's total update after SNAPSHOT steps.
+def _exact(spec: Workload) -> Workload:
+    """Every loop strategy is held to the exact strategy's reference: padding may change
+    cost, never results."""
+    if getattr(spec, "strategy", "exact") != "exact":
+        return dataclasses.replace(spec, strategy="exact")
+    return spec
 
-    1e-4 for SGD on dense layers. 5e-3 where float32 legitimately drifts further: Adam
-    normalises every element's step, so rounding in near-zero gradients moves single elements by
-    a visible fraction of the learning rate; a first conv layer's kernel gradient sums 32k terms
-    that largely cancel (PyTorch's oneDNN kernels drift 2e-3 there, XLA 1e-5). A 1% change of
-    the learning rate still fails both (tests: test_update_tolerance_catches_drift).
-    """
-    return 5e-3 if spec.optimizer == "adam" or spec.family == "cnn" else 1e-4
+
+def step_error(got: np.ndarray, want: np.ndarray) -> float:
+    """How much more (or less) than the reference step a tensor moved: the component of
+    ``got - want`` along ``want``, relative to ``want`` (<(got - want), want> / ||want||^2).
+    A learning rate off by 0.4% reads 0.004; rounding noise and a kink, uncorrelated with the
+    step, average out."""
+    den = float(np.dot(want.ravel(), want.ravel()))
+    num = float(np.dot((got - want).ravel(), want.ravel()))
+    if den == 0.0:
+        return 0.0 if num == 0.0 else float("inf")
+    return abs(num) / den
+
+
+def relative_error(got: np.ndarray, want: np.ndarray) -> float:
+    """||got - want|| / ||want||; inf where want is zero and got is not; NaN if got has a NaN."""
+    num = float(np.linalg.norm(got - want))
+    den = float(np.linalg.norm(want))
+    if den == 0.0:
+        return 0.0 if num == 0.0 else float("inf")
+    return num / den
+
+
+@dataclass(frozen=True)
+class Shadow:
+    """Per-step errors of a trajectory against float64 shadow steps from its own parameters."""
+
+    loss_errors: np.ndarray
+    """Relative error of the loss at each step."""
+    update_errors: dict[str, float]
+    """Per tensor, the largest relative L2 error of an update over the steps (NaN-propagating)."""
+    step_error: float
+    """The largest step-size error (step_error) of the whole model's update over the steps."""
+
+
+def shadow(spec: Workload, losses: np.ndarray, trajectory: list[Params]) -> Shadow:
+    """Compare ``trajectory`` (parameters before the first and after each update) and the
+    ``losses`` taken at its points with float64 shadow steps; see the module docstring."""
+    spec = _exact(spec)
+    data = spec.batches()
+    steps = len(trajectory) - 1
+    with threadpool_limits(1, "blas"):  # deterministic sums, and no spinning BLAS threads
+        p = {k: v.astype(np.float64) for k, v in trajectory[0].items()}
+        opt = optim.make(spec.optimizer, spec.learning_rate, p)
+        loss_errors, update_errors, step_errors = [], {k: [] for k in p}, []
+        for t in range(steps):
+            p = {k: v.astype(np.float64) for k, v in trajectory[t].items()}
+            loss, grads = spec.reference_loss_and_grads(p, data[t % len(data)])
+            loss_errors.append(abs(float(losses[t]) - loss) / abs(loss))
+            stepped = {k: v.copy() for k, v in p.items()}
+            opt.apply(stepped, grads)
+            did = {k: trajectory[t + 1][k].astype(np.float64) - p[k] for k in p}
+            want = {k: stepped[k] - p[k] for k in p}
+            for k in p:
+                update_errors[k].append(relative_error(did[k], want[k]))
+            step_errors.append(step_error(_flat(did), _flat(want)))
+    return Shadow(
+        np.asarray(loss_errors),
+        {k: float(np.max(v)) for k, v in update_errors.items()},
+        float(np.max(step_errors)),
+    )
+
+
+def _flat(params: Params) -> np.ndarray:
+    return np.concatenate([v.ravel() for v in params.values()])
+
+
+def _ulp(arrays: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Every non-integral float32 array moved by one ulp up or down at random, element-wise
+    (masks and other 0/1 arrays stay as they are)."""
+    out = {}
+    for k, v in arrays.items():
+        if v.dtype == np.float32 and not np.array_equal(v, np.round(v)):
+            up = rng.random(v.shape) < 0.5
+            v = np.where(up, np.nextafter(v, np.float32(np.inf)), np.nextafter(v, np.float32(-np.inf)))
+        out[k] = v
+    return out
+
+
+def _permuted(batch: Batch, rng: np.random.Generator) -> Batch:
+    rows = len(next(iter(batch.values())))
+    order = rng.permutation(rows)
+    return {k: v[order] if v.ndim and len(v) == rows else v for k, v in batch.items()}
+
+
+def float32_runs(spec: Workload, optimizer_factory: Any = None) -> list[tuple[np.ndarray, list[Params]]]:
+    """The reference trained in float32 under each of FLOAT32_RUNS: (losses, trajectory).
+    ``optimizer_factory(p)`` replaces the spec's optimiser (tests train wrong models with it)."""
+    spec = _exact(spec)
+    rng = np.random.default_rng([spec.seed, 4])
+    p0, data = spec.init_params(), spec.batches()
+    permuted = [_permuted(b, rng) for b in data]
+    setups = [(p0, data), (p0, permuted), (_ulp(p0, rng), data), (_ulp(p0, rng), [_ulp(b, rng) for b in permuted])]
+    runs = []
+    with threadpool_limits(1, "blas"):
+        for params, batches in setups:
+            opt = optimizer_factory(params) if optimizer_factory else None
+            losses, trajectory = spec.reference_train(params, SNAPSHOT, np.float32, opt, batches)
+            runs.append((np.asarray(losses), trajectory))
+    return runs
+
+
+@dataclass(frozen=True)
+class Allowance:
+    loss: float
+    """Largest relative loss error allowed at any of the first SNAPSHOT steps."""
+    updates: dict[str, float]
+    """Per tensor, the largest relative L2 update error allowed."""
+    step: float
+    """The largest step-size error of the whole model's update allowed."""
 
 
 @functools.cache
-def reference(spec: Workload) -> tuple[dict, list[float], dict]:
-    """Initial parameters, reference losses and parameters after SNAPSHOT steps. Every loop
-    strategy shares the exact strategy's reference: padding may change cost, never results."""
-    if getattr(spec, "strategy", "exact") != "exact":
-        spec = dataclasses.replace(spec, strategy="exact")
-    p0 = spec.init_params()
-    losses, params = spec.reference_train(p0, SNAPSHOT)
-    return p0, losses, params
+def allowance(spec: Workload) -> Allowance:
+    """FACTOR x the float32 sensitivity of the reference (module docstring), at least FLOOR."""
+    spec = _exact(spec)
+    measured = [shadow(spec, losses, trajectory) for losses, trajectory in float32_runs(spec)]
+    loss = max(float(np.max(m.loss_errors)) for m in measured)
+    updates = {k: max(m.update_errors[k] for m in measured) for k in measured[0].update_errors}
+    step = max(m.step_error for m in measured)
+    return Allowance(
+        max(FLOOR, FACTOR * loss),
+        {k: max(FLOOR, FACTOR * v) for k, v in updates.items()},
+        max(FLOOR, FACTOR * step),
+    )
 
 
-def update_errors(p0: dict, got: dict, want: dict) -> dict[str, float]:
-    """Per tensor: ||(got - p0) - (want - p0)|| / ||want - p0||."""
-    return {
-        k: float(np.linalg.norm(got[k].astype(np.float64) - want[k]) / np.linalg.norm(want[k] - p0[k])) for k in want
-    }
+def worst(errors: dict[str, float]) -> str:
+    """The key of the largest error; a NaN counts as the largest (NaN-safe max)."""
+    return max(errors, key=lambda k: np.inf if np.isnan(errors[k]) else errors[k])
+
+
+def trajectory_of(result: dict[str, np.ndarray]) -> list[Params]:
+    """The parameter snapshots ``param{t}:{name}`` of a check result, in step order."""
+    snaps: dict[int, Params] = {}
+    for key, value in result.items():
+        if key.startswith("param") and ":" in key:
+            step, name = key.removeprefix("param").split(":", 1)
+            snaps.setdefault(int(step), {})[name] = value
+    return [snaps[t] for t in sorted(snaps)]
+
+
+def as_result(losses: Any, trajectory: list[Params]) -> dict[str, np.ndarray]:
+    """A check result (what a worker writes) from losses and a trajectory; see trajectory_of."""
+    snaps = {f"param{t}:{k}": v for t, snap in enumerate(trajectory) for k, v in snap.items()}
+    return {"losses": np.asarray(losses, dtype=np.float64), **snaps}
 
 
 @dataclass
@@ -99,53 +274,76 @@ class Check:
     detail: str
 
 
+def _decode_checks(spec: Workload, result: dict[str, np.ndarray]) -> list[Check]:
+    params = spec.init_params()
+    want = np.stack([spec.reference_decode(params, b["features"]) for b in spec.batches()])
+    got = result["outputs"]
+    same = got.shape == want.shape and bool(np.array_equal(got, want))
+    lengths = decoded_lengths(want)
+    early = int((lengths < spec.max_len).sum())
+    shape = f"{lengths.size} captions of {lengths.min()}..{lengths.max()} tokens, {early} ending before max_len"
+    if same:
+        detail = f"token-identical to the reference ({shape})"
+    else:
+        differ = int((got != want).sum()) if got.shape == want.shape else f"shape {got.shape} vs {want.shape}:"
+        detail = f"{differ} tokens differ from the reference ({shape})"
+    return [Check("greedy decode", same, detail)]
+
+
 def evaluate(spec: Workload, result: dict[str, np.ndarray]) -> list[Check]:
-    """Every check of one variant, in plain words."""
+    """Every check of one variant, in plain words. A NaN anywhere fails the check it is in."""
     if "skipped" in result:
         return []
     if not is_training(spec):
-        want = spec.reference_decode(spec.init_params(), spec.batches()[0]["features"])
-        got = result["outputs"]
-        same = got.shape == want.shape and bool(np.array_equal(got, want))
-        differ = int((got != want).sum()) if got.shape == want.shape else "shape"
-        detail = "token-identical to the reference" if same else f"{differ} tokens differ from the reference"
-        return [Check("greedy decode", same, detail)]
-    p0, ref_losses, ref_params = reference(spec)
-    losses = result["losses"]
-    checks = []
-    err0 = abs(losses[0] - ref_losses[0]) / abs(ref_losses[0])
+        return _decode_checks(spec, result)
+    p0 = spec.init_params()
+    losses = np.asarray(result["losses"], dtype=np.float64)
+    trajectory = trajectory_of(result)
+    missing = sorted(set(p0) - set(trajectory[0])) if trajectory else sorted(p0)
+    wrong = sorted({k for snap in trajectory for k in snap if k in p0 and snap[k].shape != p0[k].shape})
+    if missing or wrong:
+        detail = f"missing {missing}" if missing else f"non-canonical layout for {wrong}"
+        return [Check(f"parameters of the first {SNAPSHOT} steps", False, detail)]
+    if len(trajectory) != SNAPSHOT + 1 or len(losses) < SNAPSHOT:
+        detail = f"{len(trajectory)} parameter snapshots, {len(losses)} losses; need {SNAPSHOT + 1}, {SNAPSHOT}"
+        return [Check(f"parameters of the first {SNAPSHOT} steps", False, detail)]
+    moved = {k: float(np.max(np.abs(trajectory[0][k].astype(np.float64) - p0[k]))) for k in p0}
+    bad = worst(moved)
+    same = moved[bad] == 0.0  # False for NaN too
+    checks = [
+        Check("initial parameters", same, "the spec's, bit for bit" if same else f"{bad} differs by {moved[bad]:.1e}")
+    ]
+    allowed = allowance(spec)
+    found = shadow(spec, losses, trajectory)
+    err0 = float(found.loss_errors[0])
     checks.append(
         Check(
             "step-0 loss",
-            err0 <= LOSS_RTOL,
-            f"{losses[0]:.6f} vs reference {ref_losses[0]:.6f} (relative error {err0:.1e}, allowed {LOSS_RTOL:g})",
+            err0 <= allowed.loss,
+            f"{losses[0]:.6f} (relative error {err0:.1e}, allowed {allowed.loss:.1e})",
         )
     )
-    errs = np.abs(losses[:SNAPSHOT] - ref_losses) / np.abs(ref_losses)
+    errs = found.loss_errors
     checks.append(
         Check(
             f"losses of the first {SNAPSHOT} steps",
-            bool(np.all(errs <= LOSSES_RTOL)),
-            f"largest relative error {errs.max():.1e} (allowed {LOSSES_RTOL:g})",
+            bool(np.all(errs <= allowed.loss)),
+            f"largest relative error {np.max(errs):.1e} (allowed {allowed.loss:.1e})",
         )
     )
-    got = {k.removeprefix("param:"): v for k, v in result.items() if k.startswith("param:")}
-    missing = sorted(set(ref_params) - set(got))
-    wrong = [k for k in got if k in ref_params and got[k].shape != ref_params[k].shape]
-    if missing or wrong:
-        detail = f"missing {missing}" if missing else f"non-canonical layout for {wrong}"
-        checks.append(Check(f"parameters after {SNAPSHOT} steps", False, detail))
-    else:
-        errors = update_errors(p0, got, ref_params)
-        worst = max(errors, key=errors.get)
-        tol = update_rtol(spec)
-        checks.append(
-            Check(
-                f"parameters after {SNAPSHOT} steps",
-                errors[worst] < tol,
-                f"largest update error {errors[worst]:.1e} in {worst} (allowed {tol:g})",
-            )
-        )
+    ratios = {k: found.update_errors[k] / allowed.updates[k] for k in allowed.updates}
+    key = worst(ratios)
+    kinked = sorted(k for k, r in ratios.items() if not r <= 1.0 and found.update_errors[k] <= KINK)
+    tensors_ok = all(r <= 1.0 or k in kinked for k, r in ratios.items())
+    detail = (
+        f"step size of the whole model off by {found.step_error:.1e} (allowed {allowed.step:.1e}); "
+        f"largest tensor error relative to its allowance in {key}: "
+        f"{found.update_errors[key]:.1e} (allowed {allowed.updates[key]:.1e})"
+    )
+    if kinked:
+        detail += f"; within the ReLU-kink bound {KINK:g}: {', '.join(kinked)}"
+    passed = found.step_error <= allowed.step and tensors_ok
+    checks.append(Check(f"parameter updates of the first {SNAPSHOT} steps", passed, detail))
     first, last = float(losses[:5].mean()), float(losses[-5:].mean())
     checks.append(
         Check(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import math
 from collections.abc import Iterable, Mapping
 
 from adapters import AdapterInfo
@@ -171,7 +172,9 @@ def parse_sweep(expr: str) -> tuple[str, list[str]]:
         raise PlanError(f"--sweep {expr!r}: expected FIELD=V1,V2,... with at least two values")
     for v in values:
         try:
-            float(v)
+            number = float(v)
         except ValueError:
             raise PlanError(f"--sweep {expr!r}: value {v!r} is not a number") from None
+        if not math.isfinite(number):
+            raise PlanError(f"--sweep {expr!r}: value {v!r} is not a finite number")
     return field.strip(), values

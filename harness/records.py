@@ -7,6 +7,7 @@ Reports are built from records alone, so every field a report shows lives here.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -32,10 +33,37 @@ def new_record(cell: dict[str, Any], status: str, reason: str = "", **fields: An
     return {"schema_version": SCHEMA_VERSION, **cell, "status": status, "reason": reason, **fields}
 
 
+def _unwritable(value: Any, path: str, found: list[str]) -> Any:
+    """``value`` with every part strict JSON cannot hold (NaN, infinities, foreign objects)
+    replaced by its text; ``path=text`` of each such part is appended to ``found``."""
+    if isinstance(value, dict):
+        return {str(k): _unwritable(v, f"{path}.{k}" if path else str(k), found) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_unwritable(v, f"{path}[{i}]", found) for i, v in enumerate(value)]
+    if value is None or isinstance(value, str | int | bool) or (isinstance(value, float) and math.isfinite(value)):
+        return value
+    found.append(f"{path}={value!r}")
+    return repr(value)
+
+
+def writable(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` itself when strict JSON can hold it; otherwise a ``failed`` record whose
+    reason names the fields that could not be written (their values kept as text)."""
+    found: list[str] = []
+    clean = _unwritable(record, "", found)
+    if not found:
+        return record
+    reason = "result not recordable as JSON: " + ", ".join(found[:5]) + (" ..." if len(found) > 5 else "")
+    if record.get("status") == "failed" and record.get("reason"):
+        reason = f"{record['reason']}; {reason}"
+    return {**clean, "status": "failed", "reason": reason}
+
+
 def append(path: Path, record: dict[str, Any]) -> None:
     """Append one record as a single write, flushed and fsynced, so a crash or Ctrl-C can
-    never leave half a line behind."""
-    line = (json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode()
+    never leave half a line behind. A record JSON cannot hold is written as ``writable`` makes
+    it: a failed record, never an exception that would lose the run."""
+    line = (json.dumps(writable(record), sort_keys=True, allow_nan=False) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line)

@@ -92,10 +92,20 @@ def _median_ci(rec: dict[str, Any]) -> str:
     return text
 
 
+def _outcome(rec: dict[str, Any]) -> str:
+    """Training: the loss at the first and last timed step. Decoding: tokens per caption."""
+    if _trains(rec):
+        return f"{rec['loss_first']:.3f} → {rec['loss_last']:.3f}"
+    if rec.get("decode_len_mean") is None:
+        return DASH
+    return f"{sig(rec['decode_len_mean'])} per caption ({rec['decode_len_min']}..{rec['decode_len_max']})"
+
+
 def workload_table(recs: list[dict[str, Any]]) -> str:
     ok = [r for r in recs if r["status"] == "ok"]
     fastest = min(ok, key=lambda r: r["median_s"], default=None)
     with_strategy = any(strategy(r) for r in recs)
+    with_tokens = any(r.get("tokens_per_s") for r in recs)
     rows = []
     for r in recs:
         good = r["status"] == "ok"
@@ -110,9 +120,10 @@ def workload_table(recs: list[dict[str, Any]]) -> str:
                 _median_ci(r) if good else DASH,
                 iqr,
                 sig(r["samples_per_s"]) if good else DASH,
+                *([sig(r.get("tokens_per_s")) if good else DASH] if with_tokens else []),
                 _vs_fastest(r, fastest) if good else DASH,
                 _compiles(r) if good else DASH,
-                f"{r['loss_first']:.3f} → {r['loss_last']:.3f}" if good and _trains(r) else DASH,
+                _outcome(r) if good else DASH,
                 r.get("steps", DASH) if good else DASH,
                 status_text(r),
             ]
@@ -126,9 +137,10 @@ def workload_table(recs: list[dict[str, Any]]) -> str:
         "steady median [95% CI] (ms/step)",
         "IQR (ms)",
         "samples/s",
+        *(["tokens/s"] if with_tokens else []),
         "time vs fastest",
         "traces / compiles",
-        "loss first → last",
+        "loss first → last / decoded tokens",
         "timed steps",
         "status",
     ]

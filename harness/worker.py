@@ -27,9 +27,10 @@ from adapters import DeviceUnavailable, discover
 from adapters.base import Options
 from harness import timing
 from harness.gpu_util import UtilSampler
-from harness.records import new_record
+from harness.records import new_record, writable
 from harness.stats import summarize
 from workloads import get_workload, override
+from workloads.rnn import decoded_lengths
 
 
 class Skip(Exception):
@@ -103,6 +104,32 @@ def achieved_gflops(flops: list[int | None], cold_steps: int, times: list[float]
     return sum(work) / sum(times) / 1e9, max(w / t for w, t in zip(work, times, strict=True)) / 1e9
 
 
+def token_counts(adapter, spec, batches: list) -> tuple[list[int] | None, dict[str, Any]]:
+    """Tokens each batch's step processes, and for decoding the decoded-length statistics.
+
+    Decoding counts what the adapter emitted (EOS included, PAD after it not), from one more
+    untimed decode of every batch; training counts the workload's own token count."""
+    if getattr(spec, "task", "train") == "train":
+        return [spec.tokens(b) for b in batches] if spec.tokens(batches[0]) is not None else None, {}
+    lengths = [decoded_lengths(adapter.fetch(adapter.infer_step(adapter.to_device(b)))) for b in batches]
+    every = np.concatenate(lengths)
+    stats = {
+        "decode_len_mean": float(every.mean()),
+        "decode_len_min": int(every.min()),
+        "decode_len_max": int(every.max()),
+        "decode_early_exits": int((every < spec.max_len).sum()),
+        "decode_captions": int(every.size),
+    }
+    return [int(n.sum()) for n in lengths], stats
+
+
+def tokens_per_s(tokens: list[int] | None, cold_steps: int, times: list[float]) -> float | None:
+    """Tokens per second over the steady window; step i of it ran batch (cold_steps + i) % n."""
+    if not tokens:
+        return None
+    return sum(tokens[(cold_steps + i) % len(tokens)] for i in range(len(times))) / sum(times)
+
+
 def bench(cell: dict[str, Any]) -> dict[str, Any]:
     profile = timing.PROFILES[cell["profile"]]
     try:
@@ -117,6 +144,7 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
     compile_stats = _delta(before, adapter.compile_stats())
     flops = [spec.flops(b) for b in batches]
     gflops = achieved_gflops(flops, len(m.cold_times_s), m.step_times_s)
+    tokens, decode_stats = token_counts(adapter, spec, batches)
     return new_record(
         cell,
         "ok",
@@ -144,26 +172,30 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
         host_peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         device_peak_bytes=adapter.device_memory_peak(),
         gpu_util_mean=sampler.mean if sampler else None,
+        tokens_per_s=tokens_per_s(tokens, len(m.cold_times_s), m.step_times_s),
+        **decode_stats,
         **summarize(m.step_times_s, spec.batch_size),
     )
 
 
 def check(cell: dict[str, Any], steps: int, snapshot: int) -> dict[str, np.ndarray]:
-    """Losses of ``steps`` steps and parameters after ``snapshot``; for inference workloads,
-    the outputs of ``infer_step`` on the first batch. A skip is returned as ``skipped``."""
+    """Losses of ``steps`` steps and the parameters before the first and after each of the
+    first ``snapshot`` steps (``param{t}:{name}``); for inference workloads, the outputs of
+    ``infer_step`` on every batch, stacked. A skip is returned as ``skipped``."""
     try:
         adapter, spec, device, _ = prepare(cell)
     except Skip as exc:
         return {"skipped": np.asarray(str(exc))}
     placed, _ = place(adapter, spec.batches())
     if getattr(spec, "task", "train") != "train":
-        return {"outputs": adapter.fetch(adapter.infer_step(placed[0]))}
-    losses, snap = [], {}
+        return {"outputs": np.stack([adapter.fetch(adapter.infer_step(batch)) for batch in placed])}
+    snaps = {f"param0:{k}": v for k, v in adapter.params().items()}
+    losses = []
     for step in range(steps):
         losses.append(adapter.sync(adapter.train_step(placed[step % len(placed)])))
-        if step + 1 == snapshot:
-            snap = adapter.params()
-    return {"losses": np.asarray(losses, dtype=np.float64), **{f"param:{k}": v for k, v in snap.items()}}
+        if step < snapshot:
+            snaps.update({f"param{step + 1}:{k}": v for k, v in adapter.params().items()})
+    return {"losses": np.asarray(losses, dtype=np.float64), **snaps}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         tail = traceback.format_exc().strip().splitlines()[-12:]
         record = new_record(cell, "failed", f"{type(exc).__name__}: {exc}".strip(), stderr_tail="\n".join(tail))
     record["worker_s"] = time.perf_counter() - t0
-    args.out.write_text(json.dumps(record, allow_nan=False))
+    args.out.write_text(json.dumps(writable(record), allow_nan=False))
     return 0
 
 

@@ -71,6 +71,13 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
         (["bench", "--workload", "mlp-wdie"], "unknown workload 'mlp-wdie' (did you mean 'mlp-wide'?)"),
         (["bench", "--device", "gpu"], "unknown device 'gpu' (did you mean 'cuda'?)"),
         (["bench", "--set", "batch_size=0"], "batch_size must be > 0, got 0"),
+        (["bench", "--set", "learning_rate=nan"], "learning_rate must be a finite number > 0, got nan"),
+        (["bench", "--set", "learning_rate=inf"], "learning_rate must be a finite number > 0, got inf"),
+        (["bench", "--set", "learning_rate=-1e-3"], "learning_rate must be a finite number > 0, got -0.001"),
+        (["bench", "--sweep", "learning_rate=0.1,nan"], "value 'nan' is not a finite number"),
+        (["bench", "--sweep", "learning_rate=0.1,-inf"], "value '-inf' is not a finite number"),
+        (["bench", "--sweep", "batch_size=16,0"], "batch_size must be > 0, got 0"),
+        (["bench", "--workload", "rnn-decode", "--set", "hidden=2"], "hidden must be >= 3 for decoding"),
         (["bench", "--threads", "0"], "--threads must be >= 1"),
         (["bench", "--profile", "fast"], "invalid choice: 'fast'"),
         (["report", "/nonexistent/run"], "no such results file"),
@@ -123,3 +130,16 @@ def test_native_input_pipelines_feed_real_training(python, tmp_path):
     recs = records.load(tmp_path / "loader" / records.RESULTS)
     assert [r["status"] for r in recs] == ["ok"] * len(names), [r.get("reason") for r in recs]
     assert all(r["data"] == "loader" and r["loss_last"] < r["loss_first"] for r in recs)
+
+
+def test_a_record_json_cannot_hold_becomes_a_failed_record_and_the_file_stays_readable(tmp_path):
+    """The parent never dies on a record: NaN (or anything JSON cannot hold) in a worker's
+    result is written as a failed record naming the fields, and the next record still lands."""
+    results = tmp_path / records.RESULTS
+    cell = check_cell("torch-eager", "mlp") | {"cell_id": "a", "spec": {"learning_rate": float("nan")}}
+    records.append(results, records.new_record(cell, "ok", loss_first=float("inf"), median_s=0.001))
+    records.append(results, records.new_record(check_cell("torch-eager", "mlp") | {"cell_id": "b"}, "skipped", "x"))
+    first, second = records.load(results)
+    assert first["status"] == "failed" and second["status"] == "skipped"
+    assert "spec.learning_rate=nan" in first["reason"] and "loss_first=inf" in first["reason"]
+    assert first["median_s"] == 0.001, "what was measured is kept"

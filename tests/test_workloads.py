@@ -9,6 +9,7 @@ import pytest
 
 from workloads import CNN, MLP, STRATEGIES, WORKLOADS, RNNCaption, SpecError, get_workload, override
 from workloads.mlp import mlp_loss_and_grads
+from workloads.rnn import EOS, PAD, decoded_lengths
 
 
 def test_parameter_counts_match_the_seed_articles():
@@ -75,7 +76,7 @@ def test_override_parses_types():
         ("batch_size=abc", "--set batch_size='abc': expected an integer"),
         ("batch_size=0", "batch_size must be > 0, got 0"),
         ("hidden=64,-1", "hidden widths must be > 0"),
-        ("learning_rate=-1", "learning_rate must be > 0"),
+        ("learning_rate=-1", "learning_rate must be a finite number > 0"),
         ("optimizer=rmsprop", "optimizer 'rmsprop' is not one of: sgd, adam"),
         ("batch_size", "expected field=value"),
     ],
@@ -161,7 +162,7 @@ def test_reference_decode_stops_after_eos():
     spec = get_workload("rnn-decode")
     p = spec.init_params()
     # make EOS the most likely token from the second step on: every caption ends at step 1 or 2
-    p["out/bias"] = p["out/bias"].copy()
+    p["out/kernel"][:, 2] = 0.0  # drop the spec's own stopping rule
     p["out/bias"][2] = 50.0
     out = spec.reference_decode(p, spec.batches()[0]["features"])
     assert np.all(out[:, 0] == 2) and np.all(out[:, 1:] == 0)
@@ -195,3 +196,24 @@ def test_flops_are_counted_from_the_spec():
     padded = override(rnn, ["strategy=padded"])
     assert padded.flops(padded.batches()[0]) == rnn.flops(b), "padding is waste, not useful work"
     assert get_workload("rnn-decode").flops(b) is None
+
+
+def test_decode_spec_stops_at_the_designed_varied_lengths():
+    """rnn-decode's captions end where its batches' masks say, at lengths spread like the
+    training captions', with early exits and PAD after EOS in every batch."""
+    spec = get_workload("rnn-decode")
+    params = spec.init_params()
+    lengths = []
+    for batch in spec.batches():
+        out = spec.reference_decode(params, batch["features"])
+        got = decoded_lengths(out)
+        np.testing.assert_array_equal(got, batch["mask"].sum(axis=1))
+        for row, n in zip(out, got, strict=True):
+            assert row[n - 1] == EOS and np.all(row[n:] == PAD) and np.all(row[: n - 1] > EOS)
+        lengths.append(got)
+    every = np.concatenate(lengths)
+    assert every.min() == spec.min_len and every.max() == spec.max_len
+    assert len(np.unique(every)) >= 20 and (every < spec.max_len).mean() > 0.9
+    train = get_workload("rnn-caption")
+    np.testing.assert_array_equal(train.init_params()["out/bias"], RNNCaption(name="t").init_params()["out/bias"])
+    assert not np.array_equal(train.init_params()["out/bias"], params["out/bias"]), "only decoding is rebuilt"

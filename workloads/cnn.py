@@ -109,7 +109,7 @@ class CNN(Workload):
         return total + dense_training_flops(sizes, b) + 2 * b * sizes[0] * sizes[1]
 
     def reference_loss_and_grads(self, params: Params, batch: Batch) -> tuple[float, Params]:
-        h = batch["x"].astype(np.float64)
+        h = batch["x"].astype(params["conv0/kernel"].dtype)
         grads: Params = {}
         tape = []
         for i in range(len(self.channels)):
@@ -124,7 +124,7 @@ class CNN(Workload):
         for j in range(n_dense):
             z = acts[-1] @ params[f"dense{j}/kernel"] + params[f"dense{j}/bias"]
             acts.append(np.maximum(z, 0.0) if j < n_dense - 1 else z)
-        loss, dz = softmax_cross_entropy(acts[-1], batch["y"], np.ones(len(flat)))
+        loss, dz = softmax_cross_entropy(acts[-1], batch["y"], np.ones(len(flat), flat.dtype))
         for j in reversed(range(n_dense)):
             grads[f"dense{j}/kernel"] = acts[j].T @ dz
             grads[f"dense{j}/bias"] = dz.sum(axis=0)
@@ -145,7 +145,7 @@ def conv3x3_same(x: np.ndarray, k: np.ndarray) -> np.ndarray:
     """NHWC cross-correlation with a (3, 3, in, out) kernel, stride 1, zero padding 1."""
     n, h, w, _ = x.shape
     xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
-    out = np.zeros((n, h, w, k.shape[3]))
+    out = np.zeros((n, h, w, k.shape[3]), np.result_type(x, k))
     for dy in range(3):
         for dx in range(3):
             out += xp[:, dy : dy + h, dx : dx + w, :] @ k[dy, dx]
@@ -156,7 +156,7 @@ def conv3x3_same_backward(x: np.ndarray, k: np.ndarray, dout: np.ndarray) -> tup
     """Gradients of conv3x3_same with respect to the kernel and the input."""
     n, h, w, cin = x.shape
     xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
-    dk = np.zeros_like(k, dtype=np.float64)
+    dk = np.zeros_like(k, dtype=np.result_type(x, k))
     dxp = np.zeros_like(xp)
     d2 = dout.reshape(-1, dout.shape[3])
     for dy in range(3):
@@ -176,6 +176,6 @@ def maxpool2x2(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def maxpool2x2_backward(dout: np.ndarray, argmax: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     n, h, w, c = shape
-    grad = np.zeros((n, h // 2, w // 2, c, 4))
+    grad = np.zeros((n, h // 2, w // 2, c, 4), dout.dtype)
     np.put_along_axis(grad, argmax[..., None], dout[..., None], axis=-1)
     return grad.reshape(n, h // 2, w // 2, c, 2, 2).transpose(0, 1, 4, 2, 5, 3).reshape(shape)

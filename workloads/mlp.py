@@ -99,14 +99,15 @@ def softmax_cross_entropy(logits: np.ndarray, labels: np.ndarray, weights: np.nd
 
 
 def mlp_loss_and_grads(p: Params, batch: Batch, n_layers: int) -> tuple[float, Params]:
-    """Float64 forward and backward pass of the MLP; mean softmax cross-entropy."""
-    h = batch["x"].reshape(len(batch["y"]), -1).astype(np.float64)
+    """Forward and backward pass of the MLP in the parameters' dtype; mean softmax cross-entropy."""
+    dtype = p["dense0/kernel"].dtype
+    h = batch["x"].reshape(len(batch["y"]), -1).astype(dtype)
     y = batch["y"]
     acts = [h]
     for i in range(n_layers):
         z = acts[-1] @ p[f"dense{i}/kernel"] + p[f"dense{i}/bias"]
         acts.append(np.maximum(z, 0.0) if i < n_layers - 1 else z)
-    loss, dz = softmax_cross_entropy(acts[-1], y, np.ones(len(y)))
+    loss, dz = softmax_cross_entropy(acts[-1], y, np.ones(len(y), dtype))
     grads: Params = {}
     for i in reversed(range(n_layers)):
         grads[f"dense{i}/kernel"] = acts[i].T @ dz

@@ -30,8 +30,11 @@ class SGD:
 
 
 class Adam:
-    def __init__(self, lr: float, p: Params) -> None:
-        self.lr, self.t = lr, 0
+    """Algorithm 1 with the module's constants; ``beta2`` and ``eps`` may be changed only to
+    train deliberately wrong models in tests."""
+
+    def __init__(self, lr: float, p: Params, beta2: float = ADAM_BETA2, eps: float = ADAM_EPS) -> None:
+        self.lr, self.t, self.beta2, self.eps = lr, 0, beta2, eps
         self.m = {k: np.zeros_like(v) for k, v in p.items()}
         self.v = {k: np.zeros_like(v) for k, v in p.items()}
 
@@ -39,10 +42,10 @@ class Adam:
         self.t += 1
         for k in p:
             self.m[k] = ADAM_BETA1 * self.m[k] + (1 - ADAM_BETA1) * g[k]
-            self.v[k] = ADAM_BETA2 * self.v[k] + (1 - ADAM_BETA2) * g[k] ** 2
+            self.v[k] = self.beta2 * self.v[k] + (1 - self.beta2) * g[k] ** 2
             m_hat = self.m[k] / (1 - ADAM_BETA1**self.t)
-            v_hat = self.v[k] / (1 - ADAM_BETA2**self.t)
-            p[k] -= self.lr * m_hat / (np.sqrt(v_hat) + ADAM_EPS)
+            v_hat = self.v[k] / (1 - self.beta2**self.t)
+            p[k] -= self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
 
 
 def make(name: str, lr: float, p: Params) -> SGD | Adam:

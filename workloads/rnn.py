@@ -31,6 +31,19 @@ Padding has mask 0, so the loss and gradients are the same under every strategy.
 
 ``task = "decode"``: greedy decoding from BOS until every caption has emitted EOS or
 ``max_len`` steps; a finished caption emits PAD. Inputs are the batches' ``features``.
+Random weights alone almost never emit EOS, so the decode spec builds its stopping rule in:
+each image gets a target caption length L drawn exactly as the training captions' lengths are
+(per batch T_b uniform in [min_len, max_len], each caption in [min_len, T_b], one at T_b), and
+two hidden units make EOS the greedy choice at step L (token L, counting EOS):
+    a clock unit (the second-last): no inputs, update gate 1 - a with a = 1/max_len and
+        candidate tanh(10) ~= 1, from h_0 = 0, so after k steps it holds c(k) = 1 - (1 - a)^k;
+    a memory unit (the last): update gate ~1, so it keeps h_0 = tanh(features @ img/kernel[:, -1]);
+        each image's features are moved along that column so that h_0 = (c(L - 1) + c(L)) / 2;
+    the EOS logit is KAPPA * (clock - memory): negative before step L, +KAPPA * (c(L) - c(L-1)) / 2
+        (>= 9 at max_len 40, more for shorter captions) at step L, above every word's logit.
+PAD and BOS get a logit bias of -30, so neither is emitted as a word. Everything else is the
+random initialisation, so the words themselves come from a real GRU. The batches' ``mask``
+marks each caption's designed length, which the decode reproduces (tests check it).
 """
 
 from __future__ import annotations
@@ -43,8 +56,15 @@ from workloads.mlp import softmax_cross_entropy
 from workloads.spec import Batch, Params, SpecError, Workload, _positive
 
 PAD, BOS, EOS = 0, 1, 2
+#: Gain of the EOS logit on (clock - memory) in the decode spec, see the module docstring.
+KAPPA = 2000.0
 STRATEGIES = ("exact", "bucketed", "padded", "graph-loop")
 TASKS = ("train", "decode")
+
+
+def decoded_lengths(tokens: np.ndarray) -> np.ndarray:
+    """Tokens each decoded caption holds, its EOS included (the PAD after EOS does not count)."""
+    return (tokens != PAD).sum(axis=-1)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -80,6 +100,8 @@ class RNNCaption(Workload):
             raise SpecError(f"strategy {self.strategy!r} is not one of: {', '.join(STRATEGIES)}")
         if self.task not in TASKS:
             raise SpecError(f"task {self.task!r} is not one of: {', '.join(TASKS)}")
+        if self.task == "decode" and self.hidden < 3:
+            raise SpecError(f"hidden must be >= 3 for decoding (a clock, a memory and a word unit), got {self.hidden}")
         if not self.buckets or list(self.buckets) != sorted(self.buckets) or self.buckets[-1] < self.max_len:
             raise SpecError(f"buckets must be increasing and end at >= max_len ({self.max_len}), got {self.buckets!r}")
 
@@ -94,7 +116,7 @@ class RNNCaption(Workload):
         def bias(n: int) -> np.ndarray:
             return rng.uniform(-0.05, 0.05, (n,)).astype(np.float32)
 
-        return {
+        params = {
             "img/kernel": glorot((f, h)),
             "img/bias": bias(h),
             "embed/table": rng.uniform(-0.05, 0.05, (v, d)).astype(np.float32),
@@ -105,6 +127,42 @@ class RNNCaption(Workload):
             "out/kernel": glorot((h, v)),
             "out/bias": bias(v),
         }
+        return self._with_stopping_rule(params) if self.task == "decode" else params
+
+    def _clock(self, steps: np.ndarray) -> np.ndarray:
+        """The clock unit's value after ``steps`` GRU steps (decode spec)."""
+        return 1.0 - (1.0 - 1.0 / self.max_len) ** np.asarray(steps, np.float64)
+
+    def _with_stopping_rule(self, p: Params) -> Params:
+        """The decode spec's clock and memory units and EOS logit (module docstring)."""
+        h, clock, memory = self.hidden, self.hidden - 2, self.hidden - 1
+        a = 1.0 / self.max_len
+        for unit in (clock, memory):
+            gates = [unit, h + unit, 2 * h + unit]  # its r, z, n columns
+            p["gru/kernel"][:, gates] = 0.0
+            p["gru/recurrent_kernel"][:, gates] = 0.0
+            p["gru/bias"][gates] = 0.0
+            p["gru/recurrent_bias"][gates] = 0.0
+            p["out/kernel"][unit, :] = 0.0
+        p["gru/bias"][h + clock] = np.log((1 - a) / a)  # update gate 1 - a
+        p["gru/bias"][2 * h + clock] = 10.0  # candidate tanh(10) ~= 1
+        p["gru/bias"][h + memory] = 20.0  # update gate ~1: keeps h_0
+        p["img/kernel"][:, clock] = 0.0
+        p["img/bias"][[clock, memory]] = 0.0
+        p["out/kernel"][:, EOS] = 0.0
+        p["out/kernel"][[clock, memory], EOS] = (KAPPA, -KAPPA)
+        p["out/bias"][EOS] = 0.0
+        p["out/kernel"][:, [PAD, BOS]] = 0.0
+        p["out/bias"][[PAD, BOS]] = -30.0
+        return p
+
+    def _encode_lengths(self, features: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Move each image's features along the memory unit's input column so that its memory
+        value sits halfway between the clock's values at steps L - 1 and L (decode spec)."""
+        w = self.init_params()["img/kernel"][:, -1].astype(np.float64)
+        target = np.arctanh((self._clock(lengths - 1) + self._clock(lengths)) / 2)
+        shift = (target - features.astype(np.float64) @ w) / (w @ w)
+        return (features + shift[:, None] * w[None, :]).astype(np.float32)
 
     def _time_length(self, length: int) -> int:
         if self.strategy == "exact":
@@ -140,6 +198,8 @@ class RNNCaption(Workload):
             tokens[:, 1:] = targets[:, :-1]
             mask = (np.arange(steps)[None, :] < lengths[:, None]).astype(np.float32)
             tokens[mask == 0] = PAD
+            if self.task == "decode":
+                features = self._encode_lengths(features, lengths)
             batch = {"features": features, "tokens": tokens, "targets": targets, "mask": mask}
             if self.strategy == "graph-loop":
                 batch["length"] = np.asarray(length, np.int32)
@@ -159,16 +219,22 @@ class RNNCaption(Workload):
         per_step = 2 * b * (self.embed_dim * 3 * h + h * 3 * h + h * self.vocab)
         return 3 * per_step * steps + 4 * b * self.feature_dim * h
 
+    def tokens(self, batch: Batch) -> int | None:
+        """Caption tokens a training step predicts (padding excluded). Decoding counts what
+        the decoder emitted instead, which only the run knows."""
+        return int(batch["mask"].sum()) if self.task == "train" else None
+
     def reference_loss_and_grads(self, params: Params, batch: Batch) -> tuple[float, Params]:
         p = params
         h_dim = self.hidden
-        tokens, targets, mask = batch["tokens"], batch["targets"], batch["mask"].astype(np.float64)
+        dtype = p["img/kernel"].dtype
+        tokens, targets, mask = batch["tokens"], batch["targets"], batch["mask"].astype(dtype)
         b, steps = tokens.shape
-        features = batch["features"].astype(np.float64)
+        features = batch["features"].astype(dtype)
         h = np.tanh(features @ p["img/kernel"] + p["img/bias"])
         h0 = h
         tape = []
-        logits = np.empty((b, steps, self.vocab))
+        logits = np.empty((b, steps, self.vocab), dtype)
         for t in range(steps):
             e = p["embed/table"][tokens[:, t]]
             gi = e @ p["gru/kernel"] + p["gru/bias"]
@@ -183,8 +249,8 @@ class RNNCaption(Workload):
         loss, dlogits = softmax_cross_entropy(logits.reshape(-1, self.vocab), targets.reshape(-1), mask.reshape(-1))
         dlogits = dlogits.reshape(b, steps, self.vocab)
 
-        g = {k: np.zeros_like(v, dtype=np.float64) for k, v in p.items()}
-        dh = np.zeros((b, h_dim))
+        g = {k: np.zeros_like(v) for k, v in p.items()}
+        dh = np.zeros((b, h_dim), dtype)
         for t in reversed(range(steps)):
             e, h_prev, r, z, n, gh_n = tape[t]
             h_t = (1 - z) * n + z * h_prev

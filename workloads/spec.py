@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
 import typing
 from typing import Any, ClassVar
 
@@ -49,8 +50,8 @@ class Workload(abc.ABC):
         _positive(self, "num_batches")
         if self.seed < 0:
             raise SpecError(f"seed must be >= 0, got {self.seed}")
-        if self.learning_rate <= 0:
-            raise SpecError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise SpecError(f"learning_rate must be a finite number > 0, got {self.learning_rate!r}")
         if self.optimizer not in OPTIMIZERS:
             raise SpecError(f"optimizer {self.optimizer!r} is not one of: {', '.join(OPTIMIZERS)}")
 
@@ -64,28 +65,47 @@ class Workload(abc.ABC):
 
     @abc.abstractmethod
     def reference_loss_and_grads(self, params: Params, batch: Batch) -> tuple[float, Params]:
-        """NumPy float64 forward and backward pass on one batch."""
+        """NumPy forward and backward pass on one batch, in the parameters' dtype (float64 for
+        the reference; float32 to measure how far float32 rounding alone moves the result)."""
 
-    def reference_train(self, params: Params, steps: int) -> tuple[list[float], Params]:
-        """NumPy float64 reference: the loss before each of ``steps`` updates, and the
-        parameters after them, starting from ``params`` and cycling through ``batches()``."""
+    def reference_train(
+        self,
+        params: Params,
+        steps: int,
+        dtype: type = np.float64,
+        optimizer: Any = None,
+        data: list[Batch] | None = None,
+    ) -> tuple[list[float], list[Params]]:
+        """NumPy reference training: the loss before each of ``steps`` updates and the
+        parameters before the first and after every update (``steps + 1`` snapshots),
+        starting from ``params`` and cycling through ``data`` (default ``batches()``).
+
+        ``dtype`` is the arithmetic's precision (float64 for the reference; float32 to measure
+        what float32 rounding alone does). ``optimizer`` (an object with ``apply(p, g)``, see
+        workloads.optim) replaces the spec's own, for tests that train a deliberately wrong model."""
         from workloads import optim
 
-        p = {k: v.astype(np.float64) for k, v in params.items()}
-        data = self.batches()
-        opt = optim.make(self.optimizer, self.learning_rate, p)
-        losses = []
+        p = {k: v.astype(dtype) for k, v in params.items()}
+        data = data if data is not None else self.batches()
+        opt = optimizer or optim.make(self.optimizer, self.learning_rate, p)
+        losses, snapshots = [], [{k: v.copy() for k, v in p.items()}]
         for step in range(steps):
             loss, grads = self.reference_loss_and_grads(p, data[step % len(data)])
             losses.append(loss)
             opt.apply(p, grads)
-        return losses, p
+            snapshots.append({k: v.copy() for k, v in p.items()})
+        return losses, snapshots
 
     def flops(self, batch: Batch) -> int | None:
         """Useful floating-point operations of one training (or inference) step on ``batch``,
         or None where the workload states none. Counted analytically from the spec: matmul and
         convolution multiply-adds as 2 FLOPs each, element-wise work ignored, so the figure is
         a slight lower bound; padding a strategy adds is not counted, it is waste."""
+        return None
+
+    def tokens(self, batch: Batch) -> int | None:
+        """Tokens one training step on ``batch`` processes, for workloads measured in tokens
+        (sequence models); None for the others."""
         return None
 
     def param_count(self) -> int:
@@ -147,4 +167,7 @@ def override(spec: Workload, assignments: list[str]) -> Workload:
         changes[key] = _parse_value(fields[key], hints[key], raw.strip())
     new = dataclasses.replace(spec, **changes)
     new.validate()
+    for key, value in changes.items():  # NaN passes every "< x" check: a net under validate()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(f"{key} must be a finite number, got {value!r}")
     return new
