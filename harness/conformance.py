@@ -22,12 +22,13 @@ trajectory (a "shadow" step):
 * the step size of the whole model's update: the component of the update's error along the
   reference update, relative to it (a learning rate 0.4% off reads 4e-3 here).
 
-Errors then stay at rounding level instead of compounding, with one exception: a ReLU input
-within rounding of zero flips one unit's derivative for one sample. That moves the unit's bias
-by a visible fraction of the learning rate (and, through Adam's momentum, every later step),
-and no float32 run of the reference can predict where it happens. So a tensor may exceed its
-allowance up to KINK (10% of its update) as long as the whole model's step size is within its
-own allowance: every mutation below moves the step size (or a tensor by 100%). The allowance is the reference's
+Errors then stay at rounding level instead of compounding. One discontinuity is followed
+rather than allowed for: a ReLU input within float32 rounding of zero (one in ~10^5 on
+``mlp-wide``, found in one adapter of eight here) may take the other side in a framework,
+flipping one unit's derivative for one sample. That moves the unit's bias by a third of the
+learning rate, and under Adam, through the momentum, the whole first layer's later steps. So
+where a shadow step misses, it is retaken with the inputs within RELU_TIE of zero counted on
+the other side (each way) and the nearer one is kept, state included. The allowance is the reference's
 own float32 sensitivity, measured on this machine by the same comparison applied to float32
 runs of the NumPy reference (see FLOAT32_RUNS) that differ from each other only in rounding:
 allowed error = FACTOR x the largest error of those runs, per tensor and for the losses, and
@@ -42,6 +43,7 @@ still fail.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import tempfile
@@ -68,9 +70,11 @@ FACTOR = 10.0
 #: every framework here lands 1.0e-5 from float64 on rnn-caption's updates where NumPy's float32
 #: runs land 1e-6 or less.
 FLOOR = float(256 * np.finfo(np.float32).eps)
-#: A tensor's relative L2 update error accepted beyond its derived allowance as a ReLU kink,
-#: provided the whole model's step size is within its allowance (module docstring).
-KINK = 0.1
+#: Half-width, relative to a layer's largest ReLU input, of the band in which float32 rounding
+#: may put an input on the other side of zero: 16 ulps of the largest (a sum's rounding error is
+#: a few ulps of its largest terms). Narrow on purpose: two ambiguous inputs in one step would
+#: both be flipped, and an input outside rounding is not ambiguous.
+RELU_TIE = 16 * float(np.finfo(np.float32).eps)
 #: The float32 runs of the reference whose spread sets the allowances.
 FLOAT32_RUNS = (
     "float32",
@@ -166,12 +170,9 @@ def shadow(spec: Workload, losses: np.ndarray, trajectory: list[Params]) -> Shad
         loss_errors, update_errors, step_errors = [], {k: [] for k in p}, []
         for t in range(steps):
             p = {k: v.astype(np.float64) for k, v in trajectory[t].items()}
-            loss, grads = spec.reference_loss_and_grads(p, data[t % len(data)])
-            loss_errors.append(abs(float(losses[t]) - loss) / abs(loss))
-            stepped = {k: v.copy() for k, v in p.items()}
-            opt.apply(stepped, grads)
             did = {k: trajectory[t + 1][k].astype(np.float64) - p[k] for k in p}
-            want = {k: stepped[k] - p[k] for k in p}
+            loss, want, opt = _shadow_step(spec, p, data[t % len(data)], opt, did)
+            loss_errors.append(abs(float(losses[t]) - loss) / abs(loss))
             for k in p:
                 update_errors[k].append(relative_error(did[k], want[k]))
             step_errors.append(step_error(_flat(did), _flat(want)))
@@ -180,6 +181,30 @@ def shadow(spec: Workload, losses: np.ndarray, trajectory: list[Params]) -> Shad
         {k: float(np.max(v)) for k, v in update_errors.items()},
         float(np.max(step_errors)),
     )
+
+
+def _shadow_step(spec: Workload, p: Params, batch: Batch, opt: Any, did: Params) -> tuple[float, Params, Any]:
+    """The float64 reference's step from ``p``: (loss, update, optimiser state after it).
+
+    Where that step misses the adapter's (``did``) by more than FLOOR in some tensor, the step
+    is also taken with the ReLU inputs within RELU_TIE of zero counted on the other side, each
+    way; the one nearest the adapter's wins, and its gradient is what the optimiser state
+    carries on."""
+    loss, grads = spec.reference_loss_and_grads(p, batch)
+    tried = []
+    for tie in (0.0, RELU_TIE, -RELU_TIE):
+        if tie:
+            if min(error for error, *_ in tried) <= FLOOR:
+                break
+            grads = spec.reference_loss_and_grads(p, batch, relu_tie=tie)[1]
+        after = copy.deepcopy(opt)
+        stepped = {k: v.copy() for k, v in p.items()}
+        after.apply(stepped, grads)
+        want = {k: stepped[k] - p[k] for k in p}
+        error = max(relative_error(did[k], want[k]) for k in p)
+        tried.append((np.inf if np.isnan(error) else error, len(tried), want, after))
+    _, _, want, after = min(tried, key=lambda one: one[:2])
+    return loss, want, after
 
 
 def _flat(params: Params) -> np.ndarray:
@@ -333,15 +358,12 @@ def evaluate(spec: Workload, result: dict[str, np.ndarray]) -> list[Check]:
     )
     ratios = {k: found.update_errors[k] / allowed.updates[k] for k in allowed.updates}
     key = worst(ratios)
-    kinked = sorted(k for k, r in ratios.items() if not r <= 1.0 and found.update_errors[k] <= KINK)
-    tensors_ok = all(r <= 1.0 or k in kinked for k, r in ratios.items())
+    tensors_ok = all(r <= 1.0 for r in ratios.values())  # False for NaN too
     detail = (
         f"step size of the whole model off by {found.step_error:.1e} (allowed {allowed.step:.1e}); "
         f"largest tensor error relative to its allowance in {key}: "
         f"{found.update_errors[key]:.1e} (allowed {allowed.updates[key]:.1e})"
     )
-    if kinked:
-        detail += f"; within the ReLU-kink bound {KINK:g}: {', '.join(kinked)}"
     passed = found.step_error <= allowed.step and tensors_ok
     checks.append(Check(f"parameter updates of the first {SNAPSHOT} steps", passed, detail))
     first, last = float(losses[:5].mean()), float(losses[-5:].mean())

@@ -24,7 +24,7 @@ import dataclasses
 
 import numpy as np
 
-from workloads.mlp import dense_training_flops, softmax_cross_entropy
+from workloads.mlp import dense_training_flops, relu_slope, softmax_cross_entropy
 from workloads.spec import Batch, Params, SpecError, Workload, _positive
 
 
@@ -108,7 +108,7 @@ class CNN(Workload):
         sizes = self.dense_sizes
         return total + dense_training_flops(sizes, b) + 2 * b * sizes[0] * sizes[1]
 
-    def reference_loss_and_grads(self, params: Params, batch: Batch) -> tuple[float, Params]:
+    def reference_loss_and_grads(self, params: Params, batch: Batch, relu_tie: float = 0.0) -> tuple[float, Params]:
         h = batch["x"].astype(params["conv0/kernel"].dtype)
         grads: Params = {}
         tape = []
@@ -120,9 +120,10 @@ class CNN(Workload):
             h = pooled
         flat = h.reshape(len(h), -1)
         n_dense = len(self.dense_sizes) - 1
-        acts = [flat]
+        acts, zs = [flat], []
         for j in range(n_dense):
             z = acts[-1] @ params[f"dense{j}/kernel"] + params[f"dense{j}/bias"]
+            zs.append(z)
             acts.append(np.maximum(z, 0.0) if j < n_dense - 1 else z)
         loss, dz = softmax_cross_entropy(acts[-1], batch["y"], np.ones(len(flat), flat.dtype))
         for j in reversed(range(n_dense)):
@@ -130,12 +131,12 @@ class CNN(Workload):
             grads[f"dense{j}/bias"] = dz.sum(axis=0)
             dz = dz @ params[f"dense{j}/kernel"].T
             if j:
-                dz = dz * (acts[j] > 0)
+                dz = dz * relu_slope(zs[j - 1], relu_tie)
         dh = dz.reshape(h.shape)
         for i in reversed(range(len(self.channels))):
             x, z, a_shape, argmax = tape[i]
             da = maxpool2x2_backward(dh, argmax, a_shape)
-            dz = da * (z > 0)
+            dz = da * relu_slope(z, relu_tie)
             grads[f"conv{i}/bias"] = dz.sum(axis=(0, 1, 2))
             grads[f"conv{i}/kernel"], dh = conv3x3_same_backward(x, params[f"conv{i}/kernel"], dz)
         return loss, grads

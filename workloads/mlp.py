@@ -63,8 +63,8 @@ class MLP(Workload):
             out.append({"x": x, "y": teacher(x.reshape(self.batch_size, -1)).astype(np.int32)})
         return out
 
-    def reference_loss_and_grads(self, params: Params, batch: Batch) -> tuple[float, Params]:
-        return mlp_loss_and_grads(params, batch, len(self.layer_sizes) - 1)
+    def reference_loss_and_grads(self, params: Params, batch: Batch, relu_tie: float = 0.0) -> tuple[float, Params]:
+        return mlp_loss_and_grads(params, batch, len(self.layer_sizes) - 1, relu_tie)
 
     def flops(self, batch: Batch) -> int:
         return dense_training_flops(self.layer_sizes, len(batch["y"]))
@@ -98,14 +98,21 @@ def softmax_cross_entropy(logits: np.ndarray, labels: np.ndarray, weights: np.nd
     return loss, grad * (weights / total)[:, None]
 
 
-def mlp_loss_and_grads(p: Params, batch: Batch, n_layers: int) -> tuple[float, Params]:
+def relu_slope(z: np.ndarray, tie: float = 0.0) -> np.ndarray:
+    """ReLU's derivative at ``z``: 1 where z > tie * max|z|. ``tie`` (see
+    Workload.reference_loss_and_grads) decides inputs within rounding of zero; 0 is the usual."""
+    return z > tie * np.max(np.abs(z))
+
+
+def mlp_loss_and_grads(p: Params, batch: Batch, n_layers: int, relu_tie: float = 0.0) -> tuple[float, Params]:
     """Forward and backward pass of the MLP in the parameters' dtype; mean softmax cross-entropy."""
     dtype = p["dense0/kernel"].dtype
     h = batch["x"].reshape(len(batch["y"]), -1).astype(dtype)
     y = batch["y"]
-    acts = [h]
+    acts, zs = [h], []
     for i in range(n_layers):
         z = acts[-1] @ p[f"dense{i}/kernel"] + p[f"dense{i}/bias"]
+        zs.append(z)
         acts.append(np.maximum(z, 0.0) if i < n_layers - 1 else z)
     loss, dz = softmax_cross_entropy(acts[-1], y, np.ones(len(y), dtype))
     grads: Params = {}
@@ -113,5 +120,5 @@ def mlp_loss_and_grads(p: Params, batch: Batch, n_layers: int) -> tuple[float, P
         grads[f"dense{i}/kernel"] = acts[i].T @ dz
         grads[f"dense{i}/bias"] = dz.sum(axis=0)
         if i:
-            dz = (dz @ p[f"dense{i}/kernel"].T) * (acts[i] > 0)
+            dz = (dz @ p[f"dense{i}/kernel"].T) * relu_slope(zs[i - 1], relu_tie)
     return loss, grads

@@ -224,7 +224,8 @@ class RNNCaption(Workload):
         the decoder emitted instead, which only the run knows."""
         return int(batch["mask"].sum()) if self.task == "train" else None
 
-    def reference_loss_and_grads(self, params: Params, batch: Batch) -> tuple[float, Params]:
+    def reference_loss_and_grads(self, params: Params, batch: Batch, relu_tie: float = 0.0) -> tuple[float, Params]:
+        """(No ReLU here: ``relu_tie`` changes nothing.)"""
         p = params
         h_dim = self.hidden
         dtype = p["img/kernel"].dtype

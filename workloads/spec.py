@@ -64,9 +64,13 @@ class Workload(abc.ABC):
         """Deterministic synthetic training batches; step i trains on batch i % len(batches)."""
 
     @abc.abstractmethod
-    def reference_loss_and_grads(self, params: Params, batch: Batch) -> tuple[float, Params]:
+    def reference_loss_and_grads(self, params: Params, batch: Batch, relu_tie: float = 0.0) -> tuple[float, Params]:
         """NumPy forward and backward pass on one batch, in the parameters' dtype (float64 for
-        the reference; float32 to measure how far float32 rounding alone moves the result)."""
+        the reference; float32 to measure how far float32 rounding alone moves the result).
+
+        ``relu_tie``: ReLU's derivative is 1 where its input z > relu_tie * max|z| of that layer
+        (0: the usual). An input within float32 rounding of zero may land on either side in a
+        float32 framework; the conformance checks try +-a rounding's width to follow it."""
 
     def reference_train(
         self,
