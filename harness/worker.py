@@ -7,8 +7,8 @@ starts. Modes:
 ``bench``: run the timing protocol and write one result record (JSON) to OUT. Failures inside
 the cell are written as ``failed`` records; skips as ``skipped``.
 ``check``: CELL.json holds {"cells": [...]}, cells of one adapter; for each, train ``--steps``
-steps and write OUT/<i>.npz with the losses and the parameters after ``--snapshot`` steps
-(inference: the outputs), for harness.conformance.
+steps and write OUT/<i>.npz with the losses and the parameters before and after each of the
+first ``--snapshot`` steps (inference: the outputs of every batch), for harness.conformance.
 """
 
 from __future__ import annotations

@@ -105,10 +105,12 @@ def _spec(workload: str) -> Workload:
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_float32_runs_of_the_reference_pass(workload):
     spec = _spec(workload)
-    for losses, trajectory in conformance.float32_runs(spec):
-        result = conformance.as_result(losses, trajectory)
-        failed = [f"{c.name}: {c.detail}" for c in parity(spec, result) if not c.passed]
-        assert not failed, failed
+    for run, (losses, trajectory) in zip(conformance.FLOAT32_RUNS, conformance.float32_runs(spec), strict=True):
+        verdicts = parity(spec, conformance.as_result(losses, trajectory))
+        if "ulp" in run:  # they start a rounding away from the spec's parameters, on purpose
+            verdicts = [c for c in verdicts if c.name != "initial parameters"]
+        failed = [f"{c.name}: {c.detail}" for c in verdicts if not c.passed]
+        assert not failed, (run, failed)
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
