@@ -195,7 +195,7 @@ def _shadow_step(spec: Workload, p: Params, batch: Batch, opt: Any, did: Params)
     carries on."""
     loss, grads = spec.reference_loss_and_grads(p, batch)
     tried = []
-    for tie in (0.0, RELU_TIE, -RELU_TIE):
+    for tie in (0.0, RELU_TIE, -RELU_TIE) if spec.relu else (0.0,):
         if tie:
             if min(error for error, *_ in tried) <= FLOOR:
                 break

@@ -31,6 +31,7 @@ from workloads.spec import Batch, Params, SpecError, Workload, _positive
 @dataclasses.dataclass(frozen=True)
 class CNN(Workload):
     family = "cnn"
+    relu = True
 
     input_shape: tuple[int, ...] = (32, 32, 3)
     channels: tuple[int, ...] = (32, 64)

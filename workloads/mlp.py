@@ -27,6 +27,7 @@ from workloads.spec import Batch, Params, SpecError, Workload, _positive
 @dataclasses.dataclass(frozen=True)
 class MLP(Workload):
     family = "mlp"
+    relu = True
 
     input_shape: tuple[int, ...] = (28, 28)
     hidden: tuple[int, ...] = (300, 100)

@@ -32,6 +32,8 @@ class Workload(abc.ABC):
     """
 
     family: ClassVar[str] = ""
+    relu: ClassVar[bool] = False
+    """True where the reference has ReLUs, whose derivative ``relu_tie`` can move."""
     fixed_fields: ClassVar[tuple[str, ...]] = ("name",)
 
     name: str
