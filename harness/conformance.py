@@ -232,9 +232,8 @@ def _permuted(batch: Batch, rng: np.random.Generator) -> Batch:
     return {k: v[order] if v.ndim and len(v) == rows else v for k, v in batch.items()}
 
 
-def float32_runs(spec: Workload, optimizer_factory: Any = None) -> list[tuple[np.ndarray, list[Params]]]:
-    """The reference trained in float32 under each of FLOAT32_RUNS: (losses, trajectory).
-    ``optimizer_factory(p)`` replaces the spec's optimiser (tests train wrong models with it)."""
+def float32_runs(spec: Workload) -> list[tuple[np.ndarray, list[Params]]]:
+    """The reference trained in float32 under each of FLOAT32_RUNS: (losses, trajectory)."""
     spec = _exact(spec)
     rng = np.random.default_rng([spec.seed, 4])
     p0, data = spec.init_params(), spec.batches()
@@ -243,8 +242,7 @@ def float32_runs(spec: Workload, optimizer_factory: Any = None) -> list[tuple[np
     runs = []
     with threadpool_limits(1, "blas"):
         for params, batches in setups:
-            opt = optimizer_factory(params) if optimizer_factory else None
-            losses, trajectory = spec.reference_train(params, SNAPSHOT, np.float32, opt, batches)
+            losses, trajectory = spec.reference_train(params, SNAPSHOT, np.float32, data=batches)
             runs.append((np.asarray(losses), trajectory))
     return runs
 
