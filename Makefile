@@ -2,7 +2,16 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+
+# The install variant (cpu, cuda12, cuda13) comes from this machine's NVIDIA driver, unless given.
+VARIANTS := cpu cuda12 cuda13
+ifeq ($(origin VARIANT), undefined)
+VARIANT := $(shell $(PYTHON) -m harness.install.variant choose)
+endif
+ifeq ($(filter $(VARIANT),$(VARIANTS)),)
+$(error VARIANT=$(VARIANT) is not an install variant; valid: $(VARIANTS))
+endif
+STAMP := $(VENV)/.installed-$(VARIANT)
 
 FRAMEWORK ?= all
 DEVICE ?= auto
@@ -13,13 +22,22 @@ DATA ?= resident
 PRECISION ?= fp32
 ARGS ?=
 
-.PHONY: bench test lint list report sweep compare clean-venv
+.PHONY: install bench test lint list report sweep compare doctor lock env clean-venv
 
-$(STAMP): pyproject.toml constraints.txt
-	$(PYTHON) -m venv $(VENV)
+# One environment holds one variant: switching variants recreates it (tensorflow-cpu and
+# tensorflow's CUDA build, for one, cannot share it).
+$(STAMP): pyproject.toml locks/$(VARIANT).txt
+	@if ls $(VENV)/.installed-* >/dev/null 2>&1 && [ ! -e $(STAMP) ]; then \
+		echo "install variant changed to $(VARIANT): recreating $(VENV)"; rm -rf $(VENV); fi
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[all,dev]'
+	$(PY) -m pip install --quiet -r locks/$(VARIANT).txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	echo $(VARIANT) > $(VENV)/dlcompare-variant
+	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
+
+install: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m harness bench --framework $(FRAMEWORK) --device $(DEVICE) --workload $(WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(ARGS)
@@ -36,6 +54,18 @@ list: $(STAMP)
 
 report: $(STAMP)
 	$(PY) -m harness report $(RUN) $(ARGS)
+
+doctor: $(STAMP)
+	$(PY) -m harness doctor
+
+# Re-resolve every variant's lock file from locks/<variant>.in (package metadata only).
+lock: $(STAMP)
+	$(PY) -m harness.install.lock
+
+# A named environment over .venv with other versions, for `--env NAME=.venv-NAME/bin/python`:
+# make env ENV_NAME=torch-2.12 PACKAGES="torch==2.12.0"
+env: $(STAMP)
+	$(PY) -m harness.install.environments $(ENV_NAME) $(PACKAGES)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,0 +1,98 @@
+"""Which install variant fits this machine: ``cpu``, ``cuda12`` or ``cuda13``.
+
+Runs before any environment exists (``python3 -m harness.install.variant``, called by the Makefile), so
+it uses the standard library only. The choice reads ``nvidia-smi``: no NVIDIA driver means
+``cpu``; a driver new enough for CUDA 13 builds means ``cuda13``; one new enough for CUDA 12
+builds (minor-version compatibility) means ``cuda12``; an older one means ``cpu``, with the
+reason. Each variant's pinned packages are ``locks/<variant>.txt`` (``make lock`` re-resolves).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+VARIANTS = ("cpu", "cuda12", "cuda13")
+# Minimum Linux driver versions for the CUDA runtimes the GPU wheels bundle (NVIDIA's CUDA
+# compatibility table: 13.x needs >= 580, 12.x runs on >= 525 through minor-version compatibility).
+MIN_DRIVER = {"cuda13": (580, 0), "cuda12": (525, 60)}
+INSTALL_HINT = "make bench VARIANT={variant}  (or: make install VARIANT={variant})"
+
+
+@dataclass(frozen=True)
+class Choice:
+    variant: str
+    reason: str
+    driver: str | None = None
+
+
+def parse_driver(text: str) -> tuple[int, ...] | None:
+    """``"580.65.06"`` -> (580, 65, 6); None when the text is not a version."""
+    try:
+        return tuple(int(part) for part in text.strip().split("."))
+    except ValueError:
+        return None
+
+
+def query_driver() -> tuple[str | None, str | None]:
+    """(driver version, problem): the first GPU's driver as nvidia-smi reports it."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None, "no nvidia-smi on PATH (no NVIDIA driver)"
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"nvidia-smi failed: {exc}"
+    lines = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    if out.returncode != 0 or not lines:
+        detail = (out.stderr or out.stdout).strip().splitlines()
+        return None, f"nvidia-smi exited {out.returncode}: {detail[-1] if detail else 'no GPU listed'}"
+    return lines[0], None
+
+
+def choose(driver: str | None, problem: str | None = None) -> Choice:
+    """The variant for a driver version (None: no usable driver, ``problem`` says why)."""
+    if driver is None:
+        return Choice("cpu", problem or "no NVIDIA driver")
+    version = parse_driver(driver)
+    if version is None:
+        return Choice("cpu", f"unreadable driver version {driver!r}", driver)
+    for variant in ("cuda13", "cuda12"):
+        need = MIN_DRIVER[variant]
+        if version >= need:
+            return Choice(variant, f"NVIDIA driver {driver} (>= {'.'.join(map(str, need))})", driver)
+    need = ".".join(map(str, MIN_DRIVER["cuda12"]))
+    return Choice("cpu", f"NVIDIA driver {driver} is older than {need}, the oldest CUDA 12 builds run on", driver)
+
+
+def detect() -> Choice:
+    return choose(*query_driver())
+
+
+def installed() -> str | None:
+    """The variant ``make install`` put into this environment; None outside one."""
+    marker = Path(sys.prefix) / "dlcompare-variant"
+    return marker.read_text().strip() if marker.is_file() else None
+
+
+def main(argv: list[str]) -> int:
+    """``choose``: print the variant on stdout and why on stderr (what the Makefile shows)."""
+    if argv[:1] != ["choose"]:
+        print("usage: python3 -m harness.install.variant choose", file=sys.stderr)
+        return 2
+    choice = detect()
+    print(choice.variant)
+    print(f"install variant: {choice.variant} ({choice.reason}); override with VARIANT=...", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
