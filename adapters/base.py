@@ -5,9 +5,9 @@ their framework at module level (discovery and ``harness list`` import every ada
 import it inside the methods instead.
 
 Lifecycle in a worker process, one adapter instance per cell:
-    worker_env(threads)    -> environment variables, set before the process starts
+    worker_env(threads, device) -> environment variables, set before the process starts
     supports(spec)         -> None, or the reason this adapter cannot run the spec
-    resolve_device(device) -> "cpu" / "cuda"; raises DeviceUnavailable with the reason
+    resolve_device(device) -> "cpu" / "cuda"; raises DeviceUnavailable with the framework's reason
     setup(spec, params, device, options)   build the model from canonical NumPy parameters
     to_device(batch)       -> framework batch; must return only once the data is placed
     train_step(batch)      -> a loss handle; may return before the device finishes (async)
@@ -19,6 +19,8 @@ Lifecycle in a worker process, one adapter instance per cell:
     device_memory_peak()   -> peak device bytes, where the framework reports them
     params()               -> canonical NumPy parameters (for parity checks)
     compile_stats()        -> trace/compile counters the framework exposes (may be empty)
+    build_info()           -> the framework's build (CUDA/cuDNN or CPU-only) and the GPUs it sees
+    device_busy()          -> after sync: whether the device still has queued work (sync check)
 """
 
 from __future__ import annotations
@@ -81,9 +83,10 @@ class Adapter(abc.ABC):
         return f"{', '.join(missing)} not installed: pip install 'dlcompare[{cls.extra}]'"
 
     @classmethod
-    def worker_env(cls, threads: int) -> dict[str, str]:
+    def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
         """Environment for the worker process, applied before the framework is imported:
-        thread-pool sizes and backend selection that a framework reads only at start-up."""
+        thread-pool sizes and backend/platform selection that a framework reads only at
+        start-up. ``device`` is the cell's requested device ("cpu", "cuda" or "auto")."""
         return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
     def supports(self, spec: Workload) -> str | None:
@@ -153,17 +156,30 @@ class Adapter(abc.ABC):
         """Execution settings worth recording (precision, jit flags, thread counts)."""
         return {}
 
+    def build_info(self) -> dict[str, Any]:
+        """The installed build and what it sees, without ``setup``: ``cuda`` (the CUDA version
+        it was built for, None for a CPU-only build), ``cudnn``, ``gpus`` (device names) and
+        ``error`` (the framework's own message when a CUDA build cannot start). Empty when the
+        adapter cannot tell; the harness then reports the device error as it came."""
+        return {}
 
-def no_cuda(framework: str) -> DeviceUnavailable:
-    return DeviceUnavailable(f"no CUDA device visible to {framework}")
+    def device_busy(self) -> bool | None:
+        """Called right after ``sync`` on a GPU: True if the device still has queued work (the
+        sync did not wait for the step), False if idle, None where the framework cannot tell."""
+        return None
 
 
-def pick_device(device: str, cuda_visible: bool, framework: str) -> str:
-    """Shared device resolution: "auto" falls back to CPU, "cuda" requires a GPU."""
+def no_cuda(framework: str, why: str | None = None) -> DeviceUnavailable:
+    return DeviceUnavailable(f"no CUDA device visible to {framework}" + (f": {why}" if why else ""))
+
+
+def pick_device(device: str, cuda_visible: bool, framework: str, why: str | None = None) -> str:
+    """Shared device resolution: "auto" falls back to CPU, "cuda" requires a GPU; ``why`` is the
+    framework's own reason when it sees none."""
     if device == "cpu":
         return "cpu"
     if cuda_visible:
         return "cuda"
     if device == "auto":
         return "cpu"
-    raise no_cuda(framework)
+    raise no_cuda(framework, why)

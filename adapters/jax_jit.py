@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from adapters._jax_common import CompileEvents, cuda_visible, jax_env, peak_bytes
-from adapters.base import Adapter, Options, pick_device
+from adapters import _jax_common
+from adapters._jax_common import CompileEvents, jax_env, peak_bytes
+from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
 from workloads.rnn import BOS, EOS, PAD
@@ -42,8 +43,8 @@ class JaxJit(Adapter):
     graph_loop = "lax.scan over max_len with lax.cond skipping steps past the batch length"
 
     @classmethod
-    def worker_env(cls, threads: int) -> dict[str, str]:
-        return {**super().worker_env(threads), **jax_env(threads)}
+    def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
+        return {**super().worker_env(threads, device), **jax_env(threads, device)}
 
     def version(self) -> dict[str, str]:
         import jax
@@ -53,7 +54,13 @@ class JaxJit(Adapter):
         return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "optax": optax.__version__}
 
     def resolve_device(self, device: str) -> str:
-        return pick_device(device, cuda_visible(), "jax")
+        return _jax_common.resolve_device(device, "jax")
+
+    def build_info(self) -> dict[str, Any]:
+        return _jax_common.build_info()
+
+    def device_busy(self) -> bool | None:
+        return _jax_common.device_busy(self._params, self._opt_state)
 
     def setup(self, spec: Workload, params: Params, device: str, options: Options) -> None:
         import jax
@@ -143,7 +150,7 @@ class JaxJit(Adapter):
             "matmul_precision": jax.config.jax_default_matmul_precision,
             "donate_buffers": True,
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
-            "gpu_autotune": "XLA default (level 4)",
+            "gpu_autotune_level": _jax_common.gpu_autotune_level(),
         }
 
 

@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from adapters._jax_common import CompileEvents, cuda_visible, jax_env, peak_bytes
+from adapters import _jax_common
+from adapters._jax_common import CompileEvents, jax_env, peak_bytes
 from adapters._keras_common import algorithm1_adam, build_model, compile_model, load_params, save_params
-from adapters.base import Adapter, Options, pick_device
+from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
 from workloads.rnn import BOS, EOS, PAD
 
@@ -31,8 +32,8 @@ class KerasJax(Adapter):
     extra = "keras"
 
     @classmethod
-    def worker_env(cls, threads: int) -> dict[str, str]:
-        return {**super().worker_env(threads), **jax_env(threads), "KERAS_BACKEND": "jax"}
+    def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
+        return {**super().worker_env(threads, device), **jax_env(threads, device), "KERAS_BACKEND": "jax"}
 
     def version(self) -> dict[str, str]:
         import jax
@@ -41,7 +42,10 @@ class KerasJax(Adapter):
         return {"keras": keras.__version__, "jax": jax.__version__, "keras_backend": keras.backend.backend()}
 
     def resolve_device(self, device: str) -> str:
-        return pick_device(device, cuda_visible(), "keras (jax backend)")
+        return _jax_common.resolve_device(device, "keras (jax backend)")
+
+    def build_info(self) -> dict[str, Any]:
+        return _jax_common.build_info()
 
     def setup(self, spec: Workload, params: Params, device: str, options: Options) -> None:
         import jax
@@ -102,4 +106,8 @@ class KerasJax(Adapter):
         return self._events.stats()
 
     def settings(self) -> dict[str, Any]:
-        return {"jit_compile": True, "matmul_precision": self._jax.config.jax_default_matmul_precision}
+        return {
+            "jit_compile": True,
+            "matmul_precision": self._jax.config.jax_default_matmul_precision,
+            "gpu_autotune_level": _jax_common.gpu_autotune_level(),
+        }

@@ -26,9 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from adapters import _torch_common
 from adapters._keras_common import build_model, compile_model, eager_epsilon, load_params, save_params
 from adapters._torch_data import LOADER_KIND, data_loader
-from adapters.base import Adapter, Options, pick_device
+from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
 from workloads.rnn import BOS, EOS, PAD
@@ -43,8 +44,8 @@ class KerasTorch(Adapter):
     loader_kind = LOADER_KIND + " (Keras on torch takes a torch DataLoader)"
 
     @classmethod
-    def worker_env(cls, threads: int) -> dict[str, str]:
-        return {**super().worker_env(threads), "KERAS_BACKEND": "torch"}
+    def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
+        return {**super().worker_env(threads, device), "KERAS_BACKEND": "torch"}
 
     def version(self) -> dict[str, str]:
         import keras
@@ -53,9 +54,10 @@ class KerasTorch(Adapter):
         return {"keras": keras.__version__, "torch": torch.__version__, "keras_backend": keras.backend.backend()}
 
     def resolve_device(self, device: str) -> str:
-        import torch
+        return _torch_common.resolve_device(device, "keras (torch backend)")
 
-        return pick_device(device, torch.cuda.is_available(), "keras (torch backend)")
+    def build_info(self) -> dict[str, Any]:
+        return _torch_common.build_info()
 
     def setup(self, spec: Workload, params: Params, device: str, options: Options) -> None:
         import keras
@@ -64,9 +66,7 @@ class KerasTorch(Adapter):
         if keras.backend.backend() != "torch":
             raise RuntimeError(f"Keras backend is {keras.backend.backend()!r}; KERAS_BACKEND=torch must be set first")
         torch.set_num_threads(options.threads)
-        # Equal footing: TF32 only where the run asks for it, in every framework at once.
-        torch.backends.cuda.matmul.allow_tf32 = options.tf32
-        torch.backends.cudnn.allow_tf32 = options.tf32
+        _torch_common.apply_settings(torch, options.tf32)
         self._torch, self._keras = torch, keras
         self._device = device
         self.spec = spec
@@ -81,7 +81,10 @@ class KerasTorch(Adapter):
 
     def to_device(self, batch: Batch) -> Any:
         torch = self._torch
-        return {k: torch.from_numpy(np.ascontiguousarray(v)).to(self._device) for k, v in batch.items()}
+        placed = {k: torch.from_numpy(np.ascontiguousarray(v)).to(self._device) for k, v in batch.items()}
+        if self._device == "cuda":
+            torch.cuda.synchronize()  # placement is done when the copies are
+        return placed
 
     def loader(self, batches: list[Batch]) -> Iterator[Any]:
         cuda = self._device == "cuda"
@@ -133,10 +136,7 @@ class KerasTorch(Adapter):
         return save_params(self._layers, self.spec)
 
     def settings(self) -> dict[str, Any]:
-        torch = self._torch
-        return {
-            "jit_compile": False,
-            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
-            "cudnn_benchmark": torch.backends.cudnn.benchmark,
-            "intra_op_threads": torch.get_num_threads(),
-        }
+        return {"jit_compile": False, **_torch_common.settings(self._torch)}
+
+    def device_busy(self) -> bool | None:
+        return _torch_common.device_busy(self._torch, self._device)

@@ -14,6 +14,9 @@ length (AutoGraph unrolls it into the graph); under ``graph-loop`` the signature
 runs only the batch's steps: one trace. Greedy decoding is a ``tf.while_loop`` as well.
 ``compile_stats`` reports the tracing count and the seconds spent in Python tracing;
 Grappler's graph optimisation on the first call is not exposed and lands in the first step.
+
+Integer inputs (labels, tokens) are placed as int64: TensorFlow keeps int32 tensors placed on a
+GPU in host memory, so int32 labels would never really be on the device.
 """
 
 from __future__ import annotations
@@ -42,13 +45,16 @@ class TfFunction(Adapter):
     graph_loop = "tf.while_loop via AutoGraph over tf.range(length)"
 
     @classmethod
-    def worker_env(cls, threads: int) -> dict[str, str]:
-        env = super().worker_env(threads)
+    def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
+        env = super().worker_env(threads, device)
         env.update(
             TF_NUM_INTRAOP_THREADS=str(threads),
-            TF_CPP_MIN_LOG_LEVEL="2",
+            # Warnings stay visible on a GPU cell: they name the CUDA library TF could not load.
+            TF_CPP_MIN_LOG_LEVEL="2" if device == "cpu" else "1",
             # Allocate GPU memory as needed, so memory figures mean something.
             TF_FORCE_GPU_ALLOW_GROWTH="true",
+            # cuDNN autotuning on (TF's default, stated), as in every framework's GPU cells.
+            TF_CUDNN_USE_AUTOTUNE="1",
         )
         return env
 
@@ -58,9 +64,24 @@ class TfFunction(Adapter):
         return {"tensorflow": tf.__version__}
 
     def resolve_device(self, device: str) -> str:
+        if device == "cpu":
+            return "cpu"
+        build = self.build_info()
+        cpu_only = f"tensorflow {self.version()['tensorflow']} is a CPU-only build"
+        why = build["error"] or (None if build["cuda"] else cpu_only)
+        return pick_device(device, bool(build["gpus"]), "tensorflow", why)
+
+    def build_info(self) -> dict[str, Any]:
         import tensorflow as tf
 
-        return pick_device(device, bool(tf.config.list_physical_devices("GPU")), "tensorflow")
+        build = tf.sysconfig.get_build_info()
+        cuda = build.get("cuda_version") if build.get("is_cuda_build") else None
+        gpus = tf.config.list_physical_devices("GPU")
+        names = [tf.config.experimental.get_device_details(g).get("device_name", g.name) for g in gpus]
+        error = None
+        if cuda and not gpus:
+            error = "TensorFlow's CUDA build found no usable GPU; its log (stderr) names what it could not load"
+        return {"cuda": cuda, "cudnn": build.get("cudnn_version"), "gpus": names, "error": error}
 
     def setup(self, spec: Workload, params: Params, device: str, options: Options) -> None:
         import tensorflow as tf
@@ -109,7 +130,7 @@ class TfFunction(Adapter):
         if spec.family != "rnn-caption" or spec.strategy == "graph-loop":
             # One fixed signature: the step can never retrace on a new batch object.
             example = spec.batches()[0]
-            signature = [{k: tf.TensorSpec(v.shape, tf.as_dtype(v.dtype)) for k, v in example.items()}]
+            signature = [{k: tf.TensorSpec(v.shape, tf.as_dtype(v.dtype)) for k, v in _widen(example).items()}]
         self._step = self._compile(self._timed(step), input_signature=signature)
         self._functions = [self._step]
         if spec.family == "rnn-caption":
@@ -136,13 +157,14 @@ class TfFunction(Adapter):
     def to_device(self, batch: Batch) -> Any:
         tf = self._tf
         with tf.device(self._device):
-            placed = {k: tf.identity(v) for k, v in batch.items()}
+            placed = {k: tf.identity(v) for k, v in _widen(batch).items()}
         if self._device != "/CPU:0":
             tf.test.experimental.sync_devices()
         return placed
 
     def loader(self, batches: list[Batch]) -> Iterator[Any]:
         tf = self._tf
+        batches = [_widen(b) for b in batches]
         if all(b[k].shape == batches[0][k].shape for b in batches for k in b):
             stacked = {k: np.stack([b[k] for b in batches]) for k in batches[0]}
             dataset = tf.data.Dataset.from_tensor_slices(stacked).repeat()
@@ -191,6 +213,11 @@ class TfFunction(Adapter):
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
             "cudnn_autotune": os.environ.get("TF_CUDNN_USE_AUTOTUNE", "on (default)"),
         }
+
+
+def _widen(batch: Batch) -> Batch:
+    """Integer arrays as int64 (see the module docstring); others as they are."""
+    return {k: v.astype(np.int64) if v.dtype.kind in "iu" else v for k, v in batch.items()}
 
 
 def _dense(tf, v, h, n_layers: int):

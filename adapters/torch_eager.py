@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from adapters import _torch_common
 from adapters._torch_data import LOADER_KIND, data_loader
-from adapters.base import Adapter, Options, pick_device
+from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
 from workloads.rnn import BOS, EOS, PAD
@@ -40,17 +41,16 @@ class TorchEager(Adapter):
         return {"torch": torch.__version__}
 
     def resolve_device(self, device: str) -> str:
-        import torch
+        return _torch_common.resolve_device(device, "torch")
 
-        return pick_device(device, torch.cuda.is_available(), "torch")
+    def build_info(self) -> dict[str, Any]:
+        return _torch_common.build_info()
 
     def setup(self, spec: Workload, params: Params, device: str, options: Options) -> None:
         import torch
 
         torch.set_num_threads(options.threads)
-        # Equal footing: TF32 only where the run asks for it, in every framework at once.
-        torch.backends.cuda.matmul.allow_tf32 = options.tf32
-        torch.backends.cudnn.allow_tf32 = options.tf32
+        _torch_common.apply_settings(torch, options.tf32)
         self.torch = torch
         self.device = torch.device(device)
         self.spec = spec
@@ -69,7 +69,11 @@ class TorchEager(Adapter):
         return fn
 
     def to_device(self, batch: Batch) -> Any:
-        return self._place({k: self.torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items()})
+        placed = self._place({k: self.torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items()})
+        if self.device.type == "cuda":
+            # The permute/.long() kernels run asynchronously: placement is done when they are.
+            self.torch.cuda.synchronize(self.device)
+        return placed
 
     def _place(self, batch: dict[str, Any], non_blocking: bool = False) -> Any:
         placed = {}
@@ -112,12 +116,10 @@ class TorchEager(Adapter):
         return self.model.canonical()
 
     def settings(self) -> dict[str, Any]:
-        torch = self.torch
-        return {
-            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
-            "cudnn_benchmark": torch.backends.cudnn.benchmark,
-            "intra_op_threads": torch.get_num_threads(),
-        }
+        return _torch_common.settings(self.torch)
+
+    def device_busy(self) -> bool | None:
+        return _torch_common.device_busy(self.torch, self.device)
 
 
 def _build(torch, spec: Workload, compile_fn: Any):

@@ -15,6 +15,7 @@ from tabulate import tabulate
 from adapters import discover
 from adapters.base import PRECISIONS
 from harness import compare, conformance, env, records, report, runner, timing
+from harness.install import doctor, variant
 from harness.plan import DATA_MODES, DEVICES, PlanError, plan, select_adapters, select_workloads
 from harness.progress import MatrixProgress
 from workloads import STRATEGIES, WORKLOADS
@@ -62,6 +63,8 @@ def _new_run(args: argparse.Namespace, adapters) -> tuple[Path, list[dict[str, A
         data=args.data,
         precision=args.precision,
         sweep=args.sweep,
+        gpu_present=variant.detect().driver is not None,
+        envs=args.env,
     )
     run_dir = args.out / run_id
     if (run_dir / records.RESULTS).exists():
@@ -80,7 +83,7 @@ def _resumed_run(run_dir: Path, adapters) -> tuple[list[dict[str, Any]], float]:
     results = run_dir / records.RESULTS
     done = {r.get("cell_id") for r in records.load(results)} if results.exists() else set()
     todo = [c for c in saved["cells"] if c["cell_id"] not in done]
-    unknown = sorted({c["adapter"] for c in todo} - set(adapters))
+    unknown = sorted({records.base_adapter(c) for c in todo} - set(adapters))
     if unknown:
         raise PlanError(f"adapters of that run are not installed here: {', '.join(unknown)}")
     return todo, saved["timeout_s"]
@@ -93,7 +96,7 @@ def _dry_run(cells: list[dict[str, Any]], adapters) -> None:
             c["workload"],
             c["device_requested"],
             " ".join(c["overrides"]) or "-",
-            adapters[c["adapter"]].unavailable or "",
+            adapters[records.base_adapter(c)].unavailable or "",
         ]
         for c in cells
     ]
@@ -103,10 +106,7 @@ def _dry_run(cells: list[dict[str, Any]], adapters) -> None:
 
 def _peak_devices(cells: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
     wanted = {c["device_requested"] for c in cells}
-    devices = ["cpu"] if wanted & {"cpu", "auto"} else []
-    if info["gpus"] and wanted & {"cuda", "auto"}:
-        devices.append("cuda")
-    return devices
+    return [d for d in ("cpu", "cuda") if d in wanted and (d == "cpu" or info["gpus"])]
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -131,9 +131,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         threads = cells[0]["threads"] if cells else env.default_threads()
         command = ["python -m harness", *sys.argv[1:]]
         info = env.capture(threads, command)
-        print("measuring device peaks (matmul, copy) ...", flush=True)
-        info["peaks"] = runner.measure_peaks(_peak_devices(cells, info), threads)
         info["precision"] = cells[0]["precision"] if cells else "fp32"
+        print("asking each framework for its build (doctor) ...", flush=True)
+        envs = {c["env"]: c["python"] for c in cells if c.get("env")}
+        info["doctor"] = doctor.diagnose(adapters, threads, sorted({records.base_adapter(c) for c in cells}), envs)
+        print("measuring device peaks (matmul, copy) ...", flush=True)
+        info["peaks"] = runner.measure_peaks(_peak_devices(cells, info), threads, info["precision"])
         (run_dir / records.ENV).write_text(json.dumps(info, indent=2) + "\n")
         (run_dir / PLAN).write_text(json.dumps({"timeout_s": timeout, "cells": cells}, indent=1) + "\n")
     print(f"run {run_dir.name}: {len(cells)} cells to run, writing {run_dir}", flush=True)
@@ -163,6 +166,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    print("asking each framework in its own process ...", flush=True)
+    found = doctor.diagnose(discover(), env.default_threads())
+    print(doctor.render(found))
+    return 0 if doctor.healthy(found) else 1
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     first, *others = args.run_dirs
     if others and args.out is None:
@@ -190,7 +200,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             continue
         print(f"checking {name} against the NumPy float64 reference (one worker process) ...", flush=True)
         try:
-            lines, bad = conformance.report_lines(info, conformance.run_adapter(info, variants))
+            results = conformance.run_adapter(info, variants, device=args.device)
+            lines, bad = conformance.report_lines(info, results)
         except RuntimeError as exc:
             lines, bad = [f"FAIL  {exc}"], 1
         print("\n".join(lines))
@@ -228,6 +239,13 @@ def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> No
         "--sweep", default=defaults["sweep"], metavar="FIELD=V1,V2,...", help="run every cell for each value"
     )
     b.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="override a spec field")
+    b.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=PYTHON",
+        help="run every adapter in this Python environment too, as <adapter>@NAME (repeatable): versions side by side",
+    )
     b.add_argument("--threads", type=int, default=None, help="intra-op threads for every framework (default: all)")
     b.add_argument("--timeout", type=float, default=None, help="seconds per cell (default: the profile's)")
     b.add_argument("--out", type=Path, default=DEFAULT_OUT, help="parent folder of run folders")
@@ -263,7 +281,11 @@ def parser() -> argparse.ArgumentParser:
     k = sub.add_parser("check", help="run the conformance checks against an adapter, in plain words")
     k.add_argument("adapter", help="an adapter, a framework family, all, or a comma list")
     k.add_argument("--workload", default="all", help="all, or a comma list of workloads")
+    k.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the adapter computes")
     k.set_defaults(func=cmd_check)
+
+    d = sub.add_parser("doctor", help="each framework's build (CPU-only or CUDA), the GPUs it sees, what to fix")
+    d.set_defaults(func=cmd_doctor)
 
     c = sub.add_parser("compare", help="compare matching cells of two runs (before/after, two machines)")
     c.add_argument("run_a", type=Path, help="the baseline run folder")

@@ -324,6 +324,8 @@ def evaluate(spec: Workload, result: dict[str, np.ndarray]) -> list[Check]:
     """Every check of one variant, in plain words. A NaN anywhere fails the check it is in."""
     if "skipped" in result:
         return []
+    if "device_failed" in result:
+        return [Check("device", False, str(result["device_failed"]))]
     if not is_training(spec):
         return _decode_checks(spec, result)
     p0 = spec.init_params()
@@ -382,9 +384,12 @@ def evaluate(spec: Workload, result: dict[str, np.ndarray]) -> list[Check]:
     return checks
 
 
-def run_adapter(info: AdapterInfo, chosen: list[Variant], timeout_s: float = 1800) -> dict[Variant, dict]:
-    """What the adapter computes for each variant, all in one worker process. Variants the
-    adapter declines come back as {"skipped": reason}; a crash raises RuntimeError."""
+def run_adapter(
+    info: AdapterInfo, chosen: list[Variant], timeout_s: float = 1800, device: str = "cpu"
+) -> dict[Variant, dict]:
+    """What the adapter computes for each variant on ``device``, all in one worker process.
+    Variants the adapter declines come back as {"skipped": reason}, a GPU it cannot use as
+    {"device_failed": reason}; a crash raises RuntimeError."""
     results: dict[Variant, dict] = {}
     cells = []
     for variant in chosen:
@@ -392,7 +397,8 @@ def run_adapter(info: AdapterInfo, chosen: list[Variant], timeout_s: float = 180
         if reason:
             results[variant] = {"skipped": reason}
         else:
-            cells.append((variant, check_cell(info, variant) | {"check_steps": check_steps(spec_of(variant))}))
+            cell = check_cell(info, variant, device) | {"check_steps": check_steps(spec_of(variant))}
+            cells.append((variant, cell))
     if not cells:
         return results
     with tempfile.TemporaryDirectory() as tmp:
@@ -405,8 +411,9 @@ def run_adapter(info: AdapterInfo, chosen: list[Variant], timeout_s: float = 180
         for i, (variant, _) in enumerate(cells):
             with np.load(out / f"{i}.npz") as data:
                 results[variant] = {k: data[k] for k in data.files}
-                if "skipped" in results[variant]:
-                    results[variant] = {"skipped": str(results[variant]["skipped"])}
+                for key in ("skipped", "device_failed"):
+                    if key in results[variant]:
+                        results[variant] = {key: str(results[variant][key])}
     return results
 
 

@@ -1,14 +1,30 @@
-"""GPU utilisation sampled with NVML (nvidia-ml-py) while the steady window runs."""
+"""GPU utilisation sampled with NVML (nvidia-ml-py) while the steady window runs, on the GPU
+the cell's framework calls device 0."""
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 
+def cell_gpu(environ: Mapping[str, str] = os.environ) -> tuple[str, str]:
+    """How NVML finds the cell's GPU: ("uuid", "GPU-...") or ("index", "N").
+
+    Frameworks number the GPUs that ``CUDA_VISIBLE_DEVICES`` lists, from 0; NVML numbers every
+    GPU in PCI bus order. The worker runs GPU cells with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so a
+    plain index means the same GPU to both."""
+    visible = environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    if visible.startswith(("GPU-", "MIG-")):
+        return "uuid", visible
+    return "index", visible if visible.isdigit() else "0"
+
+
 class UtilSampler:
-    """Context manager sampling GPU 0's utilisation every ``interval_s``; ``mean`` is None
-    when NVML is unavailable (no driver, no package) or no sample was taken."""
+    """Context manager sampling the cell's GPU's utilisation every ``interval_s``; ``mean`` is
+    None when NVML is unavailable (no driver, no package) or no sample was taken; ``gpu`` names
+    the GPU sampled."""
 
     def __init__(self, interval_s: float = 0.05) -> None:
         self.interval_s = interval_s
@@ -16,13 +32,19 @@ class UtilSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._nvml: Any = None
+        self.gpu: str | None = None
 
     def __enter__(self) -> UtilSampler:
         try:
             import pynvml
 
             pynvml.nvmlInit()
-            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            kind, key = cell_gpu()
+            if kind == "uuid":
+                handle = pynvml.nvmlDeviceGetHandleByUUID(key)
+            else:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(int(key))
+            self.gpu = f"{key}: {pynvml.nvmlDeviceGetName(handle)}"
         except Exception:  # noqa: BLE001 - no NVML: utilisation is reported as unavailable
             return self
         self._nvml = pynvml

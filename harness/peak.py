@@ -1,9 +1,10 @@
 """The device's measured limits: a large float32 matmul (GFLOP/s) and a large copy (GB/s).
 
-Run once per device per run, in its own process (``python -m harness.peak DEVICE OUT``) so the
-parent imports no framework. On CPU the best of NumPy's BLAS and PyTorch (oneDNN/MKL) counts;
-on CUDA PyTorch, else JAX. The matmul is timed after a warm-up, best of several repeats, with a
-device sync; the copy counts bytes read plus bytes written.
+Run once per device per run, in its own process (``python -m harness.peak DEVICE OUT [PRECISION]``)
+so the parent imports no framework. On CPU the best of NumPy's BLAS and PyTorch (oneDNN/MKL)
+counts; on CUDA PyTorch, else JAX, in the run's precision (``tf32`` runs are bounded by the TF32
+matmul peak, ``fp32`` runs by the full-precision one). The matmul is timed after a warm-up, best
+of several repeats, with a device sync; the copy counts bytes read plus bytes written.
 """
 
 from __future__ import annotations
@@ -49,13 +50,13 @@ def measure_cpu() -> dict[str, Any]:
     return {"matmul_gflops": max(by.values()), "matmul_gflops_by": by, "copy_gbs": copy_gbs}
 
 
-def measure_cuda() -> dict[str, Any]:
+def measure_cuda(tf32: bool = False) -> dict[str, Any]:
     flops = 2 * MATMUL_N**3
     if importlib.util.find_spec("torch"):
         import torch
 
         if torch.cuda.is_available():
-            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cuda.matmul.fp32_precision = "tf32" if tf32 else "ieee"
             a, b = (torch.randn(MATMUL_N, MATMUL_N, device="cuda") for _ in range(2))
             src = torch.ones(COPY_BYTES // 4, device="cuda")
             dst = torch.empty_like(src)
@@ -71,7 +72,7 @@ def measure_cuda() -> dict[str, Any]:
     import jax
     import jax.numpy as jnp
 
-    jax.config.update("jax_default_matmul_precision", "highest")
+    jax.config.update("jax_default_matmul_precision", "tensorfloat32" if tf32 else "highest")
     dev = jax.devices("cuda")[0]
     a, b = (jax.device_put(jnp.ones((MATMUL_N, MATMUL_N), jnp.float32), dev) for _ in range(2))
     matmul = jax.jit(lambda x, y: x @ y)
@@ -85,9 +86,10 @@ def measure_cuda() -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    device, out = argv
-    result = measure_cpu() if device == "cpu" else measure_cuda()
-    Path(out).write_text(json.dumps({"device": device, **result}))
+    device, out, *rest = argv
+    precision = rest[0] if rest else "fp32"
+    result = measure_cpu() if device == "cpu" else measure_cuda(tf32=precision == "tf32")
+    Path(out).write_text(json.dumps({"device": device, "precision": precision, **result}))
     return 0
 
 

@@ -9,7 +9,11 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
+import os
+import re
+import shutil
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from adapters import AdapterInfo
 from adapters.base import PRECISIONS
@@ -69,12 +73,16 @@ def select_workloads(expr: str) -> list[str]:
     return chosen
 
 
-def select_devices(expr: str) -> list[str]:
+def select_devices(expr: str, gpu_present: bool = False) -> list[str]:
+    """Concrete devices: ``auto`` is this machine's GPU where it has one, else its CPU, for every
+    adapter alike (a framework that cannot use the GPU then fails instead of quietly running on
+    the CPU beside GPU rows)."""
     chosen: list[str] = []
     for item in _items(expr):
         if item not in DEVICES:
             raise _bad("device", item, DEVICES)
-        for d in ("cpu", "cuda") if item == "all" else (item,):
+        auto = "cuda" if gpu_present else "cpu"
+        for d in ("cpu", "cuda") if item == "all" else (auto,) if item == "auto" else (item,):
             if d not in chosen:
                 chosen.append(d)
     return chosen
@@ -120,16 +128,22 @@ def plan(
     data: str = "resident",
     precision: str = "fp32",
     sweep: str | None = None,
+    gpu_present: bool = False,
+    envs: list[str] = (),
 ) -> list[dict]:
-    """The cells of a run, in order: workload (and its strategies), data mode, device, adapter."""
+    """The cells of a run, in order: workload (and its strategies), data mode, device, adapter
+    (and its environments). With ``envs`` (``NAME=PYTHON``), every adapter also runs in each
+    named Python environment, as the adapter ``<adapter>@<NAME>``: two versions of a framework
+    side by side in one run."""
     names = select_adapters(framework, adapters)
     workloads = select_workloads(workload)
-    devices = select_devices(device)
+    devices = select_devices(device, gpu_present)
     strategies = select_strategies(strategy)
     modes = select_data(data)
     if precision not in PRECISIONS:
         raise _bad("precision", precision, PRECISIONS)
     field, values = parse_sweep(sweep) if sweep else (None, [None])
+    environments = parse_envs(envs)
     planned = []
     for w in workloads:
         for ovr, value in itertools.product(variants(w, overrides, strategies), values):
@@ -140,13 +154,18 @@ def plan(
             except SpecError as exc:
                 raise PlanError(str(exc)) from None
     cells = []
-    for (w, ovr, spec, value), mode, d, name in itertools.product(planned, modes, devices, names):
+    runs_in = [(None, None), *environments.items()]  # this environment, then each named one
+    for (w, ovr, spec, value), mode, d, name, (env, python) in itertools.product(
+        planned, modes, devices, names, runs_in
+    ):
         info = adapters[name]
+        label = f"{name}@{env}" if env else name
         cells.append(
             {
                 "run_id": run_id,
-                "cell_id": cell_id(name, w, d, [*ovr, f"data={mode}", f"precision={precision}"]),
-                "adapter": name,
+                "cell_id": cell_id(label, w, d, [*ovr, f"data={mode}", f"precision={precision}"]),
+                "adapter": label,
+                **({"base_adapter": name, "env": env, "python": python} if env else {}),
                 "framework": info.framework,
                 "graph": info.graph,
                 "workload": w,
@@ -162,6 +181,25 @@ def plan(
             }
         )
     return cells
+
+
+ENV_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+
+def parse_envs(exprs: Iterable[str]) -> dict[str, str]:
+    """``NAME=PYTHON`` items -> {name: interpreter path}; the interpreter must exist and run."""
+    found: dict[str, str] = {}
+    for expr in exprs:
+        name, sep, python = expr.partition("=")
+        if not sep or not ENV_NAME.match(name) or not python:
+            raise PlanError(f"--env {expr!r}: expected NAME=PYTHON, e.g. torch-next=.venv-next/bin/python")
+        if name in found:
+            raise PlanError(f"--env {expr!r}: environment {name!r} given twice")
+        path = shutil.which(python) or python
+        if not os.access(path, os.X_OK) or not Path(path).is_file():
+            raise PlanError(f"--env {expr!r}: {python!r} is not an executable Python interpreter")
+        found[name] = str(Path(path).absolute())
+    return found
 
 
 def parse_sweep(expr: str) -> tuple[str, list[str]]:

@@ -22,6 +22,11 @@ class RecordError(ValueError):
     """A results file that is not ours or is damaged; the message names file and line."""
 
 
+def base_adapter(cell: dict[str, Any]) -> str:
+    """The adapter module a cell runs (``torch-eager@torch-next`` runs ``torch-eager``)."""
+    return cell.get("base_adapter") or cell["adapter"]
+
+
 def cell_id(adapter: str, workload: str, device: str, overrides: list[str]) -> str:
     """Stable identity of a matrix cell (the same cell in two runs has the same id)."""
     return "|".join([adapter, workload, device, *sorted(overrides)])

@@ -512,6 +512,18 @@ def within_frameworks(groups: dict[tuple, list[dict[str, Any]]]) -> list[str]:
     ]
 
 
+def banner(recs: list[dict[str, Any]]) -> list[str]:
+    """A warning at the top naming every requested adapter x device that produced no result."""
+    missing = summary.missing_pairs(recs)
+    if not missing:
+        return []
+    pairs = sum(len(adapters) for _, adapters, _ in missing)
+    out = [f"> **Not in this comparison:** {pairs} requested adapter x device pairs produced no result."]
+    for device, adapters, reason in missing:
+        out.append(f"> - **{', '.join(adapters)}** on {device}: {reason}")
+    return [*out, ""]
+
+
 def failures(recs: list[dict[str, Any]]) -> list[str]:
     """A section with each failed cell's reason and the tail of its stderr."""
     out = []
@@ -636,6 +648,7 @@ def build(run_dirs: Path | list[Path], plot_dir: Path | None = None) -> str:
         f"{len(recs)} cells: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in records.STATUSES) + ".",
         "",
     ]
+    out += banner(recs)
     findings = summary.sentences(recs, break_even)
     if findings:
         out += ["## Summary", "", *(f"- {line}" for line in findings), ""]

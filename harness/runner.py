@@ -25,11 +25,13 @@ STDERR_TAIL_LINES = 20
 
 def worker_env(info: AdapterInfo, cell: dict[str, Any]) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(info.cls.worker_env(cell["threads"]))
+    env.update(info.cls.worker_env(cell["threads"], cell["device_requested"]))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     if cell["device_requested"] == "cpu":
         # A CPU cell must not touch (or grab memory on) a GPU, whatever the framework's default.
         env["CUDA_VISIBLE_DEVICES"] = ""
+    else:
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # frameworks number GPUs as NVML does (gpu_util)
     return env
 
 
@@ -47,11 +49,13 @@ def run_worker(
     """
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cell, f)
-    args = [sys.executable, "-m", "harness.worker", mode, f.name, str(out), *extra]
+    first = cell["cells"][0] if "cells" in cell else cell
+    # A cell of a named environment (--env) runs under that environment's interpreter.
+    args = [first.get("python") or sys.executable, "-m", "harness.worker", mode, f.name, str(out), *extra]
     try:
         proc = subprocess.Popen(
             args,
-            env=worker_env(info, cell["cells"][0] if "cells" in cell else cell),
+            env=worker_env(info, first),
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -78,7 +82,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def run_cell(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     """One cell's record; never raises for anything the cell itself does."""
-    if not info.available:
+    if not info.available and not cell.get("python"):  # another environment may have it
         return records.new_record(cell, "skipped", info.unavailable)
     try:
         unsupported = info.cls().supports(override(get_workload(cell["workload"]), cell["overrides"]))
@@ -131,6 +135,9 @@ def _run_once(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict
             return records.new_record(cell, "failed", f"timeout after {timeout_s:g} s")
         if out.is_file():
             record = json.loads(out.read_text())
+            if record["status"] == "failed" and proc.stderr.strip():
+                # The framework's own log (TF's dlopen warnings, JAX's plugin errors) explains it.
+                record.setdefault("stderr_tail", _tail(proc.stderr))
         elif proc.returncode < 0:
             name = signal.Signals(-proc.returncode).name
             record = records.new_record(cell, "failed", f"worker killed by {name}", stderr_tail=_tail(proc.stderr))
@@ -155,21 +162,21 @@ def run_cells(
     """
     for cell in cells:
         progress.start(cell)
-        record = run_cell(adapters[cell["adapter"]], cell, timeout_s)
+        record = run_cell(adapters[records.base_adapter(cell)], cell, timeout_s)
         records.append(results, record)
         progress.finish(record)
 
 
-def measure_peaks(devices: list[str], threads: int) -> dict[str, Any]:
-    """The measured matmul and copy limits of each device, keyed by device (see harness.peak).
-    A device whose measurement fails maps to {"error": reason}."""
+def measure_peaks(devices: list[str], threads: int, precision: str = "fp32") -> dict[str, Any]:
+    """The measured matmul and copy limits of each device in the run's precision, keyed by
+    device (see harness.peak). A device whose measurement fails maps to {"error": reason}."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     peaks: dict[str, Any] = {}
     for device in devices:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "peak.json"
-            cmd = [sys.executable, "-m", "harness.peak", device, str(out)]
+            cmd = [sys.executable, "-m", "harness.peak", device, str(out), precision]
             proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
             if proc.returncode == 0 and out.is_file():
                 peaks[device] = json.loads(out.read_text())

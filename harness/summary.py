@@ -51,6 +51,32 @@ def _best_per_adapter(recs: list[Record]) -> list[Record]:
     return sorted(best.values(), key=lambda r: r["median_s"])
 
 
+def _requested_device(rec: Record) -> str:
+    return rec.get("device") or rec.get("device_requested") or "?"
+
+
+def missing_pairs(recs: list[Record]) -> list[tuple[str, list[str], str]]:
+    """Requested adapter x device pairs with no ``ok`` cell at all, grouped by reason:
+    (device, adapters, the reason of their first cell that did not run)."""
+    ran = {(r["adapter"], r.get("device")) for r in recs if r["status"] == "ok"}
+    reasons: dict[tuple[str, str], str] = {}
+    for r in recs:
+        key = (r["adapter"], _requested_device(r))
+        if key not in ran and key not in reasons:
+            reasons[key] = f"{r['status']}: {r.get('reason') or 'no reason recorded'}"
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for (adapter, device), reason in reasons.items():
+        grouped.setdefault((device, reason), []).append(adapter)
+    return [(device, sorted(adapters), reason) for (device, reason), adapters in grouped.items()]
+
+
+def absent(recs: list[Record], workload: str, device: str) -> list[str]:
+    """Adapters requested for ``workload`` on ``device`` that have no result there."""
+    resident = [r for r in recs if r["workload"] == workload and r.get("data", "resident") == "resident"]
+    requested = {r["adapter"] for r in resident if _requested_device(r) == device}
+    return sorted(requested - {r["adapter"] for r in _ok_resident(resident) if r.get("device") == device})
+
+
 def fastest_sentences(recs: list[Record]) -> list[str]:
     out = []
     groups: dict[tuple, list[Record]] = {}
@@ -61,16 +87,18 @@ def fastest_sentences(recs: list[Record]) -> list[str]:
         if len(ranked) < 2:
             continue
         first, second = ranked[0], ranked[1]
+        missing = absent(recs, workload, device)
+        among = f" (not compared: {', '.join(missing)}, which have no result on {device})" if missing else ""
         if separated(first, second):
             out.append(
-                f"On {device}, {_name(first)} is the fastest for {workload} ({_ms(first)}), "
+                f"On {device}, {_name(first)} is the fastest for {workload}{among} ({_ms(first)}), "
                 f"{second['median_s'] / first['median_s']:.2f}x faster than the runner-up {_name(second)} "
                 f"({_ms(second)})."
             )
         else:
             out.append(
                 f"On {device}, {_name(first)} ({_ms(first)}) and {_name(second)} ({_ms(second)}) are tied "
-                f"for fastest on {workload}: their 95% confidence intervals overlap."
+                f"for fastest on {workload}{among}: their 95% confidence intervals overlap."
             )
     return out
 

@@ -6,6 +6,7 @@ starts. Modes:
 
 ``bench``: run the timing protocol and write one result record (JSON) to OUT. Failures inside
 the cell are written as ``failed`` records; skips as ``skipped``.
+``probe``: write the adapter's versions and build (``build_info``) as JSON to OUT; for doctor.
 ``check``: CELL.json holds {"cells": [...]}, cells of one adapter; for each, train ``--steps``
 steps and write OUT/<i>.npz with the losses and the parameters before and after each of the
 first ``--snapshot`` steps (inference: the outputs of every batch), for harness.conformance.
@@ -25,9 +26,9 @@ import numpy as np
 
 from adapters import DeviceUnavailable, discover
 from adapters.base import Options
-from harness import timing
+from harness import devices, timing
 from harness.gpu_util import UtilSampler
-from harness.records import new_record, writable
+from harness.records import base_adapter, new_record, writable
 from harness.stats import summarize
 from workloads import get_workload, override
 from workloads.rnn import decoded_lengths
@@ -37,9 +38,14 @@ class Skip(Exception):
     """The cell cannot run here; the message is the reason."""
 
 
+class DeviceFailure(Exception):
+    """The cell asked for a GPU this machine has but the framework cannot use; the message says why."""
+
+
 def prepare(cell: dict[str, Any]):
-    """Instantiate adapter and spec, resolve the device and set up; raises Skip."""
-    adapter = discover()[cell["adapter"]].cls()
+    """Instantiate adapter and spec, resolve the device and set up; raises Skip, or DeviceFailure
+    for a GPU this machine has that the framework cannot use (harness.devices tells them apart)."""
+    adapter = discover()[base_adapter(cell)].cls()
     spec = override(get_workload(cell["workload"]), cell.get("overrides", []))
     reason = adapter.supports(spec)
     if reason:
@@ -47,7 +53,8 @@ def prepare(cell: dict[str, Any]):
     try:
         device = adapter.resolve_device(cell["device_requested"])
     except DeviceUnavailable as exc:
-        raise Skip(str(exc)) from None
+        status, reason = devices.verdict(adapter, str(exc))
+        raise (Skip if status == "skipped" else DeviceFailure)(reason) from None
     params = spec.init_params()
     options = Options(threads=cell["threads"], precision=cell.get("precision", "fp32"))
     t0 = time.perf_counter()
@@ -138,10 +145,22 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
         step, inputs, place_s = feed(adapter, spec, cell.get("data", "resident"), batches)
     except Skip as exc:
         return new_record(cell, "skipped", str(exc))
+    except DeviceFailure as exc:
+        return new_record(cell, "failed", str(exc))
     before = adapter.compile_stats()
     sampler = UtilSampler() if device == "cuda" else None
     m = timing.measure(step, adapter.sync, inputs, profile, steady=sampler)
     compile_stats = _delta(before, adapter.compile_stats())
+    sync_verified = None
+    if device == "cuda":
+        # One more step: right after sync() the GPU must have nothing queued, else every step
+        # time above stopped the clock before the work was done.
+        adapter.sync(step(inputs[0]))
+        busy = adapter.device_busy()
+        if busy:
+            reason = f"{adapter.name}.sync() returned while the GPU still had queued work; its step times read low"
+            return new_record(cell, "failed", reason)
+        sync_verified = None if busy is None else True
     flops = [spec.flops(b) for b in batches]
     gflops = achieved_gflops(flops, len(m.cold_times_s), m.step_times_s)
     tokens, decode_stats = token_counts(adapter, spec, batches)
@@ -172,6 +191,8 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
         host_peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         device_peak_bytes=adapter.device_memory_peak(),
         gpu_util_mean=sampler.mean if sampler else None,
+        gpu_sampled=sampler.gpu if sampler else None,
+        sync_verified=sync_verified,
         tokens_per_s=tokens_per_s(tokens, len(m.cold_times_s), m.step_times_s),
         **decode_stats,
         **summarize(m.step_times_s, spec.batch_size),
@@ -181,11 +202,14 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
 def check(cell: dict[str, Any], steps: int, snapshot: int) -> dict[str, np.ndarray]:
     """Losses of ``steps`` steps and the parameters before the first and after each of the
     first ``snapshot`` steps (``param{t}:{name}``); for inference workloads, the outputs of
-    ``infer_step`` on every batch, stacked. A skip is returned as ``skipped``."""
+    ``infer_step`` on every batch, stacked. A skip is returned as ``skipped``, a GPU the
+    framework cannot use as ``device_failed``."""
     try:
         adapter, spec, device, _ = prepare(cell)
     except Skip as exc:
         return {"skipped": np.asarray(str(exc))}
+    except DeviceFailure as exc:
+        return {"device_failed": np.asarray(str(exc))}
     placed, _ = place(adapter, spec.batches())
     if getattr(spec, "task", "train") != "train":
         return {"outputs": np.stack([adapter.fetch(adapter.infer_step(batch)) for batch in placed])}
@@ -200,7 +224,7 @@ def check(cell: dict[str, Any], steps: int, snapshot: int) -> dict[str, np.ndarr
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.worker")
-    parser.add_argument("mode", choices=("bench", "check"))
+    parser.add_argument("mode", choices=("bench", "check", "probe"))
     parser.add_argument("cell", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--steps", type=int, default=50)
@@ -210,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "check":  # {"cells": [...]}: one .npz per cell in the folder OUT
         for i, one in enumerate(cell["cells"]):
             np.savez(args.out / f"{i}.npz", **check(one, one.get("check_steps", args.steps), args.snapshot))
+        return 0
+    if args.mode == "probe":
+        adapter = discover()[base_adapter(cell)].cls()
+        args.out.write_text(json.dumps(writable({"versions": adapter.version(), "build": adapter.build_info()})))
         return 0
     t0 = time.perf_counter()
     try:

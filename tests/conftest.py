@@ -9,13 +9,16 @@ import pytest
 
 from adapters import discover
 from harness import conformance
+from harness.install import variant
 
 REPO = Path(__file__).resolve().parent.parent
 ADAPTERS = discover()
 VARIANTS = conformance.all_variants()
 TRAIN_VARIANTS = [v for v in VARIANTS if conformance.is_training(conformance.spec_of(v))]
 INFER_VARIANTS = [v for v in VARIANTS if v not in TRAIN_VARIANTS]
-_results: dict[str, dict] = {}
+# Conformance runs on every device this machine has: the CPU, and the GPU where there is one.
+DEVICES = ["cpu", "cuda"] if variant.detect().driver else ["cpu"]
+_results: dict[tuple[str, str], dict] = {}
 
 
 def check_cell(adapter: str, workload: str, device: str = "cpu", overrides: tuple[str, ...] = ()) -> dict:
@@ -37,16 +40,24 @@ def spec(variant):
     return conformance.spec_of(variant)
 
 
+@pytest.fixture(params=DEVICES, ids=str)
+def device(request) -> str:
+    return request.param
+
+
 @pytest.fixture
-def trained(adapter_name, variant) -> dict:
-    """What the adapter computed for the variant, in a real worker process: one process per
-    adapter runs all its variants on first use. Skips where the adapter declines the variant."""
+def trained(adapter_name, variant, device) -> dict:
+    """What the adapter computed for the variant on the device, in a real worker process: one
+    process per adapter and device runs all its variants on first use. Skips where the adapter
+    declines the variant; a GPU it cannot use comes back as a failing ``device`` check."""
     info = ADAPTERS[adapter_name]
     if not info.available:
         pytest.skip(info.unavailable)
-    if adapter_name not in _results:
-        _results[adapter_name] = conformance.run_adapter(info, VARIANTS)
-    result = _results[adapter_name][variant]
+    if (adapter_name, device) not in _results:
+        _results[adapter_name, device] = conformance.run_adapter(info, VARIANTS, device=device)
+    result = _results[adapter_name, device][variant]
+    if "device_failed" in result:
+        pytest.fail(result["device_failed"])
     if "skipped" in result:
         pytest.skip(result["skipped"])
     return result

@@ -131,3 +131,62 @@ class FaultNoSync(FaultOk):
 
     def sync(self, handle):
         return handle
+
+
+class FaultBusy(FaultOk):
+    """Claims a GPU whose queue is never empty after sync: the harness's sync check must fail it."""
+
+    name = "fault-busy"
+
+    def resolve_device(self, device):
+        return device
+
+    def device_busy(self):
+        return True
+
+
+class FaultGpuNoSync(Adapter):
+    """A real CUDA adapter whose ``sync`` returns without waiting for the GPU (GPU machines only):
+    each step queues a long chain of matmuls; the harness's stream query must catch it."""
+
+    name = "fault-gpu-nosync"
+    framework = "fault"
+    graph = "dynamic"
+    requires = ("torch",)
+    extra = "torch"
+
+    def version(self):
+        import torch
+
+        return {"torch": torch.__version__}
+
+    def resolve_device(self, device):
+        from adapters._torch_common import resolve_device
+
+        return resolve_device(device, "torch")
+
+    def setup(self, spec, params, device, options):
+        import torch
+
+        self.torch, self.device = torch, torch.device(device)
+        self.a = torch.randn(4096, 4096, device=self.device)
+
+    def to_device(self, batch):
+        return batch
+
+    def train_step(self, batch):
+        out = self.a
+        for _ in range(20):
+            out = out @ self.a
+        return out
+
+    def sync(self, handle):
+        return 0.0  # the fault: no synchronisation
+
+    def params(self):
+        return {}
+
+    def device_busy(self):
+        from adapters._torch_common import device_busy
+
+        return device_busy(self.torch, self.device)

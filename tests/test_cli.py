@@ -44,7 +44,7 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
     assert cpu["loss_last"] < cpu["loss_first"]
     cuda = recs[1]
     if shutil.which("nvidia-smi") is None:
-        assert cuda["status"] == "skipped" and cuda["reason"] == "no CUDA device visible to torch"
+        assert cuda["status"] == "skipped" and cuda["reason"].startswith("no NVIDIA GPU on this machine")
     env = json.loads((run / records.ENV).read_text())
     assert env["threads"] >= 1 and "torch" in env["packages"]
     peak = env["peaks"]["cpu"]["matmul_gflops"]

@@ -28,3 +28,68 @@ def test_cuda_cell_runs_on_the_gpu_and_matches_the_reference(name, tmp_path):
     spec = get_workload("mlp")
     ref, _ = spec.reference_train(spec.init_params(), 1)
     np.testing.assert_allclose(np.load(tmp_path / "0.npz")["losses"][0], ref[0], rtol=1e-5)
+
+
+def test_a_sync_that_does_not_wait_is_caught_on_the_gpu(python, tmp_path):
+    """fault-gpu-nosync queues seconds of matmuls and returns from sync at once: the stream query
+    after sync must fail the cell instead of recording launch times as step times."""
+    import os
+    import subprocess
+
+    from harness import records
+    from tests.conftest import REPO
+
+    env = dict(os.environ, DLCOMPARE_EXTRA_ADAPTERS="tests.fault_adapters")
+    cmd = [python, "-m", "harness", "bench", "--out", str(tmp_path), "--run-id", "r", "--profile", "quick"]
+    cmd += ["--framework", "fault-gpu-nosync", "--workload", "mlp", "--device", "cuda"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    (rec,) = records.load(tmp_path / "r" / records.RESULTS)
+    assert rec["status"] == "failed", rec
+    assert "still had queued work" in rec["reason"]
+
+
+PLACEMENT = {
+    # adapter: a check run right after to_device, in the adapter's own worker environment
+    "torch-eager": "import torch; assert torch.cuda.current_stream().query(), 'to_device returned early'; "
+    "assert all(t.is_cuda for t in placed.values())",
+    "keras-torch": "import torch; assert torch.cuda.current_stream().query(), 'to_device returned early'; "
+    "assert all(t.is_cuda for t in placed.values())",
+    "tf-function": "assert all('GPU' in t.device and t.dtype.name != 'int32' for t in placed.values()), "
+    "[(t.device, t.dtype.name) for t in placed.values()]",
+    "jax-jit": "assert all(d.platform == 'gpu' for a in placed.values() for d in a.devices())",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLACEMENT))
+@pytest.mark.parametrize("workload", ["mlp", "cnn", "rnn-caption"])
+def test_data_is_truly_on_the_gpu_once_to_device_returns(name, workload, python):
+    import os
+    import subprocess
+
+    from tests.conftest import REPO
+
+    info = ADAPTERS[name]
+    if not info.available:
+        pytest.skip(info.unavailable)
+    script = (
+        f"from adapters import discover; from adapters.base import Options; from workloads import get_workload\n"
+        f"a = discover()[{name!r}].cls(); spec = get_workload({workload!r})\n"
+        f"a.setup(spec, spec.init_params(), 'cuda', Options(threads=1))\n"
+        f"placed = a.to_device(spec.batches()[0])\n{PLACEMENT[name]}\n"
+    )
+    env = dict(os.environ, **info.cls.worker_env(1, "cuda"))
+    proc = subprocess.run([python, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("name", [n for n, a in ADAPTERS.items() if a.available])
+def test_gpu_cells_record_equal_autotune_a_verified_sync_and_their_gpu(name):
+    rec = runner.run_cell(ADAPTERS[name], check_cell(name, "cnn", "cuda") | {"cell_id": "gpu"}, timeout_s=600)
+    assert rec["status"] == "ok", rec.get("reason")
+    settings = rec["settings"]
+    autotune = settings.get("cudnn_autotune", settings.get("gpu_autotune_level"))
+    assert autotune in (True, "1", 4), settings
+    if ADAPTERS[name].framework in ("torch", "jax"):
+        assert rec["sync_verified"] is True
+    assert rec["gpu_sampled"] and rec["gpu_util_mean"] is not None

@@ -69,7 +69,7 @@ def test_dry_run_plans_without_running_or_writing(python, tmp_path):
 
 
 def test_sigterm_keeps_finished_cells_and_resume_runs_only_the_missing(python, tmp_path):
-    args = ["--framework", "fault-ok,fault-raise", "--workload", "mlp,mlp-wide", "--device", "cpu,auto", *FAST]
+    args = ["--framework", "fault-ok,fault-raise", "--workload", "mlp,mlp-wide", "--data", "resident,host", *FAST]
     proc = bench(python, tmp_path, *args, wait=False)
     results = tmp_path / "r" / records.RESULTS
     deadline = time.monotonic() + 120

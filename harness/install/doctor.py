@@ -1,0 +1,142 @@
+"""``python -m harness doctor`` (``make doctor``): what each framework's installed build is, which
+GPUs it sees, and the next step when that is not what this machine needs.
+
+Each framework is asked in its own worker process (the one adapter per framework family that a
+cell would run), so this process imports none of them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from adapters import AdapterInfo
+from harness import env, runner
+from harness.install import variant
+
+PROBE_TIMEOUT_S = 300
+
+
+def probe(info: AdapterInfo, threads: int, python: str | None = None) -> dict[str, Any]:
+    """The adapter's versions and build from a worker process (under ``python``, another
+    environment's interpreter, if given), or {"error": reason}."""
+    if not info.available and python is None:
+        return {"error": f"not installed: {info.unavailable}"}
+    cell = {"adapter": info.name, "threads": threads, "device_requested": "auto", "python": python}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "probe.json"
+        try:
+            proc = runner.run_worker(info, cell, "probe", out, PROBE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return {"error": f"no answer within {PROBE_TIMEOUT_S} s"}
+        if proc.returncode != 0 or not out.is_file():
+            last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+            return {"error": f"fails to start: {last}"}
+        return json.loads(out.read_text())
+
+
+def representatives(adapters: Mapping[str, AdapterInfo], names: list[str] | None = None) -> list[AdapterInfo]:
+    """One adapter per (framework, requirements): keras on torch and keras on JAX are two builds."""
+    seen, chosen = set(), []
+    for info in adapters.values():
+        key = (info.framework, info.cls.requires)
+        if (names is None or info.name in names) and key not in seen:
+            seen.add(key)
+            chosen.append(info)
+    return chosen
+
+
+def build_text(build: dict[str, Any]) -> str:
+    if not build:
+        return "unknown (the adapter does not say)"
+    if build.get("cuda") is None:
+        return "CPU-only"
+    return f"CUDA {build['cuda']}" + (f", cuDNN {build['cudnn']}" if build.get("cudnn") else "")
+
+
+def next_step(result: dict[str, Any], machine: variant.Choice) -> str:
+    """What the user should do about one framework on this machine ("ok" when nothing)."""
+    if "error" in result:
+        return result["error"]
+    build = result.get("build") or {}
+    if not build:
+        return "ok"
+    gpu_here = machine.driver is not None
+    if build.get("cuda") is None:
+        if not gpu_here:
+            return "ok (no GPU here)"
+        if machine.variant == "cpu":
+            return f"CPU-only; {machine.reason}: update the driver for GPU builds"
+        return f"CPU-only build on a GPU machine: {variant.INSTALL_HINT.format(variant=machine.variant)}"
+    if build.get("gpus"):
+        return "ok"
+    if not gpu_here:
+        return "ok (CUDA build, no GPU here: runs on the CPU)"
+    return f"CUDA build sees no GPU: {build.get('error') or 'no reason given'}"
+
+
+def diagnose(
+    adapters: Mapping[str, AdapterInfo],
+    threads: int,
+    names: list[str] | None = None,
+    envs: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The doctor's findings as data (what env.json keeps): machine, variants and one row per
+    framework build, in this environment and in each named one (``envs``: name -> python)."""
+    machine = variant.detect()
+    chosen = [(info, env) for info in representatives(adapters, names) for env in [None, *(envs or {})]]
+    with ThreadPoolExecutor(max_workers=max(1, len(chosen))) as pool:  # the imports overlap
+        results = list(pool.map(lambda job: probe(job[0], threads, (envs or {}).get(job[1])), chosen))
+    rows = []
+    for (info, env_name), result in zip(chosen, results, strict=True):
+        build = result.get("build") or {}
+        rows.append(
+            {
+                "framework": info.framework,
+                "adapter": f"{info.name}@{env_name}" if env_name else info.name,
+                "versions": result.get("versions", {}),
+                "build": build_text(build) if "error" not in result else "-",
+                "gpus": build.get("gpus", []),
+                "next_step": next_step(result, machine),
+            }
+        )
+    return {
+        "gpus": env.gpus(),
+        "variant_for_machine": machine.variant,
+        "variant_reason": machine.reason,
+        "variant_installed": variant.installed(),
+        "frameworks": rows,
+    }
+
+
+def render(found: dict[str, Any]) -> str:
+    from tabulate import tabulate
+
+    gpus = found["gpus"]
+    lines = [
+        "GPUs: " + ("; ".join(f"{g['name']} (driver {g['driver']}, {g['memory']})" for g in gpus) or "none"),
+        f"installed variant: {found['variant_installed'] or 'none recorded (not installed by make)'}; "
+        f"this machine wants {found['variant_for_machine']} ({found['variant_reason']})",
+        "",
+    ]
+    rows = [
+        [
+            f"{r['framework']} ({r['adapter']})",
+            ", ".join(f"{k} {v}" for k, v in r["versions"].items() if not k.endswith("backend")) or "-",
+            r["build"],
+            ", ".join(r["gpus"]) or "-",
+            r["next_step"],
+        ]
+        for r in found["frameworks"]
+    ]
+    lines.append(tabulate(rows, ["framework", "version", "build", "GPUs seen", "next step"], tablefmt="simple"))
+    return "\n".join(lines)
+
+
+def healthy(found: dict[str, Any]) -> bool:
+    return all(r["next_step"].startswith("ok") for r in found["frameworks"])

@@ -1,0 +1,59 @@
+"""Framework versions as an axis: ``--env NAME=PYTHON`` runs every adapter in another Python
+environment too, side by side in one run (a real second environment with another numpy here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from harness import records
+from harness.install import environments
+from harness.plan import PlanError, parse_envs
+from tests.conftest import REPO
+
+FAST = ["--workload", "mlp", "--device", "cpu", "--set", "hidden=8", "--set", "input_shape=4,4"]
+FAST += ["--set", "num_batches=2", "--run-id", "r"]
+
+
+def bench(python, out, *args):
+    env = dict(os.environ, DLCOMPARE_EXTRA_ADAPTERS="tests.fault_adapters")
+    cmd = [python, "-m", "harness", "bench", "--out", str(out), *FAST, *args]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_bad_environments_are_refused_by_name(python, tmp_path):
+    for expr, message in [
+        ("next", "expected NAME=PYTHON"),
+        ("=x", "expected NAME=PYTHON"),
+        ("a b=python3", "expected NAME=PYTHON"),
+        (f"next={tmp_path / 'nope'}", "is not an executable Python interpreter"),
+    ]:
+        with pytest.raises(PlanError, match=message):
+            parse_envs([expr])
+    with pytest.raises(PlanError, match="given twice"):
+        parse_envs([f"a={python}", f"a={python}"])
+    proc = bench(python, tmp_path, "--framework", "fault-ok", "--env", "next")
+    assert proc.returncode == 2 and "--env 'next': expected NAME=PYTHON" in proc.stderr
+
+
+def test_two_versions_of_a_package_are_cells_of_one_run(python, tmp_path):
+    twin = environments.create("np23", ["numpy==2.3.5"], root=tmp_path)
+    proc = bench(python, tmp_path, "--framework", "fault-ok", "--env", f"np23={twin}")
+    assert proc.returncode == 0, proc.stderr
+    run = tmp_path / "r"
+    recs = {r["adapter"]: r for r in records.load(run / records.RESULTS)}
+    assert set(recs) == {"fault-ok", "fault-ok@np23"}
+    assert all(r["status"] == "ok" for r in recs.values())
+    base_numpy = recs["fault-ok"]["versions"]["numpy"]
+    assert recs["fault-ok@np23"]["versions"]["numpy"] == "2.3.5" != base_numpy
+    assert recs["fault-ok@np23"]["env"] == "np23" and recs["fault-ok@np23"]["base_adapter"] == "fault-ok"
+    report = (run / "report.md").read_text()
+    assert "| fault-ok@np23 " in report and "| fault-ok " in report
+    doctor = json.loads((run / records.ENV).read_text())["doctor"]["frameworks"]
+    assert {row["adapter"]: row["versions"]["numpy"] for row in doctor} == {
+        "fault-ok": base_numpy,
+        "fault-ok@np23": "2.3.5",
+    }
