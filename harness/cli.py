@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import fcntl
 import json
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from tabulate import tabulate
 
@@ -22,6 +23,7 @@ from workloads import STRATEGIES, WORKLOADS
 
 DEFAULT_OUT = Path("reports")
 PLAN = "plan.json"
+LOCK = ".lock"
 DEFAULT_SWEEP = "batch_size=16,32,64,128,256,512,1024"
 
 
@@ -126,8 +128,37 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.dry_run:
         _dry_run(cells, adapters)
         return 0
+    lock = _lock(run_dir)
+    if lock is None:
+        return _fail(
+            f"{run_dir} is in use by another bench (it holds {run_dir / LOCK}); wait for it or choose another --run-id"
+        )
+    with lock:
+        try:  # under the lock, again: another bench may have written the folder since the plan
+            if args.resume:
+                cells, timeout = _resumed_run(run_dir, adapters)
+            elif (run_dir / records.RESULTS).exists():
+                raise PlanError(f"{run_dir} already holds results; resume it with --resume {run_dir}")
+        except (PlanError, records.RecordError) as exc:
+            return _fail(str(exc))
+        return _run(args, adapters, run_dir, cells, timeout)
+
+
+def _lock(run_dir: Path) -> IO[str] | None:
+    """An exclusive lock on the run folder, held while this process lives; None if another
+    process holds it. Two benches writing one folder would time each other and mix records."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handle = (run_dir / LOCK).open("a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def _run(args: argparse.Namespace, adapters, run_dir: Path, cells: list[dict[str, Any]], timeout: float) -> int:
     if not args.resume:
-        run_dir.mkdir(parents=True, exist_ok=True)
         threads = cells[0]["threads"] if cells else env.default_threads()
         command = ["python -m harness", *sys.argv[1:]]
         info = env.capture(threads, command)

@@ -11,9 +11,10 @@ import pandas as pd
 from tabulate import tabulate
 
 from harness import plots, records, summary
+from harness.contention import CONTENDED_CORES
 from harness.stats import NOISY_IQR_RATIO
 from harness.summary import strategy
-from harness.timing import PROFILES
+from harness.timing import CHECK_EVERY, MAX_COLD_PASSES, PROFILES
 
 DASH = "—"
 
@@ -32,7 +33,15 @@ def sig(value: Any, digits: int = 3) -> str:
 
 def status_text(rec: dict[str, Any]) -> str:
     if rec["status"] == "ok":
-        return "ok"
+        notes = []
+        if rec.get("steady_recompiles"):
+            n = rec["steady_recompiles"]
+            notes.append(f"{n} recompile{'s' * (n > 1)} in the steady window, excluded")
+        if rec.get("cold_settled") is False:
+            notes.append("still compiling after the cold window")
+        if rec.get("contended"):
+            notes.append(f"contended ({rec['other_cpu_cores']:.2f} other cores busy): not ranked")
+        return ", ".join(["ok", *notes])
     reason = " ".join(str(rec.get("reason", "")).split())
     return f"{rec['status']}: {reason}"
 
@@ -182,14 +191,22 @@ def method(recs: list[dict[str, Any]]) -> str:
     lines = []
     for name in names:
         p = PROFILES[name]
+        repeats = f"; each cell in {p.repeats} fresh processes, steady windows pooled" if p.repeats > 1 else ""
         lines.append(
-            f"- Profile `{name}`: the first step is timed alone (trace, compile and first run); then "
-            f"{p.warmup_steps} untimed warm-up steps; then timed steps until at least {p.min_steps} steps "
-            f"and {p.budget_s:g} s (at most {p.max_steps})."
+            f"- Profile `{name}`: a cold window of every step from a cold start, each timed: at least "
+            f"{1 + p.warmup_steps} steps and one whole pass over the dataset (its first step holds trace, "
+            f"compile and first run), then, where the adapter counts its compiles, more passes until one "
+            f"runs without compiling (at most {MAX_COLD_PASSES}). Then the steady window: timed steps until "
+            f"at least {p.min_steps} and either {p.budget_s:g} s spent or IQR/median below "
+            f"{p.target_rel_iqr:.0%} (checked every {CHECK_EVERY} steps), at most {p.max_steps}; a step "
+            f"during which the adapter compiled is kept out of the statistics and counted{repeats}."
         )
     lines += [
         "- Every timed step is the adapter's `train_step` followed by `sync`, which blocks until the "
-        "device has finished and reads the loss, so asynchronous dispatch cannot hide work.",
+        "device has finished and reads the loss, so asynchronous dispatch cannot hide work. On a GPU, "
+        "one more step checks that the device has nothing queued right after `sync`.",
+        f"- A cell that ran while other processes used more than {CONTENDED_CORES:g} cores is marked "
+        "`contended` and left out of the summary's verdicts.",
         "- Each cell runs in a fresh process; every framework starts from the same NumPy parameters and "
         "trains on the same batches, already placed on the device (placement is timed apart).",
         "- `time vs fastest` is this cell's median over the fastest median of the workload (1.00 = fastest); "

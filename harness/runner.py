@@ -15,6 +15,7 @@ from typing import Any
 
 from adapters import AdapterInfo
 from harness import records, timing
+from harness.contention import CONTENDED_CORES, OtherLoad
 from harness.progress import MatrixProgress
 from harness.stats import summarize
 from workloads import SpecError, get_workload, override
@@ -40,9 +41,16 @@ def _tail(text: str) -> str:
 
 
 def run_worker(
-    info: AdapterInfo, cell: dict[str, Any], mode: str, out: Path, timeout_s: float, extra: list[str] = ()
+    info: AdapterInfo,
+    cell: dict[str, Any],
+    mode: str,
+    out: Path,
+    timeout_s: float,
+    extra: list[str] = (),
+    load: OtherLoad | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run ``python -m harness.worker`` for one cell in its own process group.
+    """Run ``python -m harness.worker`` for one cell in its own process group (and session);
+    ``load``, if given, measures what other processes used meanwhile.
 
     Raises subprocess.TimeoutExpired past ``timeout_s``. On a timeout or any interruption
     (Ctrl-C, SIGTERM) the whole group is killed, so no worker or helper process outlives it.
@@ -52,6 +60,8 @@ def run_worker(
     first = cell["cells"][0] if "cells" in cell else cell
     # A cell of a named environment (--env) runs under that environment's interpreter.
     args = [first.get("python") or sys.executable, "-m", "harness.worker", mode, f.name, str(out), *extra]
+    if load is not None:
+        load.start()
     try:
         proc = subprocess.Popen(
             args,
@@ -67,6 +77,8 @@ def run_worker(
         except BaseException:
             _kill_group(proc)
             raise
+        if load is not None:
+            load.stop(proc.pid)
         return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
     finally:
         os.unlink(f.name)
@@ -118,6 +130,11 @@ def pool(runs: list[dict[str, Any]]) -> dict[str, Any]:
         repeat_cold_s=[r["cold_s"] for r in runs],
         host_peak_rss_bytes=max(r["host_peak_rss_bytes"] for r in runs),
         wall_s=sum(r.get("wall_s", 0.0) for r in runs),
+        other_cpu_cores=max(r.get("other_cpu_cores", 0.0) for r in runs),
+        contended=any(r.get("contended") for r in runs),
+        steady_recompiles=sum(r.get("steady_recompiles") or 0 for r in runs),
+        recompile_times_s=[t for r in runs for t in r.get("recompile_times_s") or []],
+        cold_settled=None if runs[0].get("cold_settled") is None else all(r.get("cold_settled") for r in runs),
     )
     if record.get("gflops") is not None:
         record["gflops"] = sum(r["gflops"] for r in runs) / len(runs)
@@ -127,10 +144,11 @@ def pool(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _run_once(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     t0 = time.perf_counter()
+    load = OtherLoad()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "record.json"
         try:
-            proc = run_worker(info, cell, "bench", out, timeout_s)
+            proc = run_worker(info, cell, "bench", out, timeout_s, load=load)
         except subprocess.TimeoutExpired:
             return records.new_record(cell, "failed", f"timeout after {timeout_s:g} s")
         if out.is_file():
@@ -145,6 +163,9 @@ def _run_once(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict
             reason = f"worker exited with code {proc.returncode} and no record"
             record = records.new_record(cell, "failed", reason, stderr_tail=_tail(proc.stderr))
     record["wall_s"] = time.perf_counter() - t0
+    if load.cores is not None:
+        record["other_cpu_cores"] = load.cores
+        record["contended"] = load.cores > CONTENDED_CORES
     return record
 
 

@@ -9,12 +9,21 @@ NOISY_IQR_RATIO = 0.25
 
 
 BOOTSTRAP_SAMPLES = 2000
+#: Most resampled values held at once (8 MB of float64), whatever the number of steps.
+BOOTSTRAP_CHUNK = 1_000_000
 
 
 def median_ci(times: np.ndarray, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
-    """Percentile-bootstrap confidence interval of the median (fixed seed: reproducible)."""
+    """Percentile-bootstrap confidence interval of the median (fixed seed: reproducible),
+    resampled in chunks so memory stays bounded for long pooled windows."""
     rng = np.random.default_rng(seed)
-    medians = np.median(rng.choice(times, size=(BOOTSTRAP_SAMPLES, len(times)), replace=True), axis=1)
+    per_chunk = max(1, BOOTSTRAP_CHUNK // len(times))
+    medians = np.concatenate(
+        [
+            np.median(rng.choice(times, size=(min(per_chunk, BOOTSTRAP_SAMPLES - done), len(times))), axis=1)
+            for done in range(0, BOOTSTRAP_SAMPLES, per_chunk)
+        ]
+    )
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(medians, [tail, 100 - tail])
     return float(low), float(high)

@@ -28,7 +28,21 @@ def _ms(rec: Record) -> str:
 
 
 def _ok_resident(recs: list[Record]) -> list[Record]:
-    return [r for r in recs if r["status"] == "ok" and r.get("data", "resident") == "resident"]
+    """Cells a verdict may use: ran, on resident data, not beside other CPU load."""
+    return [
+        r for r in recs if r["status"] == "ok" and r.get("data", "resident") == "resident" and not r.get("contended")
+    ]
+
+
+def contention_sentences(recs: list[Record]) -> list[str]:
+    busy = [r for r in recs if r["status"] == "ok" and r.get("contended")]
+    if not busy:
+        return []
+    names = ", ".join(sorted({f"{r['adapter']} / {r['workload']} / {r.get('device')}" for r in busy}))
+    return [
+        f"{len(busy)} cells ran while other processes kept the CPU busy and are left out of every verdict "
+        f"here: {names}. Rerun them on a quiet machine (`--resume` does not rerun finished cells)."
+    ]
 
 
 def strategy(rec: Record) -> str | None:
@@ -74,15 +88,31 @@ def absent(recs: list[Record], workload: str, device: str) -> list[str]:
     """Adapters requested for ``workload`` on ``device`` that have no result there."""
     resident = [r for r in recs if r["workload"] == workload and r.get("data", "resident") == "resident"]
     requested = {r["adapter"] for r in resident if _requested_device(r) == device}
-    return sorted(requested - {r["adapter"] for r in _ok_resident(resident) if r.get("device") == device})
+    ran = {r["adapter"] for r in resident if r["status"] == "ok" and r.get("device") == device}
+    return sorted(requested - ran)
+
+
+def axes(rec: Record) -> tuple:
+    """Every axis of the plan but the adapter and its loop strategy: cells that differ in any
+    of these (batch size, precision, data mode, ...) are never compared in one sentence."""
+    setting = tuple(sorted(o for o in rec.get("overrides", []) if not o.startswith("strategy=")))
+    return rec["workload"], rec.get("device"), setting, rec.get("precision", "fp32"), rec.get("data", "resident")
+
+
+def _what(key: tuple) -> str:
+    """``mlp`` or ``mlp (batch_size=16, tf32)``: the workload and what sets it apart."""
+    workload, _, setting, precision, _ = key
+    extra = [*setting, *([precision] if precision != "fp32" else [])]
+    return f"{workload} ({', '.join(extra)})" if extra else workload
 
 
 def fastest_sentences(recs: list[Record]) -> list[str]:
     out = []
     groups: dict[tuple, list[Record]] = {}
     for r in _ok_resident(recs):
-        groups.setdefault((r["workload"], r.get("device")), []).append(r)
-    for (workload, device), cells in groups.items():
+        groups.setdefault(axes(r), []).append(r)
+    for key, cells in groups.items():
+        workload, device = key[0], key[1]
         ranked = _best_per_adapter(cells)
         if len(ranked) < 2:
             continue
@@ -91,14 +121,14 @@ def fastest_sentences(recs: list[Record]) -> list[str]:
         among = f" (not compared: {', '.join(missing)}, which have no result on {device})" if missing else ""
         if separated(first, second):
             out.append(
-                f"On {device}, {_name(first)} is the fastest for {workload}{among} ({_ms(first)}), "
+                f"On {device}, {_name(first)} is the fastest for {_what(key)}{among} ({_ms(first)}), "
                 f"{second['median_s'] / first['median_s']:.2f}x faster than the runner-up {_name(second)} "
                 f"({_ms(second)})."
             )
         else:
             out.append(
                 f"On {device}, {_name(first)} ({_ms(first)}) and {_name(second)} ({_ms(second)}) are tied "
-                f"for fastest on {workload}{among}: their 95% confidence intervals overlap."
+                f"for fastest on {_what(key)}{among}: their 95% confidence intervals overlap."
             )
     return out
 
@@ -107,8 +137,10 @@ def gpu_vs_cpu_sentences(recs: list[Record]) -> list[str]:
     out = []
     cells: dict[tuple, dict[str, Record]] = {}
     for r in _ok_resident(recs):
-        cells.setdefault((r["workload"], r["adapter"], strategy(r)), {})[r.get("device")] = r
-    for (workload, _, _), by_device in cells.items():
+        key = axes(r)
+        cells.setdefault((key[:1] + key[2:], r["adapter"], strategy(r)), {})[r.get("device")] = r
+    for (key, _, _), by_device in cells.items():
+        workload = _what(key[:1] + (None,) + key[1:])
         cpu, gpu = by_device.get("cpu"), by_device.get("cuda")
         if not cpu or not gpu:
             continue
@@ -134,7 +166,7 @@ def compile_sentences(recs: list[Record], break_even) -> list[str]:
     cells = [r for r in _ok_resident(recs) if "cold_times_s" in r]
     static: dict[tuple, Record] = {}
     for r in cells:
-        key = (r["adapter"], r["workload"], r.get("device"))
+        key = (r["adapter"], axes(r))
         if (
             r.get("graph") == "static"
             and r.get("compile_s")
@@ -142,30 +174,35 @@ def compile_sentences(recs: list[Record], break_even) -> list[str]:
         ):
             static[key] = r  # its strategy with the shortest cold start
     for r in static.values():
-        eager = [
-            e
-            for e in cells
-            if e.get("graph") == "dynamic"
-            and (e["workload"], e.get("device"))
-            == (
-                r["workload"],
-                r.get("device"),
-            )
-        ]
+        eager = [e for e in cells if e.get("graph") == "dynamic" and axes(e) == axes(r)]
         text = (
-            f"{_name(r)} spends {_num(r['compile_s'])} s tracing/compiling on {r['workload']} "
+            f"{_name(r)} spends {_num(r['compile_s'])} s tracing/compiling on {_what(axes(r))} "
             f"({r.get('device')}; first step {_num(r['first_step_s'] * 1e3)} ms vs {_ms(r)} steady)"
         )
         if eager:
             base = min(eager, key=lambda e: e["median_s"])
-            steps = break_even(r, base)
-            if steps is None:
-                text += f" and never catches up with {_name(base)} ({_ms(base)})"
-            else:
-                text += f" and has paid it off against {_name(base)} after {steps:,} steps"
+            text += _payoff(r, base, break_even)
         out.append(text + ".")
     return out
 
 
+def _payoff(static: Record, base: Record, break_even) -> str:
+    """Where compiling pays off against ``base``: a step range from the ends of both confidence
+    intervals, and only where they separate (overlapping steady times give no break-even)."""
+    if not separated(static, base):
+        return f"; its steady step is tied with {_name(base)} ({_ms(base)}), so it has no clear break-even"
+    if static["median_s"] > base["median_s"]:
+        return f" and never catches up with {_name(base)} ({_ms(base)})"
+    early = break_even({**static, "median_s": static["ci_low_s"]}, {**base, "median_s": base["ci_high_s"]})
+    late = break_even({**static, "median_s": static["ci_high_s"]}, {**base, "median_s": base["ci_low_s"]})
+    steps = f"{early:,}" if early == late else f"{early:,} to {late:,}"
+    return f" and has paid it off against {_name(base)} after {steps} steps (from the 95% intervals)"
+
+
 def sentences(recs: list[Record], break_even) -> list[str]:
-    return [*fastest_sentences(recs), *gpu_vs_cpu_sentences(recs), *compile_sentences(recs, break_even)]
+    return [
+        *contention_sentences(recs),
+        *fastest_sentences(recs),
+        *gpu_vs_cpu_sentences(recs),
+        *compile_sentences(recs, break_even),
+    ]

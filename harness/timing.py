@@ -5,24 +5,27 @@ asynchronous dispatch can never hide device work), raw times kept:
 
 cold window: the first ``max(1 + warmup_steps, len(batches))`` steps from a cold start. Its
     first step holds trace + compile + first run; covering the whole dataset means every batch
-    shape has been seen (and compiled) before the steady window. Its sum is the time a user
-    waits to train that many batches, every compile included.
+    shape has been seen (and compiled) before the steady window. Where the adapter counts its
+    compiles, the cold window goes on, a pass over the dataset at a time, until a whole pass
+    ran without compiling (at most MAX_COLD_PASSES passes). Its sum is the time a user waits to
+    train that many batches, every compile included.
 steady window: then at least ``min_steps`` steps, continuing until the spread is small
     (IQR / median below ``target_rel_iqr``, checked every CHECK_EVERY steps), ``budget_s``
-    runs out, or ``max_steps``; the median of these is the steady-state step time.
+    runs out, or ``max_steps``; the median of these is the steady-state step time. A step
+    during which the compile count rose (a recompile) is kept apart, not in the statistics.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 Clock = Callable[[], float]
 
@@ -49,6 +52,8 @@ PROFILES = {
 }
 #: How often (in steps) the adaptive rule looks at the spread.
 CHECK_EVERY = 10
+#: The cold window gives up waiting for a compile-free pass after this many passes.
+MAX_COLD_PASSES = 8
 
 
 class Diverged(RuntimeError):
@@ -65,6 +70,12 @@ class Measurement:
     step_times_s: list[float]
     loss_first: float
     loss_last: float
+    step_batches: list[int] = dataclasses.field(default_factory=list)
+    """The batch index each entry of ``step_times_s`` ran."""
+    recompile_times_s: list[float] = dataclasses.field(default_factory=list)
+    """Steady-window steps during which the adapter compiled: kept apart from ``step_times_s``."""
+    cold_settled: bool | None = None
+    """Whether the cold window ended on a compile-free pass; None without a compile count."""
 
     @property
     def first_step_s(self) -> float:
@@ -78,13 +89,17 @@ def measure(
     profile: Profile,
     clock: Clock = time.perf_counter,
     steady: AbstractContextManager | None = None,
+    compiles: Callable[[], int] | None = None,
 ) -> Measurement:
     """Run the timing protocol on placed batches; step i uses batch i % len(batches).
 
     ``sync`` returns the step's loss (or, for inference, any finite summary); a non-finite
     value raises Diverged. ``steady`` is entered around the steady window (GPU sampling).
+    ``compiles`` returns the adapter's cumulative trace + compile count (read between steps,
+    off the clock); without it, recompiles cannot be told apart.
     """
     step = 0
+    count = compiles or (lambda: 0)
 
     def run_one() -> tuple[float, float]:
         nonlocal step
@@ -102,20 +117,53 @@ def measure(
         elapsed, value = run_one()
         cold.append(elapsed)
         values.append(value)
+    settled = None
+    if compiles is not None:
+        for _ in range(MAX_COLD_PASSES):
+            before = count()
+            for _ in range(len(batches)):
+                elapsed, value = run_one()
+                cold.append(elapsed)
+            if count() == before:
+                settled = True
+                break
+        else:
+            settled = False
 
     times: list[float] = []
+    kept: list[int] = []
+    ordered: list[float] = []
+    recompiled: list[float] = []
     with steady or contextlib.nullcontext():
         start = clock()
-        while len(times) < profile.max_steps:
+        while len(times) + len(recompiled) < profile.max_steps:
+            spent = clock() - start >= profile.budget_s
             if len(times) >= profile.min_steps and (
-                clock() - start >= profile.budget_s or (len(times) % CHECK_EVERY == 0 and stable(times, profile))
+                spent or (len(times) % CHECK_EVERY == 0 and stable(ordered, profile))
             ):
                 break
+            if spent and len(times) + len(recompiled) >= profile.min_steps:
+                break  # recompiles took the budget; what ran is reported, recompiles apart
+            before, batch = count(), step % len(batches)
             elapsed, value = run_one()
-            times.append(elapsed)
-    return Measurement(cold, times, values[0], value)
+            if count() != before:
+                recompiled.append(elapsed)
+            else:
+                times.append(elapsed)
+                kept.append(batch)
+                bisect.insort(ordered, elapsed)  # the stability check reads quantiles without sorting
+    return Measurement(cold, times, values[0], value, kept, recompiled, settled)
 
 
-def stable(times: list[float], profile: Profile) -> bool:
-    q1, median, q3 = np.percentile(times, [25, 50, 75])
+def quantile(ordered: list[float], q: float) -> float:
+    """The ``q`` quantile of an already sorted list (linear interpolation, as NumPy's default)."""
+    pos = q * (len(ordered) - 1)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def stable(ordered: list[float], profile: Profile) -> bool:
+    """IQR / median below the profile's target, on step times kept sorted as they come."""
+    q1, median, q3 = (quantile(ordered, q) for q in (0.25, 0.5, 0.75))
     return bool(q3 - q1 < profile.target_rel_iqr * median)

@@ -19,6 +19,7 @@ import json
 import resource
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,12 +103,12 @@ def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     return {k: after[k] - before.get(k, 0) for k in after}
 
 
-def achieved_gflops(flops: list[int | None], cold_steps: int, times: list[float]) -> tuple[float, float] | None:
+def achieved_gflops(flops: list[int | None], step_batches: list[int], times: list[float]) -> tuple[float, float] | None:
     """Useful GFLOP/s over the steady window, and the highest single step's; step i of the
-    window ran batch (cold_steps + i) % len(flops)."""
+    window ran batch ``step_batches[i]``."""
     if any(f is None for f in flops):
         return None
-    work = [flops[(cold_steps + i) % len(flops)] for i in range(len(times))]
+    work = [flops[b] for b in step_batches]
     return sum(work) / sum(times) / 1e9, max(w / t for w, t in zip(work, times, strict=True)) / 1e9
 
 
@@ -130,11 +131,18 @@ def token_counts(adapter, spec, batches: list) -> tuple[list[int] | None, dict[s
     return [int(n.sum()) for n in lengths], stats
 
 
-def tokens_per_s(tokens: list[int] | None, cold_steps: int, times: list[float]) -> float | None:
-    """Tokens per second over the steady window; step i of it ran batch (cold_steps + i) % n."""
+def tokens_per_s(tokens: list[int] | None, step_batches: list[int], times: list[float]) -> float | None:
+    """Tokens per second over the steady window; step i of it ran batch ``step_batches[i]``."""
     if not tokens:
         return None
-    return sum(tokens[(cold_steps + i) % len(tokens)] for i in range(len(times))) / sum(times)
+    return sum(tokens[b] for b in step_batches) / sum(times)
+
+
+def compile_count(adapter) -> Callable[[], int] | None:
+    """The adapter's cumulative traces + compiles, for the timing protocol; None if it counts neither."""
+    if not {"traces", "compiles"} & set(adapter.compile_stats()):
+        return None
+    return lambda: sum(int(adapter.compile_stats().get(k) or 0) for k in ("traces", "compiles"))
 
 
 def bench(cell: dict[str, Any]) -> dict[str, Any]:
@@ -149,7 +157,10 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
         return new_record(cell, "failed", str(exc))
     before = adapter.compile_stats()
     sampler = UtilSampler() if device == "cuda" else None
-    m = timing.measure(step, adapter.sync, inputs, profile, steady=sampler)
+    m = timing.measure(step, adapter.sync, inputs, profile, steady=sampler, compiles=compile_count(adapter))
+    if not m.step_times_s:
+        n = len(m.recompile_times_s)
+        raise RuntimeError(f"all {n} steady-window steps recompiled: {adapter.name} never reached a steady state")
     compile_stats = _delta(before, adapter.compile_stats())
     sync_verified = None
     if device == "cuda":
@@ -162,7 +173,7 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
             return new_record(cell, "failed", reason)
         sync_verified = None if busy is None else True
     flops = [spec.flops(b) for b in batches]
-    gflops = achieved_gflops(flops, len(m.cold_times_s), m.step_times_s)
+    gflops = achieved_gflops(flops, m.step_batches, m.step_times_s)
     tokens, decode_stats = token_counts(adapter, spec, batches)
     return new_record(
         cell,
@@ -193,7 +204,10 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
         gpu_util_mean=sampler.mean if sampler else None,
         gpu_sampled=sampler.gpu if sampler else None,
         sync_verified=sync_verified,
-        tokens_per_s=tokens_per_s(tokens, len(m.cold_times_s), m.step_times_s),
+        tokens_per_s=tokens_per_s(tokens, m.step_batches, m.step_times_s),
+        steady_recompiles=len(m.recompile_times_s),
+        recompile_times_s=m.recompile_times_s,
+        cold_settled=m.cold_settled,
         **decode_stats,
         **summarize(m.step_times_s, spec.batch_size),
     )

@@ -141,3 +141,33 @@ def test_data_modes_host_runs_and_a_missing_loader_is_skipped(python, tmp_path):
 def test_bad_axis_values(python, tmp_path, args, message):
     proc = bench(python, tmp_path, "--framework", "fault-ok", *args)
     assert proc.returncode == 2 and message in proc.stderr
+
+
+def test_a_run_folder_in_use_is_refused_and_nothing_is_written(python, tmp_path):
+    """Two benches into one folder would time each other: the second waits for nothing, exits 2."""
+    import fcntl
+
+    run = tmp_path / "r"
+    run.mkdir()
+    with (run / ".lock").open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        proc = bench(python, tmp_path, "--framework", "fault-ok", *FAST)
+    assert proc.returncode == 2
+    assert f"{run} is in use by another bench" in proc.stderr
+    assert sorted(p.name for p in run.iterdir()) == [".lock"]
+
+
+def test_a_cell_measured_beside_a_busy_process_is_flagged_and_not_ranked(python, tmp_path):
+    spinner = subprocess.Popen([python, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)
+        proc = bench(python, tmp_path, "--framework", "fault-ok", *FAST)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert proc.returncode == 0, proc.stderr
+    (rec,) = records.load(tmp_path / "r" / records.RESULTS)
+    assert rec["status"] == "ok" and rec["contended"] and rec["other_cpu_cores"] > 0.5
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert "ok, contended (" in report
+    assert "1 cells ran while other processes kept the CPU busy and are left out of every verdict" in report

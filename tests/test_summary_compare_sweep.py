@@ -47,9 +47,31 @@ def test_summary_compile_cost_and_break_even():
         "jax-jit", 5.0, graph="static", cold_times_s=[1.0, 0.005, 0.005, 0.005], cold_s=1.015, compile_s=0.9, seed=3
     )
     (line,) = summary.compile_sentences([eager, static], report.break_even)
-    steps = report.break_even(static, eager)
+    early = report.break_even({**static, "median_s": static["ci_low_s"]}, {**eager, "median_s": eager["ci_high_s"]})
+    late = report.break_even({**static, "median_s": static["ci_high_s"]}, {**eager, "median_s": eager["ci_low_s"]})
+    assert early <= report.break_even(static, eager) <= late
     assert line.startswith("jax-jit spends 0.9 s tracing/compiling on mlp (cpu; first step")
-    assert line.endswith(f"has paid it off against torch-eager after {steps:,} steps.")
+    assert line.endswith(f"paid it off against torch-eager after {early:,} to {late:,} steps (from the 95% intervals).")
+
+
+def test_no_break_even_where_the_steady_steps_are_tied():
+    eager = timed("torch-eager", 5.0, 0.3, graph="dynamic", cold_times_s=[0.01] * 4, cold_s=0.04, n=21)
+    static = timed(
+        "jax-jit", 5.02, 0.3, graph="static", cold_times_s=[1.0] + [0.005] * 3, cold_s=1.015, compile_s=0.9, n=21
+    )
+    (line,) = summary.compile_sentences([eager, static], report.break_even)
+    assert line.endswith("its steady step is tied with torch-eager (5 ms/step), so it has no clear break-even.")
+
+
+def test_cells_that_differ_in_any_axis_are_never_ranked_together():
+    """A sweep's batch 16 and batch 32 cells, or fp32 and tf32 cells, are separate sentences."""
+    recs = [
+        timed("jax-jit", 1.0, overrides=["batch_size=16"]),
+        timed("torch-eager", 2.0, overrides=["batch_size=32"], seed=1),
+        timed("torch-eager", 1.5, overrides=["batch_size=16"], seed=2),
+    ]
+    found = summary.fastest_sentences(recs)
+    assert len(found) == 1 and "fastest for mlp (batch_size=16)" in found[0] and "torch-eager" in found[0]
 
 
 def sweep_record(adapter, device, value, median_ms, seed):

@@ -137,3 +137,67 @@ def test_repeats_in_fresh_processes_are_pooled():
     assert merged["steps"] == 7 and merged["median_s"] == 2.0
     assert merged["repeats"] == 2 and merged["repeat_medians_s"] == [1.0, 2.0]
     assert merged["gflops"] == 15.0 and merged["gflops_max_step"] == 40.0 and merged["wall_s"] == 6.0
+
+
+class CompileCounter:
+    """Stands in for an adapter's compile counters: compiles on the given step numbers."""
+
+    def __init__(self, adapter, on_steps):
+        self.adapter, self.on_steps = adapter, set(on_steps)
+
+    def __call__(self) -> int:
+        return sum(1 for s in self.on_steps if s < self.adapter.steps)
+
+
+def test_a_recompile_in_the_steady_window_is_kept_out_of_the_statistics():
+    clock = FakeClock()
+    costs = [2.0, 0.01, 0.01, 0.01] + [0.01] * 20 + [1.0] + [0.01] * 500  # step 24 recompiles
+    adapter = FakeAdapter(clock, costs)
+    m = measure(
+        adapter.train_step, adapter.sync, ["b0", "b1"], PROFILE, clock, compiles=CompileCounter(adapter, [0, 24])
+    )
+    assert m.cold_settled is True
+    assert m.recompile_times_s == pytest.approx([1.0])
+    assert max(m.step_times_s) == pytest.approx(0.01), "the recompiled step leaked into the steady window"
+    assert len(m.step_batches) == len(m.step_times_s)
+    assert m.step_batches[:3] == [len(m.cold_times_s) % 2, (len(m.cold_times_s) + 1) % 2, len(m.cold_times_s) % 2]
+
+
+def test_the_cold_window_waits_for_a_pass_without_compiles():
+    clock = FakeClock()
+    adapter = FakeAdapter(clock, [0.5] * 9 + [0.01] * 500)
+    # 3 batches, compiles on steps 0..8: the first 4 steps (warm-up), then passes of 3 from step 4;
+    # steps 4-6 and 7-9 compile, 10-12 is the first clean pass
+    m = measure(
+        adapter.train_step, adapter.sync, ["a", "b", "c"], PROFILE, clock, compiles=CompileCounter(adapter, range(9))
+    )
+    assert len(m.cold_times_s) == 13 and m.cold_settled is True
+    assert m.recompile_times_s == [] and max(m.step_times_s) == pytest.approx(0.01)
+
+
+def test_an_adapter_that_never_stops_compiling_is_bounded_and_said_so():
+    clock = FakeClock()
+    adapter = FakeAdapter(clock, [0.01])
+    every = CompileCounter(adapter, range(100_000))
+    m = measure(adapter.train_step, adapter.sync, ["a"], PROFILE, clock, compiles=every)
+    assert m.cold_settled is False and m.step_times_s == []
+    assert len(m.recompile_times_s) >= PROFILE.min_steps
+
+
+def test_quantiles_of_the_sorted_window_match_numpy():
+    from harness.timing import quantile
+
+    values = sorted(np.random.default_rng(4).lognormal(size=137).tolist())
+    for q in (0.0, 0.25, 0.5, 0.75, 1.0):
+        assert quantile(values, q) == pytest.approx(np.percentile(values, q * 100))
+
+
+def test_bootstrap_memory_is_bounded_and_the_interval_unchanged_in_substance(monkeypatch):
+    from harness import stats
+
+    times = np.random.default_rng(5).lognormal(-5, 0.2, size=4000)
+    whole = stats.median_ci(times)
+    monkeypatch.setattr(stats, "BOOTSTRAP_CHUNK", 20_000)  # 5 resamples of 4,000 at a time
+    low, high = stats.median_ci(times)
+    assert low < np.median(times) < high
+    assert low == pytest.approx(whole[0], rel=0.01) and high == pytest.approx(whole[1], rel=0.01)
