@@ -50,6 +50,8 @@ def test_initial_parameters_are_the_specs(spec, trained):
 @training_variants
 def test_loss_falls_on_learnable_data(spec, trained):
     assert len(trained["losses"]) == conformance.check_steps(spec)
+    if not conformance.falls_checked(spec):
+        pytest.skip("a padding strategy: held to the exact reference; the exact strategy's check covers it")
     check(spec, trained, "loss falls")
 
 
