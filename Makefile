@@ -21,8 +21,9 @@ STRATEGY ?= all
 DATA ?= resident
 PRECISION ?= fp32
 ARGS ?=
+BENCH_ARGS = --framework $(FRAMEWORK) --device $(DEVICE) --workload $(WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(ARGS)
 
-.PHONY: install bench test lint list report sweep compare doctor lock env clean-venv
+.PHONY: install bench test lint list report sweep compare rerun doctor lock env clean-venv
 
 # One environment holds one variant: switching variants recreates it (tensorflow-cpu and
 # tensorflow's CUDA build, for one, cannot share it).
@@ -40,7 +41,7 @@ $(STAMP): pyproject.toml locks/$(VARIANT).txt
 install: $(STAMP)
 
 bench: $(STAMP)
-	$(PY) -m harness bench --framework $(FRAMEWORK) --device $(DEVICE) --workload $(WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(ARGS)
+	$(PY) -m harness bench $(BENCH_ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest
@@ -77,3 +78,14 @@ sweep: $(STAMP)
 
 compare: $(STAMP)
 	$(PY) -m harness compare $(A) $(B) $(ARGS)
+
+# The rerun experiment: the same bench twice, back to back, then compared. Identical code should
+# come out "no change", with no "fastest" verdict of one run contradicted by the other.
+ifeq ($(origin RERUN), undefined)
+RERUN := reports/rerun-$(shell date +%Y%m%d-%H%M%S)
+endif
+
+rerun: $(STAMP)
+	$(PY) -m harness bench $(BENCH_ARGS) --out $(RERUN) --run-id a
+	$(PY) -m harness bench $(BENCH_ARGS) --out $(RERUN) --run-id b
+	$(PY) -m harness compare $(RERUN)/a $(RERUN)/b

@@ -126,8 +126,8 @@ class Adapter(abc.ABC):
 
     @abc.abstractmethod
     def sync(self, handle: Any) -> float:
-        """Block until the step behind ``handle`` is complete and return its loss (or, for
-        inference, a finite summary of its outputs)."""
+        """Block until the step behind ``handle`` is complete, and every step issued before it,
+        and return its loss (or, for inference, a finite summary of its outputs)."""
 
     def fetch(self, handle: Any) -> Any:
         """The outputs behind an ``infer_step`` handle as a NumPy array."""

@@ -9,13 +9,13 @@ import json
 import signal
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from tabulate import tabulate
 
 from adapters import discover
 from adapters.base import PRECISIONS
-from harness import compare, conformance, env, records, report, runner, timing
+from harness import compare, conformance, env, records, report, rounds, runner, timing
 from harness.install import doctor, variant
 from harness.plan import DATA_MODES, DEVICES, PlanError, plan, select_adapters, select_workloads
 from harness.progress import MatrixProgress
@@ -44,10 +44,25 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _new_run(args: argparse.Namespace, adapters) -> tuple[Path, list[dict[str, Any]], float]:
+class Run(NamedTuple):
+    """A planned run (as plan.json keeps it): its cells, rounds per cell, seconds per worker."""
+
+    cells: list[dict[str, Any]]
+    rounds: int
+    timeout_s: float
+
+    def todo(self, results: Path) -> list[tuple[dict[str, Any], int]]:
+        """(cell, round) pairs without a record in ``results`` yet, in running order."""
+        done = records.load(results) if results.exists() else []
+        return rounds.schedule(self.cells, self.rounds, self.cells[0]["run_id"] if self.cells else "", done)
+
+
+def _new_run(args: argparse.Namespace, adapters) -> tuple[Path, Run]:
     """Plan a new run; raises PlanError. Nothing is written here."""
     if args.threads is not None and args.threads < 1:
         raise PlanError(f"--threads must be >= 1, got {args.threads}")
+    if args.rounds is not None and args.rounds < 1:
+        raise PlanError(f"--rounds must be >= 1, got {args.rounds}")
     if args.timeout is not None and args.timeout <= 0:
         raise PlanError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
     threads = args.threads or env.default_threads()
@@ -73,25 +88,25 @@ def _new_run(args: argparse.Namespace, adapters) -> tuple[Path, list[dict[str, A
         raise PlanError(
             f"{run_dir} already holds results; resume it with --resume {run_dir} or choose another --run-id"
         )
-    return run_dir, cells, args.timeout or timing.PROFILES[args.profile].timeout_s
+    profile = timing.PROFILES[args.profile]
+    return run_dir, Run(cells, args.rounds or profile.rounds, args.timeout or profile.timeout_s)
 
 
-def _resumed_run(run_dir: Path, adapters) -> tuple[list[dict[str, Any]], float]:
-    """The planned cells of an earlier run that have no record yet; raises PlanError."""
+def _resumed_run(run_dir: Path, adapters) -> Run:
+    """The plan of an earlier run (its rounds without a record run on resume); raises PlanError."""
     plan_path = run_dir / PLAN
     if not plan_path.is_file():
         raise PlanError(f"{run_dir} is not a run folder (no {PLAN}); valid: a folder written by bench")
     saved = json.loads(plan_path.read_text())
-    results = run_dir / records.RESULTS
-    done = {r.get("cell_id") for r in records.load(results)} if results.exists() else set()
-    todo = [c for c in saved["cells"] if c["cell_id"] not in done]
-    unknown = sorted({records.base_adapter(c) for c in todo} - set(adapters))
+    run = Run(saved["cells"], saved.get("rounds", 1), saved["timeout_s"])
+    unknown = sorted({records.base_adapter(c) for c, _ in run.todo(run_dir / records.RESULTS)} - set(adapters))
     if unknown:
         raise PlanError(f"adapters of that run are not installed here: {', '.join(unknown)}")
-    return todo, saved["timeout_s"]
+    return run
 
 
-def _dry_run(cells: list[dict[str, Any]], adapters) -> None:
+def _dry_run(run: Run, adapters) -> None:
+    cells = run.cells
     rows = [
         [
             c["adapter"],
@@ -103,7 +118,7 @@ def _dry_run(cells: list[dict[str, Any]], adapters) -> None:
         for c in cells
     ]
     print(tabulate(rows, ["adapter", "workload", "device", "overrides", "will skip: reason"], tablefmt="simple"))
-    print(f"{len(cells)} cells planned; nothing was run.")
+    print(f"{len(cells)} cells planned, {run.rounds} rounds each; nothing was run.")
 
 
 def _peak_devices(cells: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
@@ -120,13 +135,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     try:
         if args.resume:
             run_dir = args.resume
-            cells, timeout = _resumed_run(run_dir, adapters)
+            run = _resumed_run(run_dir, adapters)
         else:
-            run_dir, cells, timeout = _new_run(args, adapters)
+            run_dir, run = _new_run(args, adapters)
     except (PlanError, records.RecordError) as exc:
         return _fail(str(exc))
     if args.dry_run:
-        _dry_run(cells, adapters)
+        _dry_run(run, adapters)
         return 0
     lock = _lock(run_dir)
     if lock is None:
@@ -136,12 +151,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     with lock:
         try:  # under the lock, again: another bench may have written the folder since the plan
             if args.resume:
-                cells, timeout = _resumed_run(run_dir, adapters)
+                run = _resumed_run(run_dir, adapters)
             elif (run_dir / records.RESULTS).exists():
                 raise PlanError(f"{run_dir} already holds results; resume it with --resume {run_dir}")
         except (PlanError, records.RecordError) as exc:
             return _fail(str(exc))
-        return _run(args, adapters, run_dir, cells, timeout)
+        return _run(args, adapters, run_dir, run)
 
 
 def _lock(run_dir: Path) -> IO[str] | None:
@@ -157,7 +172,8 @@ def _lock(run_dir: Path) -> IO[str] | None:
     return handle
 
 
-def _run(args: argparse.Namespace, adapters, run_dir: Path, cells: list[dict[str, Any]], timeout: float) -> int:
+def _run(args: argparse.Namespace, adapters, run_dir: Path, run: Run) -> int:
+    cells = run.cells
     if not args.resume:
         threads = cells[0]["threads"] if cells else env.default_threads()
         command = ["python -m harness", *sys.argv[1:]]
@@ -169,14 +185,20 @@ def _run(args: argparse.Namespace, adapters, run_dir: Path, cells: list[dict[str
         print("measuring device peaks (matmul, copy) ...", flush=True)
         info["peaks"] = runner.measure_peaks(_peak_devices(cells, info), threads, info["precision"])
         (run_dir / records.ENV).write_text(json.dumps(info, indent=2) + "\n")
-        (run_dir / PLAN).write_text(json.dumps({"timeout_s": timeout, "cells": cells}, indent=1) + "\n")
-    print(f"run {run_dir.name}: {len(cells)} cells to run, writing {run_dir}", flush=True)
+        plan_json = {"timeout_s": run.timeout_s, "rounds": run.rounds, "cells": cells}
+        (run_dir / PLAN).write_text(json.dumps(plan_json, indent=1) + "\n")
+    results = run_dir / records.RESULTS
+    todo = run.todo(results)
+    print(
+        f"run {run_dir.name}: {len(cells)} cells x {run.rounds} rounds, {len(todo)} to run, writing {run_dir}",
+        flush=True,
+    )
 
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     interrupted = False
     try:
-        with MatrixProgress(len(cells)) as progress:
-            runner.run_cells(cells, adapters, run_dir / records.RESULTS, timeout, progress)
+        with MatrixProgress(len(todo)) as progress:
+            runner.run_cells(todo, run.rounds, adapters, results, run.timeout_s, progress)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -184,7 +206,8 @@ def _run(args: argparse.Namespace, adapters, run_dir: Path, cells: list[dict[str
     problems: list[str] = []
     if (run_dir / records.RESULTS).exists():
         print(f"report: {report.write(run_dir)}")
-        problems = report.physics_violations(records.load(run_dir / records.RESULTS), report.load_env(run_dir))
+        cells_done = rounds.combine_all(records.load(run_dir / records.RESULTS))
+        problems = report.physics_violations(cells_done, report.load_env(run_dir))
         for problem in problems:
             print(f"warning: {problem}", file=sys.stderr)
     if interrupted:
@@ -257,6 +280,14 @@ def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> No
     b.add_argument("--workload", default=defaults["workload"], help=f"all, or a comma list of: {', '.join(WORKLOADS)}")
     b.add_argument("--device", default="auto", help=f"one or a comma list of: {', '.join(DEVICES)}")
     b.add_argument("--profile", default="quick", choices=sorted(timing.PROFILES))
+    b.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="fresh processes per cell, interleaved across cells (default: the profile's: "
+        + ", ".join(f"{p.name} {p.rounds}" for p in timing.PROFILES.values())
+        + ")",
+    )
     b.add_argument(
         "--strategy",
         default=defaults["strategy"],

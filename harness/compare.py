@@ -9,24 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from tabulate import tabulate
 
-from harness import records, report, summary
-from harness.stats import BOOTSTRAP_SAMPLES
+from harness import records, report, rounds, summary
 
 Record = dict[str, Any]
-
-
-def ratio_ci(a: list[float], b: list[float], level: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
-    """median(b) / median(a) and a percentile-bootstrap CI (both samples resampled)."""
-    rng = np.random.default_rng(seed)
-    ta, tb = np.asarray(a, float), np.asarray(b, float)
-    ma = np.median(rng.choice(ta, size=(BOOTSTRAP_SAMPLES, len(ta))), axis=1)
-    mb = np.median(rng.choice(tb, size=(BOOTSTRAP_SAMPLES, len(tb))), axis=1)
-    tail = (1 - level) / 2 * 100
-    low, high = np.percentile(mb / ma, [tail, 100 - tail])
-    return float(np.median(tb) / np.median(ta)), float(low), float(high)
 
 
 def verdict(low: float, high: float) -> str:
@@ -48,7 +35,8 @@ def match(recs_a: list[Record], recs_b: list[Record]) -> tuple[list[tuple[Record
 
 
 def build(run_a: Path, run_b: Path) -> str:
-    recs_a, recs_b = records.load(run_a / records.RESULTS), records.load(run_b / records.RESULTS)
+    recs_a = rounds.combine_all(records.load(run_a / records.RESULTS))
+    recs_b = rounds.combine_all(records.load(run_b / records.RESULTS))
     env_a, env_b = report.load_env(run_a), report.load_env(run_b)
     pairs, unmatched = match(recs_a, recs_b)
     rows = []
@@ -64,7 +52,7 @@ def build(run_a: Path, run_b: Path) -> str:
         if a["status"] != "ok" or b["status"] != "ok":
             rows.append([*label, report.status_text(a), report.status_text(b), "—", "not comparable"])
             continue
-        ratio, low, high = ratio_ci(a["step_times_s"], b["step_times_s"])
+        ratio, low, high = rounds.ratio(a, b, paired=False)
         word = verdict(low, high)
         counts[word] += 1
         rows.append(
@@ -87,12 +75,15 @@ def build(run_a: Path, run_b: Path) -> str:
         f"{len(pairs)} matching cells: {counts['faster']} faster, {counts['slower']} slower, "
         f"{counts['no change']} without a significant change.",
         "",
-        "B / A is the ratio of steady median step times (below 1: B is faster), with a 95% "
-        "percentile-bootstrap interval that resamples both runs' raw step times. The verdict is "
-        "`faster` or `slower` only when the whole interval lies on one side of 1. The interval covers "
-        "the noise within each run only: on a shared or busy machine, two runs of the same code can "
-        "differ by more (the `full` profile pools several fresh processes per cell to include some of it).",
+        "B / A is the ratio of steady step times (each the mean over a cell's rounds of the round's "
+        "median; below 1: B is faster), with a 95% bootstrap interval that resamples each run's rounds "
+        "(fresh processes), then steps within each round. The verdict is `faster` or `slower` only when "
+        "the whole interval lies on one side of 1. With few rounds, the interval knows the drift between "
+        "processes only as far as those rounds saw it; a cell run in one round has an interval of the "
+        "noise within one process, which two runs of the same code often exceed.",
+        *_few_rounds(recs_a + recs_b),
         "",
+        *_verdicts(recs_a, recs_b),
         tabulate(rows, headers, tablefmt="github", disable_numparse=True),
         "",
     ]
@@ -101,6 +92,73 @@ def build(run_a: Path, run_b: Path) -> str:
         out += [f"- {r['adapter']} / {r['workload']} / {r['device_requested']} ({r.get('run_id')})" for r in unmatched]
         out.append("")
     return "\n".join(out)
+
+
+#: Fewer rounds than this (``full``'s count) leave a cell's interval built from few processes.
+ENOUGH_ROUNDS = 5
+
+
+def _few_rounds(recs: list[Record]) -> list[str]:
+    ran = [r.get("rounds_done") or 1 for r in recs if r["status"] == "ok"]
+    if not ran or min(ran) >= ENOUGH_ROUNDS:
+        return []
+    return [
+        "",
+        f"Some cells ran in only {min(ran)} round(s): their intervals have seen few processes, so a "
+        "cell marked faster or slower may be the machine drifting rather than the code. For a "
+        f"before/after verdict use `--rounds {ENOUGH_ROUNDS}` or more (`PROFILE=full`), and rerun a cell "
+        "that comes out changed.",
+    ]
+
+
+def _verdicts(recs_a: list[Record], recs_b: list[Record]) -> list[str]:
+    """Each run's "fastest" verdicts side by side: which hold in both, which the other run contradicts."""
+    lead_a, lead_b = summary.leaders(recs_a), summary.leaders(recs_b)
+    rows, contradicted = [], 0
+    for key in [k for k in lead_a if k in lead_b]:
+        (fa, sa, apart_a), (fb, sb, apart_b) = lead_a[key], lead_b[key]
+        word = summary.name(fa) if apart_a else f"tie ({summary.name(fa)}, {summary.name(sa)})"
+        other = summary.name(fb) if apart_b else f"tie ({summary.name(fb)}, {summary.name(sb)})"
+        clash = apart_a and apart_b and summary.name(fa) != summary.name(fb)
+        contradicted += clash
+        rows.append([summary.what(key), key[1], word, other, "contradicted" if clash else "consistent"])
+    lines = [_resolution("A", recs_a), _resolution("B", recs_b), ""]
+    if not rows:
+        return lines
+    named = sum(1 for key in lead_a if key in lead_b and (lead_a[key][2] or lead_b[key][2]))
+    return [
+        *lines,
+        f"Fastest verdicts: {len(rows)} groups in both runs, {named} with a named fastest in at least one, "
+        f"{contradicted} contradicted (each run names a different fastest).",
+        "",
+        tabulate(rows, ["workload", "device", "A: fastest", "B: fastest", ""], tablefmt="github"),
+        "",
+    ]
+
+
+#: Pairs of cells this far apart must come out separated, or the intervals are too wide to use.
+CLEAR_RATIO = 1.5
+
+
+def _resolution(label: str, recs: list[Record]) -> str:
+    """How many pairs of comparable cells of one run differ by CLEAR_RATIO or more, and how many
+    of those its intervals separate (wide intervals that call everything a tie are no answer)."""
+    groups: dict[tuple, list[Record]] = {}
+    for r in recs:
+        if r["status"] == "ok" and not r.get("contended"):
+            groups.setdefault(summary.axes(r), []).append(r)
+    clear = [
+        (a, b)
+        for cells in groups.values()
+        for i, a in enumerate(cells)
+        for b in cells[i + 1 :]
+        if max(a["median_s"], b["median_s"]) >= CLEAR_RATIO * min(a["median_s"], b["median_s"])
+    ]
+    apart = sum(summary.separated(a, b) for a, b in clear)
+    return (
+        f"- Within {label}: {len(clear)} pairs of cells differ by {CLEAR_RATIO}x or more; "
+        f"its intervals separate {apart} of them."
+    )
 
 
 def _versions(env: dict[str, Any]) -> str:

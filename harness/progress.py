@@ -13,13 +13,16 @@ def cell_line(rec: dict[str, Any]) -> str:
     """The one-line summary of a finished cell."""
     variant = " ".join(filter(None, [rec["workload"], *rec.get("overrides", []), rec.get("data", "")]))
     what = f"{rec['adapter']:<12} {variant:<36} {rec['device_requested']:<5}"
+    if (rec.get("rounds") or 1) > 1:
+        what = f"round {rec['round']}/{rec['rounds']} {what}"
     if rec["status"] == "ok":
         return f"{what} ok      {rec['median_s'] * 1e3:9.3f} ms/step (first step {rec['first_step_s'] * 1e3:.1f} ms)"
     return f"{what} {rec['status']}: {rec['reason']}"
 
 
 class MatrixProgress:
-    """Use as a context manager; ``start(cell)`` before a cell runs, ``finish(record)`` after."""
+    """Use as a context manager; ``start(cell, round)`` before a round of a cell runs,
+    ``finish(record)`` after; ``drop()`` for a planned round that will not run."""
 
     def __init__(self, total: int, live: bool | None = None) -> None:
         self.total, self.done = total, 0
@@ -50,10 +53,15 @@ class MatrixProgress:
         if self._bar:
             self._bar.stop()
 
-    def start(self, cell: dict[str, Any]) -> None:
+    def start(self, cell: dict[str, Any], round_: int = 1) -> None:
         if self._bar:
-            what = f"{cell['adapter']} {cell['workload']} {cell['device_requested']}"
+            what = f"round {round_}: {cell['adapter']} {cell['workload']} {cell['device_requested']}"
             self._bar.update(self._task, description=what)
+
+    def drop(self) -> None:
+        self.total -= 1
+        if self._bar:
+            self._bar.update(self._task, total=self.total)
 
     def finish(self, rec: dict[str, Any]) -> None:
         self.done += 1

@@ -10,11 +10,11 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness import plots, records, summary
+from harness import plots, records, rounds, summary
 from harness.contention import CONTENDED_CORES
 from harness.stats import NOISY_IQR_RATIO
 from harness.summary import strategy
-from harness.timing import CHECK_EVERY, MAX_COLD_PASSES, PROFILES
+from harness.timing import BLOCK_S, CHECK_EVERY, MAX_COLD_PASSES, MIN_BLOCKS, PROFILES
 
 DASH = "—"
 
@@ -90,12 +90,11 @@ def _vs_fastest(rec: dict[str, Any], fastest: dict[str, Any]) -> str:
     ratio = f"{rec['median_s'] / fastest['median_s']:.2f}"
     if rec is fastest or "ci_low_s" not in rec:
         return ratio
-    overlap = rec["ci_low_s"] <= fastest["ci_high_s"] and fastest["ci_low_s"] <= rec["ci_high_s"]
-    return f"{ratio} (tie)" if overlap else ratio
+    return ratio if summary.separated(rec, fastest) else f"{ratio} (tie)"
 
 
 def _median_ci(rec: dict[str, Any]) -> str:
-    text = sig(rec["median_s"] * 1e3)
+    text = sig(rec["median_s"] * 1e3) + (" †" if (rec.get("pass_steps") or 1) > 1 else "")
     if "ci_low_s" in rec:
         text += f" [{sig(rec['ci_low_s'] * 1e3)}, {sig(rec['ci_high_s'] * 1e3)}]"
     return text
@@ -108,6 +107,19 @@ def _outcome(rec: dict[str, Any]) -> str:
     if rec.get("decode_len_mean") is None:
         return DASH
     return f"{sig(rec['decode_len_mean'])} per caption ({rec['decode_len_min']}..{rec['decode_len_max']})"
+
+
+def _pipelined(rec: dict[str, Any]) -> str:
+    """``0.61 (0.83x)``: time per step with one sync per block, and its ratio to the synced steps
+    over windows of the same length (summary.overlap)."""
+    if rec.get("pipelined_s") is None:
+        return DASH
+    return f"{sig(rec['pipelined_s'] * 1e3)} ({summary.overlap(rec):.2f}x)"
+
+
+def _steps(rec: dict[str, Any]) -> str:
+    """``412 (2)``: timed steps in all, and the rounds (fresh processes) they came from."""
+    return f"{rec.get('steps', DASH)} ({rec.get('rounds_done') or 1})"
 
 
 def workload_table(recs: list[dict[str, Any]]) -> str:
@@ -127,13 +139,14 @@ def workload_table(recs: list[dict[str, Any]]) -> str:
                 _device(r),
                 sig(r["first_step_s"] * 1e3) if good else DASH,
                 _median_ci(r) if good else DASH,
+                _pipelined(r) if good else DASH,
                 iqr,
                 sig(r["samples_per_s"]) if good else DASH,
                 *([sig(r.get("tokens_per_s")) if good else DASH] if with_tokens else []),
                 _vs_fastest(r, fastest) if good else DASH,
                 _compiles(r) if good else DASH,
                 _outcome(r) if good else DASH,
-                r.get("steps", DASH) if good else DASH,
+                _steps(r) if good else DASH,
                 status_text(r),
             ]
         )
@@ -144,13 +157,14 @@ def workload_table(recs: list[dict[str, Any]]) -> str:
         "device",
         "first step (ms)",
         "steady median [95% CI] (ms/step)",
+        "pipelined (ms/step)",
         "IQR (ms)",
         "samples/s",
         *(["tokens/s"] if with_tokens else []),
         "time vs fastest",
         "traces / compiles",
         "loss first → last / decoded tokens",
-        "timed steps",
+        "timed steps (rounds)",
         "status",
     ]
     return tabulate(rows, headers, tablefmt="github", disable_numparse=True)
@@ -188,10 +202,10 @@ def env_table(env: dict[str, Any]) -> str:
 
 def method(recs: list[dict[str, Any]]) -> str:
     names = sorted({r.get("profile") for r in recs if r.get("profile") in PROFILES})
+    done = sorted({r.get("rounds_done") or 1 for r in recs if r["status"] == "ok"})
     lines = []
     for name in names:
         p = PROFILES[name]
-        repeats = f"; each cell in {p.repeats} fresh processes, steady windows pooled" if p.repeats > 1 else ""
         lines.append(
             f"- Profile `{name}`: a cold window of every step from a cold start, each timed: at least "
             f"{1 + p.warmup_steps} steps and one whole pass over the dataset (its first step holds trace, "
@@ -199,19 +213,41 @@ def method(recs: list[dict[str, Any]]) -> str:
             f"runs without compiling (at most {MAX_COLD_PASSES}). Then the steady window: timed steps until "
             f"at least {p.min_steps} and either {p.budget_s:g} s spent or IQR/median below "
             f"{p.target_rel_iqr:.0%} (checked every {CHECK_EVERY} steps), at most {p.max_steps}; a step "
-            f"during which the adapter compiled is kept out of the statistics and counted{repeats}."
+            f"during which the adapter compiled is kept out of the statistics and counted."
+        )
+    if done:
+        lines.append(
+            f"- Rounds: each cell ran in {' or '.join(map(str, done))} fresh processes (rounds), round 1 of "
+            "every cell in a shuffled order before round 2 of any, so the machine's drift during the run "
+            "lands on every adapter alike. A cell's steady time is the mean over its rounds of each "
+            "round's median step; its 95% interval resamples rounds, then steps within each round, so it "
+            "covers the difference between processes, not only the noise within one. "
+            + ("With one round, the interval covers only the noise within that process. " if 1 in done else "")
+            + "First step and cold window are those of round 1."
         )
     lines += [
         "- Every timed step is the adapter's `train_step` followed by `sync`, which blocks until the "
         "device has finished and reads the loss, so asynchronous dispatch cannot hide work. On a GPU, "
-        "one more step checks that the device has nothing queued right after `sync`.",
+        "one more step checks that the device has nothing queued right after `sync`. This synced step "
+        "time (latency) is what tables and the summary rank by.",
+        "- † Steps of different sizes (variable-length batches): the steady window and every pipelined "
+        "block hold whole passes over the dataset, and the step time is the mean over a pass of each "
+        "batch's median step (a pass's time divided by its steps), never the median of mixed lengths; "
+        "two such cells compare the same batches.",
+        f"- `pipelined`: after the steady window, blocks of steps issued back to back with one `sync` "
+        f"at the end of each block, as a training loop runs them (Python dispatch overlaps device work); "
+        f"a block lasts about {BLOCK_S * 1e3:g} ms (whole passes over the dataset where steps differ in "
+        f"size), at least {MIN_BLOCKS} blocks; the median block's time per step, and in brackets its "
+        "ratio to the synced steps cut into windows of a block's length (mean per step, median over "
+        "windows; below 1: the loop gains from overlap). The physics check applies to both.",
         f"- A cell that ran while other processes used more than {CONTENDED_CORES:g} cores is marked "
         "`contended` and left out of the summary's verdicts.",
         "- Each cell runs in a fresh process; every framework starts from the same NumPy parameters and "
         "trains on the same batches, already placed on the device (placement is timed apart).",
-        "- `time vs fastest` is this cell's median over the fastest median of the workload (1.00 = fastest); "
-        "`(tie)`: the 95% bootstrap confidence intervals of the two medians overlap, so the cell is not "
-        f"ranked against the fastest. IQR is flagged `noisy` when it exceeds {NOISY_IQR_RATIO:.0%} of the median.",
+        "- `time vs fastest` is this cell's steady time over the fastest one of the workload (1.00 = "
+        "fastest); `(tie)`: the 95% interval of the ratio of the two, paired by round (round k of one "
+        "cell against round k of the other), includes 1, so the cell is not ranked against the fastest. "
+        f"IQR (of all rounds' steps) is flagged `noisy` when it exceeds {NOISY_IQR_RATIO:.0%} of the median.",
         "- `first step` includes tracing and compilation for static-graph adapters. `traces / compiles` "
         "are counted during training by the framework's own instrumentation (tf.function's tracing "
         "count, jax.monitoring compile events); a dash means the adapter has none to report.",
@@ -314,17 +350,20 @@ def peak_gflops(env: dict[str, Any], rec: dict[str, Any]) -> float | None:
 
 
 def physics_violations(recs: list[dict[str, Any]], env: dict[str, Any]) -> list[str]:
-    """Cells whose fastest step claims more FLOP/s than the device's measured matmul peak
-    (with PEAK_SLACK): a missing sync or a wrong FLOP count, never a real result. A record's
-    own ``peak_gflops`` (merged runs) wins over ``env``'s."""
+    """Cells whose fastest step or pipelined block claims more FLOP/s than the device's measured
+    matmul peak (with PEAK_SLACK): a missing sync or a wrong FLOP count, never a real result. A
+    record's own ``peak_gflops`` (merged runs) wins over ``env``'s."""
     problems = []
     for r in recs:
         peak = r.get("peak_gflops") or peak_gflops(env, r)
-        if r["status"] == "ok" and r.get("gflops_max_step") and peak and r["gflops_max_step"] > PEAK_SLACK * peak:
-            problems.append(
-                f"{r['adapter']} / {r['workload']} / {r.get('device')}: a step ran at {sig(r['gflops_max_step'])} "
-                f"GFLOP/s, above the measured peak of {sig(peak)} GFLOP/s: its timing cannot be trusted"
-            )
+        if r["status"] != "ok" or not peak:
+            continue
+        for field, what in (("gflops_max_step", "a step"), ("pipelined_gflops_max", "a pipelined block")):
+            if r.get(field) and r[field] > PEAK_SLACK * peak:
+                problems.append(
+                    f"{r['adapter']} / {r['workload']} / {r.get('device')}: {what} ran at {sig(r[field])} "
+                    f"GFLOP/s, above the measured peak of {sig(peak)} GFLOP/s: its timing cannot be trusted"
+                )
     return problems
 
 
@@ -643,7 +682,7 @@ def load_runs(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, dic
         if name in envs:
             name = f"{name} [{run_dir.name}]"
         envs[name] = env
-        for r in records.load(run_dir / records.RESULTS):
+        for r in rounds.combine_all(records.load(run_dir / records.RESULTS)):
             r["machine"] = name
             r["peak_gflops"] = peak_gflops(env, r)
             recs.append(r)

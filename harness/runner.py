@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from adapters import AdapterInfo
-from harness import records, timing
+from harness import records
 from harness.contention import CONTENDED_CORES, OtherLoad
 from harness.progress import MatrixProgress
-from harness.stats import summarize
 from workloads import SpecError, get_workload, override
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,42 +103,7 @@ def run_cell(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[
         unsupported = f"{info.name} has no native input pipeline"
     if unsupported:
         return records.new_record(cell, "skipped", unsupported)
-    repeats = timing.PROFILES[cell["profile"]].repeats
-    runs = []
-    for _ in range(repeats):
-        record = _run_once(info, cell, timeout_s)
-        if record["status"] != "ok":
-            return record
-        runs.append(record)
-    return pool(runs)
-
-
-def pool(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One record from repeats of a cell in fresh processes: steady windows pooled, the cold
-    window and first step of the first process, per-process medians kept."""
-    if len(runs) == 1:
-        return runs[0]
-    record = dict(runs[0])
-    times = [t for r in runs for t in r["step_times_s"]]
-    record.update(summarize(times, record["batch_size"]))
-    record.update(
-        step_times_s=times,
-        steps=len(times),
-        repeats=len(runs),
-        repeat_medians_s=[r["median_s"] for r in runs],
-        repeat_cold_s=[r["cold_s"] for r in runs],
-        host_peak_rss_bytes=max(r["host_peak_rss_bytes"] for r in runs),
-        wall_s=sum(r.get("wall_s", 0.0) for r in runs),
-        other_cpu_cores=max(r.get("other_cpu_cores", 0.0) for r in runs),
-        contended=any(r.get("contended") for r in runs),
-        steady_recompiles=sum(r.get("steady_recompiles") or 0 for r in runs),
-        recompile_times_s=[t for r in runs for t in r.get("recompile_times_s") or []],
-        cold_settled=None if runs[0].get("cold_settled") is None else all(r.get("cold_settled") for r in runs),
-    )
-    if record.get("gflops") is not None:
-        record["gflops"] = sum(r["gflops"] for r in runs) / len(runs)
-        record["gflops_max_step"] = max(r["gflops_max_step"] for r in runs)
-    return record
+    return _run_once(info, cell, timeout_s)
 
 
 def _run_once(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[str, Any]:
@@ -170,22 +134,31 @@ def _run_once(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict
 
 
 def run_cells(
-    cells: list[dict[str, Any]],
+    order: list[tuple[dict[str, Any], int]],
+    rounds: int,
     adapters: Mapping[str, AdapterInfo],
     results: Path,
     timeout_s: float,
     progress: MatrixProgress,
 ) -> None:
-    """Run cells in order, appending each record to ``results`` as soon as it exists.
+    """Run (cell, round) pairs in order (harness.rounds.schedule), appending each round's
+    record, with ``round`` and ``rounds``, to ``results`` as soon as it exists. A cell that is
+    skipped or fails runs no further round.
 
     An interruption (KeyboardInterrupt) propagates after the running worker is killed; every
     record appended before it stays.
     """
-    for cell in cells:
-        progress.start(cell)
-        record = run_cell(adapters[records.base_adapter(cell)], cell, timeout_s)
+    ended: set[str] = set()
+    for cell, k in order:
+        if cell["cell_id"] in ended:
+            progress.drop()
+            continue
+        progress.start(cell, k)
+        record = {**run_cell(adapters[records.base_adapter(cell)], cell, timeout_s), "round": k, "rounds": rounds}
         records.append(results, record)
         progress.finish(record)
+        if record["status"] != "ok":
+            ended.add(cell["cell_id"])
 
 
 def measure_peaks(devices: list[str], threads: int, precision: str = "fp32") -> dict[str, Any]:

@@ -2,21 +2,17 @@
 
 Every sentence states numbers taken from the records; where the data for a sentence is
 missing (a cell skipped or failed, no GPU run), the sentence is left out, never guessed.
-Winners are named only where 95% confidence intervals of the medians separate.
+Winners are named only where two cells are separated (harness.rounds.separated: the 95%
+interval of their time ratio, paired by round, excludes 1).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from harness.rounds import relative, separated
+
 Record = dict[str, Any]
-
-
-def separated(a: Record, b: Record) -> bool:
-    """True when the two medians' confidence intervals do not overlap."""
-    if "ci_low_s" not in a or "ci_low_s" not in b:
-        return False
-    return a["ci_high_s"] < b["ci_low_s"] or b["ci_high_s"] < a["ci_low_s"]
 
 
 def _num(value: float) -> str:
@@ -51,7 +47,7 @@ def strategy(rec: Record) -> str | None:
     return spec.get("strategy") if spec.get("task") == "train" else None
 
 
-def _name(rec: Record) -> str:
+def name(rec: Record) -> str:
     loop = strategy(rec)
     return f"{rec['adapter']} ({loop})" if loop else rec["adapter"]
 
@@ -99,36 +95,43 @@ def axes(rec: Record) -> tuple:
     return rec["workload"], rec.get("device"), setting, rec.get("precision", "fp32"), rec.get("data", "resident")
 
 
-def _what(key: tuple) -> str:
+def what(key: tuple) -> str:
     """``mlp`` or ``mlp (batch_size=16, tf32)``: the workload and what sets it apart."""
     workload, _, setting, precision, _ = key
     extra = [*setting, *([precision] if precision != "fp32" else [])]
     return f"{workload} ({', '.join(extra)})" if extra else workload
 
 
-def fastest_sentences(recs: list[Record]) -> list[str]:
-    out = []
+def leaders(recs: list[Record]) -> dict[tuple, tuple[Record, Record, bool]]:
+    """For every group of comparable cells (``axes``) with two adapters or more: the fastest,
+    the runner-up, and whether the fastest is separated from it (else: tied)."""
     groups: dict[tuple, list[Record]] = {}
     for r in _ok_resident(recs):
         groups.setdefault(axes(r), []).append(r)
+    out = {}
     for key, cells in groups.items():
-        workload, device = key[0], key[1]
         ranked = _best_per_adapter(cells)
-        if len(ranked) < 2:
-            continue
-        first, second = ranked[0], ranked[1]
+        if len(ranked) >= 2:
+            out[key] = (ranked[0], ranked[1], separated(ranked[0], ranked[1]))
+    return out
+
+
+def fastest_sentences(recs: list[Record]) -> list[str]:
+    out = []
+    for key, (first, second, apart) in leaders(recs).items():
+        workload, device = key[0], key[1]
         missing = absent(recs, workload, device)
         among = f" (not compared: {', '.join(missing)}, which have no result on {device})" if missing else ""
-        if separated(first, second):
+        if apart:
             out.append(
-                f"On {device}, {_name(first)} is the fastest for {_what(key)}{among} ({_ms(first)}), "
-                f"{second['median_s'] / first['median_s']:.2f}x faster than the runner-up {_name(second)} "
+                f"On {device}, {name(first)} is the fastest for {what(key)}{among} ({_ms(first)}), "
+                f"{second['median_s'] / first['median_s']:.2f}x faster than the runner-up {name(second)} "
                 f"({_ms(second)})."
             )
         else:
             out.append(
-                f"On {device}, {_name(first)} ({_ms(first)}) and {_name(second)} ({_ms(second)}) are tied "
-                f"for fastest on {_what(key)}{among}: their 95% confidence intervals overlap."
+                f"On {device}, {name(first)} ({_ms(first)}) and {name(second)} ({_ms(second)}) are tied "
+                f"for fastest on {what(key)}{among}: the 95% interval of their ratio includes 1."
             )
     return out
 
@@ -140,21 +143,21 @@ def gpu_vs_cpu_sentences(recs: list[Record]) -> list[str]:
         key = axes(r)
         cells.setdefault((key[:1] + key[2:], r["adapter"], strategy(r)), {})[r.get("device")] = r
     for (key, _, _), by_device in cells.items():
-        workload = _what(key[:1] + (None,) + key[1:])
+        workload = what(key[:1] + (None,) + key[1:])
         cpu, gpu = by_device.get("cpu"), by_device.get("cuda")
         if not cpu or not gpu:
             continue
         if not separated(cpu, gpu):
-            out.append(f"For {workload} with {_name(cpu)}, GPU and CPU are tied ({_ms(gpu)} vs {_ms(cpu)}).")
+            out.append(f"For {workload} with {name(cpu)}, GPU and CPU are tied ({_ms(gpu)} vs {_ms(cpu)}).")
         elif gpu["median_s"] < cpu["median_s"]:
             ratio = cpu["median_s"] / gpu["median_s"]
             out.append(
-                f"For {workload} with {_name(cpu)}, the GPU beats the CPU {ratio:.2f}x ({_ms(gpu)} vs {_ms(cpu)})."
+                f"For {workload} with {name(cpu)}, the GPU beats the CPU {ratio:.2f}x ({_ms(gpu)} vs {_ms(cpu)})."
             )
         else:
             ratio = gpu["median_s"] / cpu["median_s"]
             out.append(
-                f"For {workload} with {_name(cpu)}, the CPU beats the GPU {ratio:.2f}x ({_ms(cpu)} vs {_ms(gpu)})."
+                f"For {workload} with {name(cpu)}, the CPU beats the GPU {ratio:.2f}x ({_ms(cpu)} vs {_ms(gpu)})."
             )
     return out
 
@@ -176,7 +179,7 @@ def compile_sentences(recs: list[Record], break_even) -> list[str]:
     for r in static.values():
         eager = [e for e in cells if e.get("graph") == "dynamic" and axes(e) == axes(r)]
         text = (
-            f"{_name(r)} spends {_num(r['compile_s'])} s tracing/compiling on {_what(axes(r))} "
+            f"{name(r)} spends {_num(r['compile_s'])} s tracing/compiling on {what(axes(r))} "
             f"({r.get('device')}; first step {_num(r['first_step_s'] * 1e3)} ms vs {_ms(r)} steady)"
         )
         if eager:
@@ -190,18 +193,45 @@ def _payoff(static: Record, base: Record, break_even) -> str:
     """Where compiling pays off against ``base``: a step range from the ends of both confidence
     intervals, and only where they separate (overlapping steady times give no break-even)."""
     if not separated(static, base):
-        return f"; its steady step is tied with {_name(base)} ({_ms(base)}), so it has no clear break-even"
+        return f"; its steady step is tied with {name(base)} ({_ms(base)}), so it has no clear break-even"
     if static["median_s"] > base["median_s"]:
-        return f" and never catches up with {_name(base)} ({_ms(base)})"
-    early = break_even({**static, "median_s": static["ci_low_s"]}, {**base, "median_s": base["ci_high_s"]})
-    late = break_even({**static, "median_s": static["ci_high_s"]}, {**base, "median_s": base["ci_low_s"]})
+        return f" and never catches up with {name(base)} ({_ms(base)})"
+    # the ends of the 95% interval of the steady-time ratio, which lies wholly below 1 here
+    _, low, high = relative(base, static)
+    early = break_even({**static, "median_s": base["median_s"] * low}, base)
+    late = break_even({**static, "median_s": base["median_s"] * high}, base)
     steps = f"{early:,}" if early == late else f"{early:,} to {late:,}"
-    return f" and has paid it off against {_name(base)} after {steps} steps (from the 95% intervals)"
+    return f" and has paid it off against {name(base)} after {steps} steps (from the 95% interval)"
+
+
+def overlap(rec: Record) -> float:
+    """Pipelined time per step over synced time per step in windows of the same length (the
+    median step where the record has no windows): below 1, the loop gains from overlap."""
+    return rec["pipelined_s"] / (rec.get("synced_block_s") or rec["median_s"])
+
+
+def ranking_sentences(recs: list[Record]) -> list[str]:
+    """What verdicts rank by, and where the pipelined loop gains most over synced steps."""
+    both = [r for r in _ok_resident(recs) if r.get("pipelined_s")]
+    if not both:
+        return []
+    gain = min(both, key=overlap)
+    text = "Verdicts rank by the synced step time (latency: each step waits for the device). "
+    if overlap(gain) < 1:
+        text += (
+            f"With one sync per block of steps (throughput), the largest gain is {name(gain)} on "
+            f"{what(axes(gain))} ({gain.get('device')}): {_num(gain['pipelined_s'] * 1e3)} ms/step, "
+            f"{overlap(gain):.2f}x its synced steps' time."
+        )
+    else:
+        text += "With one sync per block of steps (throughput), no cell ran faster than synced."
+    return [text]
 
 
 def sentences(recs: list[Record], break_even) -> list[str]:
     return [
         *contention_sentences(recs),
+        *ranking_sentences(recs),
         *fastest_sentences(recs),
         *gpu_vs_cpu_sentences(recs),
         *compile_sentences(recs, break_even),

@@ -13,6 +13,14 @@ steady window: then at least ``min_steps`` steps, continuing until the spread is
     (IQR / median below ``target_rel_iqr``, checked every CHECK_EVERY steps), ``budget_s``
     runs out, or ``max_steps``; the median of these is the steady-state step time. A step
     during which the compile count rose (a recompile) is kept apart, not in the statistics.
+    Where steps differ in size (variable-length batches), it stops on whole passes only and
+    the step time is the mean over a pass of each batch's median (harness.stats.pass_mean).
+pipelined window: then blocks of K steps issued back to back with one ``sync`` at the end of
+    each block, as a training loop runs them (dispatch overlaps device work). K makes a block
+    last about BLOCK_S at the steady step time (a whole number of passes, with ``pass_steps``,
+    when steps differ in size). At least MIN_BLOCKS blocks, then until half ``budget_s`` is
+    spent; a block during which the adapter compiled is dropped and counted. The synced steps
+    give latency, the blocks throughput.
 """
 
 from __future__ import annotations
@@ -40,20 +48,25 @@ class Profile:
     """Most seconds of steady-window timing; adaptive repetition stops earlier once stable."""
     target_rel_iqr: float
     """Stop the steady window once IQR / median of its step times is below this."""
-    repeats: int
-    """Fresh worker processes per cell; their steady windows are pooled."""
+    rounds: int
+    """Fresh worker processes per cell, interleaved with the other cells' (harness.rounds)."""
     timeout_s: float
     """Per worker process, the whole of it."""
 
 
 PROFILES = {
-    "quick": Profile("quick", 5, 30, 5000, budget_s=2.0, target_rel_iqr=0.05, repeats=1, timeout_s=600),
-    "full": Profile("full", 30, 200, 100_000, budget_s=15.0, target_rel_iqr=0.02, repeats=3, timeout_s=3600),
+    "quick": Profile("quick", 5, 30, 5000, budget_s=0.6, target_rel_iqr=0.05, rounds=2, timeout_s=600),
+    "full": Profile("full", 30, 200, 100_000, budget_s=6.0, target_rel_iqr=0.02, rounds=5, timeout_s=3600),
 }
 #: How often (in steps) the adaptive rule looks at the spread.
 CHECK_EVERY = 10
 #: The cold window gives up waiting for a compile-free pass after this many passes.
 MAX_COLD_PASSES = 8
+#: Seconds a pipelined block should take: long against one sync, short against the budget.
+BLOCK_S = 0.03
+MIN_BLOCKS = 5
+MAX_BLOCKS = 1000
+MAX_BLOCK_STEPS = 10_000
 
 
 class Diverged(RuntimeError):
@@ -76,6 +89,11 @@ class Measurement:
     """Steady-window steps during which the adapter compiled: kept apart from ``step_times_s``."""
     cold_settled: bool | None = None
     """Whether the cold window ended on a compile-free pass; None without a compile count."""
+    block_steps: int = 0
+    """Steps per pipelined block (0: no pipelined window was run)."""
+    block_times_s: list[float] = dataclasses.field(default_factory=list)
+    """Each pipelined block's time, issue of its first step to the end of its one sync."""
+    block_recompiles: int = 0
 
     @property
     def first_step_s(self) -> float:
@@ -90,13 +108,19 @@ def measure(
     clock: Clock = time.perf_counter,
     steady: AbstractContextManager | None = None,
     compiles: Callable[[], int] | None = None,
+    pass_steps: int = 1,
+    chained: bool = True,
 ) -> Measurement:
     """Run the timing protocol on placed batches; step i uses batch i % len(batches).
 
     ``sync`` returns the step's loss (or, for inference, any finite summary); a non-finite
     value raises Diverged. ``steady`` is entered around the steady window (GPU sampling).
     ``compiles`` returns the adapter's cumulative trace + compile count (read between steps,
-    off the clock); without it, recompiles cannot be told apart.
+    off the clock); without it, recompiles cannot be told apart. ``pass_steps`` > 1 (steps that
+    differ in size): the steady window and every pipelined block hold whole passes over the
+    dataset, so each batch counts alike. ``chained`` (training: each step reads the parameters
+    the previous one wrote): a block's one sync of its last step covers the block; otherwise
+    (inference: independent steps) every step of a block is synced at its end.
     """
     step = 0
     count = compiles or (lambda: 0)
@@ -138,11 +162,12 @@ def measure(
         start = clock()
         while len(times) + len(recompiled) < profile.max_steps:
             spent = clock() - start >= profile.budget_s
-            if len(times) >= profile.min_steps and (
-                spent or (len(times) % CHECK_EVERY == 0 and stable(ordered, profile))
-            ):
+            # Steps of different sizes stop on whole passes only, so every batch counts alike.
+            boundary = (len(times) + len(recompiled)) % pass_steps == 0
+            check = len(times) % CHECK_EVERY == 0 if pass_steps == 1 else boundary
+            if boundary and len(times) >= profile.min_steps and (spent or (check and stable(ordered, profile))):
                 break
-            if spent and len(times) + len(recompiled) >= profile.min_steps:
+            if boundary and spent and len(times) + len(recompiled) >= profile.min_steps:
                 break  # recompiles took the budget; what ran is reported, recompiles apart
             before, batch = count(), step % len(batches)
             elapsed, value = run_one()
@@ -152,7 +177,31 @@ def measure(
                 times.append(elapsed)
                 kept.append(batch)
                 bisect.insort(ordered, elapsed)  # the stability check reads quantiles without sorting
-    return Measurement(cold, times, values[0], value, kept, recompiled, settled)
+    m = Measurement(cold, times, values[0], value, kept, recompiled, settled)
+    if times:
+        per_block = min(MAX_BLOCK_STEPS, BLOCK_S / max(quantile(ordered, 0.5), 1e-9))
+        m.block_steps = pass_steps * math.ceil(per_block / pass_steps)
+        start = clock()
+        while len(m.block_times_s) + m.block_recompiles < MIN_BLOCKS or (
+            clock() - start < profile.budget_s / 2 and len(m.block_times_s) < MAX_BLOCKS
+        ):
+            before, t0 = count(), clock()
+            handles = []
+            for _ in range(m.block_steps):
+                handle = step_fn(batches[step % len(batches)])
+                handles = [handle] if chained else [*handles, handle]  # chained: the last covers all
+                step += 1
+            values = [sync(h) for h in handles]
+            elapsed = clock() - t0
+            value = values[-1]
+            if not all(math.isfinite(v) for v in values):
+                raise Diverged(step - 1, next(v for v in values if not math.isfinite(v)))
+            if count() != before:
+                m.block_recompiles += 1
+            else:
+                m.block_times_s.append(elapsed)
+        m.loss_last = value
+    return m
 
 
 def quantile(ordered: list[float], q: float) -> float:

@@ -138,6 +138,30 @@ def tokens_per_s(tokens: list[int] | None, step_batches: list[int], times: list[
     return sum(tokens[b] for b in step_batches) / sum(times)
 
 
+def pipelined(m: timing.Measurement, batch_size: int, flops: list[int | None]) -> dict[str, Any]:
+    """Throughput fields from the pipelined blocks: the median block's time per step, the same
+    for the synced steps cut into windows of a block's length, and the fastest block's GFLOP/s
+    (for the physics check; every block holds the same work)."""
+    if not m.block_times_s:
+        return {"pipelined_s": None}
+    per_step = float(np.median(m.block_times_s)) / m.block_steps
+    known = None not in flops
+    k, synced = m.block_steps, m.step_times_s
+    # The synced steps in windows of the same length: mean per step, median over windows. Against
+    # this, not the median step, the pipelined time shows what overlap gains (a block's mean
+    # includes the occasional slow step that a median leaves out).
+    windows = [float(np.mean(synced[i : i + k])) for i in range(0, len(synced) - k + 1, k)]
+    return {
+        "pipelined_s": per_step,
+        "synced_block_s": float(np.median(windows)) if windows else float(np.mean(synced)),
+        "pipelined_samples_per_s": batch_size / per_step,
+        "pipelined_block_steps": m.block_steps,
+        "pipelined_blocks_s": m.block_times_s,
+        "pipelined_recompiles": m.block_recompiles,
+        "pipelined_gflops_max": float(np.mean(flops)) * m.block_steps / min(m.block_times_s) / 1e9 if known else None,
+    }
+
+
 def compile_count(adapter) -> Callable[[], int] | None:
     """The adapter's cumulative traces + compiles, for the timing protocol; None if it counts neither."""
     if not {"traces", "compiles"} & set(adapter.compile_stats()):
@@ -157,7 +181,19 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
         return new_record(cell, "failed", str(exc))
     before = adapter.compile_stats()
     sampler = UtilSampler() if device == "cuda" else None
-    m = timing.measure(step, adapter.sync, inputs, profile, steady=sampler, compiles=compile_count(adapter))
+    flops = [spec.flops(b) for b in batches]
+    # Steps of different sizes: a pipelined block is whole passes, so every block does the same work.
+    pass_steps = len(batches) if len(set(flops)) > 1 else 1
+    m = timing.measure(
+        step,
+        adapter.sync,
+        inputs,
+        profile,
+        steady=sampler,
+        compiles=compile_count(adapter),
+        pass_steps=pass_steps,
+        chained=getattr(spec, "task", "train") == "train",
+    )
     if not m.step_times_s:
         n = len(m.recompile_times_s)
         raise RuntimeError(f"all {n} steady-window steps recompiled: {adapter.name} never reached a steady state")
@@ -172,9 +208,9 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
             reason = f"{adapter.name}.sync() returned while the GPU still had queued work; its step times read low"
             return new_record(cell, "failed", reason)
         sync_verified = None if busy is None else True
-    flops = [spec.flops(b) for b in batches]
     gflops = achieved_gflops(flops, m.step_batches, m.step_times_s)
     tokens, decode_stats = token_counts(adapter, spec, batches)
+    steady = summarize(m.step_times_s, spec.batch_size, batches=m.step_batches if pass_steps > 1 else None)
     return new_record(
         cell,
         "ok",
@@ -208,8 +244,11 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
         steady_recompiles=len(m.recompile_times_s),
         recompile_times_s=m.recompile_times_s,
         cold_settled=m.cold_settled,
+        **pipelined(m, spec.batch_size, flops),
         **decode_stats,
-        **summarize(m.step_times_s, spec.batch_size),
+        pass_steps=pass_steps,
+        **({"step_batches": m.step_batches, "pass_s": steady["median_s"] * pass_steps} if pass_steps > 1 else {}),
+        **steady,
     )
 
 

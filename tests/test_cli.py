@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from adapters import discover
-from harness import records, report, runner
+from harness import records, report, rounds, runner
 from tests.conftest import REPO, check_cell
 
 TORCH = discover()["torch-eager"]
@@ -32,17 +32,20 @@ def test_help_and_list(python):
 def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
     proc = harness(
         python, "bench", "--framework", "torch-eager", "--workload", "mlp", "--device", "cpu,cuda",
-        "--data", "resident", "--set", "num_batches=4", "--out", str(tmp_path), "--run-id", "e2e",
+        "--data", "resident", "--set", "num_batches=4", "--rounds", "2", "--out", str(tmp_path), "--run-id", "e2e",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     run = tmp_path / "e2e"
-    recs = records.load(run / records.RESULTS)
-    assert [(r["device_requested"], r["status"]) for r in recs][0] == ("cpu", "ok")
-    cpu = recs[0]
-    assert cpu["device"] == "cpu" and cpu["steps"] >= 30 and len(cpu["step_times_s"]) == cpu["steps"]
+    raw = records.load(run / records.RESULTS)
+    # each round of a cell is a record of its own; the skipped cuda cell runs no second round
+    assert sorted((r["device_requested"], r["round"]) for r in raw if r["status"] == "ok") == [("cpu", 1), ("cpu", 2)]
+    recs = sorted(rounds.combine_all(raw), key=lambda r: r["device_requested"])
+    cpu, cuda = recs
+    assert cpu["status"] == "ok" and cpu["rounds_done"] == 2 and len(cpu["round_medians_s"]) == 2
+    assert cpu["median_s"] == pytest.approx(sum(cpu["round_medians_s"]) / 2)
+    assert cpu["device"] == "cpu" and cpu["steps"] >= 60 and len(cpu["step_times_s"]) == cpu["steps"]
     assert cpu["median_s"] > 0 and cpu["versions"]["torch"].startswith("2.13")
     assert cpu["loss_last"] < cpu["loss_first"]
-    cuda = recs[1]
     if shutil.which("nvidia-smi") is None:
         assert cuda["status"] == "skipped" and cuda["reason"].startswith("no NVIDIA GPU on this machine")
     env = json.loads((run / records.ENV).read_text())
@@ -51,11 +54,16 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
     assert peak > 1 and env["peaks"]["cpu"]["copy_gbs"] > 0
     # physics: the achieved rate is real work over synced time, below what the device can do
     assert 0 < cpu["gflops"] <= cpu["gflops_max_step"] <= report.PEAK_SLACK * peak
+    # throughput: blocks of steps with one sync each, in every round, under the same physics check
+    assert cpu["pipelined_s"] > 0 and len(cpu["round_pipelined_s"]) == 2
+    assert 0 < cpu["pipelined_gflops_max"] <= report.PEAK_SLACK * peak
+    assert all(r["pipelined_block_steps"] * r["median_s"] >= 0.02 for r in raw if r["status"] == "ok")
     assert report.physics_violations(recs, env) == []
     assert cpu["host_peak_rss_bytes"] > 50 * 2**20 and cpu["device_peak_bytes"] is None
     assert cpu["ci_low_s"] <= cpu["median_s"] <= cpu["ci_high_s"]
     first = (run / "report.md").read_text()
     assert "| torch-eager " in first and f"report: {run / 'report.md'}" in proc.stdout
+    assert "pipelined (ms/step)" in first and "Rounds: each cell ran in 2 fresh processes" in first
     (run / "report.md").unlink()
     assert harness(python, "report", str(run)).returncode == 0
     assert (run / "report.md").read_text() == first, "the report is rebuilt from records alone"
@@ -79,6 +87,7 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
         (["bench", "--sweep", "batch_size=16,0"], "batch_size must be > 0, got 0"),
         (["bench", "--workload", "rnn-decode", "--set", "hidden=2"], "hidden must be >= 3 for decoding"),
         (["bench", "--threads", "0"], "--threads must be >= 1"),
+        (["bench", "--rounds", "0"], "--rounds must be >= 1, got 0"),
         (["bench", "--profile", "fast"], "invalid choice: 'fast'"),
         (["report", "/nonexistent/run"], "no such results file"),
     ],
@@ -124,7 +133,7 @@ def test_native_input_pipelines_feed_real_training(python, tmp_path):
     names = [n for n in ("torch-eager", "tf-function", "jax-jit") if discover()[n].available]
     proc = harness(
         python, "bench", "--framework", ",".join(names), "--workload", "mlp", "--device", "cpu",
-        "--data", "loader", "--set", "num_batches=2", "--out", str(tmp_path), "--run-id", "loader",
+        "--data", "loader", "--set", "num_batches=2", "--rounds", "1", "--out", str(tmp_path), "--run-id", "loader",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     recs = records.load(tmp_path / "loader" / records.RESULTS)

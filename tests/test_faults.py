@@ -64,7 +64,7 @@ def test_strict_exits_nonzero_only_when_a_cell_failed(python, tmp_path):
 def test_dry_run_plans_without_running_or_writing(python, tmp_path):
     proc = bench(python, tmp_path, "--framework", "fault-ok,fault-nan", "--dry-run", *FAST)
     assert proc.returncode == 0
-    assert "fault-nan" in proc.stdout and "2 cells planned; nothing was run." in proc.stdout
+    assert "fault-nan" in proc.stdout and "2 cells planned, 2 rounds each; nothing was run." in proc.stdout
     assert not list(tmp_path.iterdir())
 
 
@@ -80,17 +80,22 @@ def test_sigterm_keeps_finished_cells_and_resume_runs_only_the_missing(python, t
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert f"--resume {tmp_path / 'r'}" in out
-    done_first = [r["cell_id"] for r in records.load(results)]
-    assert 1 <= len(done_first) < 8
+    done_first = [(r["cell_id"], r["round"]) for r in records.load(results)]
+    assert 1 <= len(done_first) < 12
     assert (tmp_path / "r" / "report.md").exists(), "a report is written for what finished"
 
     resumed = bench(python, tmp_path, "--resume", str(tmp_path / "r"), run_id="ignored")
     assert resumed.returncode == 0, resumed.stderr
-    ids = [r["cell_id"] for r in records.load(results)]
-    assert len(ids) == len(set(ids)) == 8, "no duplicate and no lost cell"
-    assert ids[: len(done_first)] == done_first
+    done = records.load(results)
+    keys = [(r["cell_id"], r["round"]) for r in done]
+    # 4 fault-ok cells x 2 rounds; the 4 fault-raise cells fail in round 1 and run no round 2
+    assert len(keys) == len(set(keys)) == 12, "no duplicate and no lost round"
+    assert sorted(r["round"] for r in done if r["adapter"] == "fault-raise") == [1] * 4
+    assert keys[: len(done_first)] == done_first
+    rounds = [k for _, k in keys]
+    assert rounds == sorted(rounds), "round 1 of every cell runs before round 2 of any"
     again = bench(python, tmp_path, "--resume", str(tmp_path / "r"))
-    assert "0 cells to run" in again.stdout
+    assert "cells x 2 rounds, 0 to run" in again.stdout
 
 
 @pytest.mark.parametrize(
@@ -161,7 +166,7 @@ def test_a_cell_measured_beside_a_busy_process_is_flagged_and_not_ranked(python,
     spinner = subprocess.Popen([python, "-c", "while True: pass"])
     try:
         time.sleep(0.5)
-        proc = bench(python, tmp_path, "--framework", "fault-ok", *FAST)
+        proc = bench(python, tmp_path, "--framework", "fault-ok", "--rounds", "1", *FAST)
     finally:
         spinner.kill()
         spinner.wait()

@@ -115,9 +115,9 @@ def test_report_tables_ok_skipped_and_failed_cells(tmp_path):
     assert "## mlp (266,610 parameters, batch 32, sgd lr 0.01)" in md
     assert "## mlp-wide" in md
     torch_row, jax_row = _row(md, "torch-eager"), _row(md, "jax-jit")
-    assert jax_row[4] == "1" and jax_row[7] == "1.00", "fastest is 1.00"
-    assert torch_row[4] == "2" and torch_row[7] == "2.00"
-    assert jax_row[8] == "1 traces, 1 compiles, 0.25 s"
+    assert jax_row[4] == "1" and jax_row[8] == "1.00", "fastest is 1.00"
+    assert torch_row[4] == "2" and torch_row[8] == "2.00"
+    assert jax_row[9] == "1 traces, 1 compiles, 0.25 s"
     assert _row(md, "tf-function")[-1] == "skipped: no CUDA device visible to tensorflow"
     assert _row(md, "keras-torch")[-1] == "failed: RuntimeError: boom"
     assert "Test CPU" in md and "## Method" in md
@@ -215,8 +215,8 @@ def test_ties_are_not_ranked_and_sections_read_records(tmp_path):
         ],
     )
     md = report.build(run)
-    assert _row(md, "jax-jit")[7] == "1.05 (tie)"
-    assert _row(md, "tf-function")[7] == "2.00"
+    assert _row(md, "jax-jit")[8] == "1.05 (tie)"
+    assert _row(md, "tf-function")[8] == "2.00"
     assert _row(md, "torch-eager")[4] == "1 [0.9, 1.1]"
     pipeline = md.split("## Input pipeline")[1].split("\n## ")[0]
     row = _cells(next(line for line in pipeline.splitlines() if line.startswith("| torch-eager")))

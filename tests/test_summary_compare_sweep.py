@@ -6,9 +6,8 @@ import json
 import subprocess
 
 import numpy as np
-import pytest
 
-from harness import compare, records, report, summary
+from harness import compare, records, report, rounds, summary
 from tests.conftest import REPO
 from tests.fakes import record
 
@@ -47,11 +46,13 @@ def test_summary_compile_cost_and_break_even():
         "jax-jit", 5.0, graph="static", cold_times_s=[1.0, 0.005, 0.005, 0.005], cold_s=1.015, compile_s=0.9, seed=3
     )
     (line,) = summary.compile_sentences([eager, static], report.break_even)
-    early = report.break_even({**static, "median_s": static["ci_low_s"]}, {**eager, "median_s": eager["ci_high_s"]})
-    late = report.break_even({**static, "median_s": static["ci_high_s"]}, {**eager, "median_s": eager["ci_low_s"]})
-    assert early <= report.break_even(static, eager) <= late
+    # the range comes from the ends of the 95% interval of the steady-time ratio
+    _, low, high = rounds.relative(eager, static)
+    early = report.break_even({**static, "median_s": eager["median_s"] * low}, eager)
+    late = report.break_even({**static, "median_s": eager["median_s"] * high}, eager)
+    assert early <= report.break_even(static, eager) <= late and early < late
     assert line.startswith("jax-jit spends 0.9 s tracing/compiling on mlp (cpu; first step")
-    assert line.endswith(f"paid it off against torch-eager after {early:,} to {late:,} steps (from the 95% intervals).")
+    assert line.endswith(f"paid it off against torch-eager after {early:,} to {late:,} steps (from the 95% interval).")
 
 
 def test_no_break_even_where_the_steady_steps_are_tied():
@@ -91,7 +92,9 @@ def test_crossover_is_where_the_faster_series_changes():
     assert report.crossovers(series) == [
         {"before": 16, "after": 256, "faster_before": "torch-eager / cpu", "faster_after": "torch-eager / cuda"}
     ]
-    tied = {k: [dict(r, ci_low_s=0.0, ci_high_s=1.0) for r in v] for k, v in series.items()}
+    # records without raw steps are compared by their intervals: overlapping ones tie
+    wide = {"ci_low_s": 0.0, "ci_high_s": 1.0}
+    tied = {k: [{**{f: x for f, x in r.items() if f != "step_times_s"}, **wide} for r in v] for k, v in series.items()}
     assert report.crossovers(tied) == [], "ties are never counted as a crossover"
 
 
@@ -131,16 +134,6 @@ def test_sweep_section_and_plots_are_written(tmp_path):
         assert f"]({name})" in md, "every plot is embedded"
 
 
-def test_compare_statistics():
-    rng = np.random.default_rng(0)
-    a = list(rng.normal(1.0, 0.02, 300))
-    ratio, low, high = compare.ratio_ci(a, [t * 0.8 for t in a])
-    assert ratio == pytest.approx(0.8, rel=1e-9) and high < 1 and compare.verdict(low, high) == "faster"
-    same = list(rng.normal(1.0, 0.02, 300))
-    assert compare.verdict(*compare.ratio_ci(a, same)[1:]) == "no change"
-    assert compare.verdict(1.01, 1.2) == "slower"
-
-
 def test_compare_and_merge_on_the_command_line(python, tmp_path):
     def run(name, medians, host):
         recs = [dict(timed(a, m, seed=i), cell_id=f"{a}|mlp|cpu", run_id=name) for i, (a, m) in enumerate(medians)]
@@ -154,6 +147,9 @@ def test_compare_and_merge_on_the_command_line(python, tmp_path):
     assert proc.returncode == 0, proc.stderr
     text = (b / "compare-before.md").read_text()
     assert "2 matching cells: 1 faster, 0 slower, 1 without a significant change." in text
+    assert "- Within A: 0 pairs of cells differ by 1.5x or more; its intervals separate 0 of them." in text
+    assert "- Within B: 1 pairs of cells differ by 1.5x or more; its intervals separate 1 of them." in text
+    assert "Fastest verdicts: 1 groups in both runs, 1 with a named fastest in at least one, 0 contradicted" in text
     merged = tmp_path / "merged"
     proc = subprocess.run(
         [python, "-m", "harness", "report", str(a), str(b), "--out", str(merged)],
@@ -167,3 +163,23 @@ def test_compare_and_merge_on_the_command_line(python, tmp_path):
     assert "## Environment: laptop (Test CPU)" in md and "## Environment: workstation (Test CPU)" in md
     bad = subprocess.run([python, "-m", "harness", "report", str(a), str(b)], cwd=REPO, capture_output=True, text=True)
     assert bad.returncode == 2 and "needs --out" in bad.stderr
+
+
+def test_summary_says_what_it_ranks_by_and_the_pipelined_gain():
+    recs = [timed("torch-eager", 2.0, pipelined_s=1.9e-3), timed("jax-jit", 1.0, seed=1, pipelined_s=0.5e-3)]
+    (line,) = summary.ranking_sentences(recs)
+    assert line.startswith("Verdicts rank by the synced step time (latency")
+    assert line.endswith("the largest gain is jax-jit on mlp (cpu): 0.5 ms/step, 0.50x its synced steps' time.")
+    windows = [timed("jax-jit", 1.0, pipelined_s=0.5e-3, synced_block_s=0.55e-3)]
+    assert "0.91x its synced steps' time" in summary.ranking_sentences(windows)[0]
+    slower = [timed("torch-eager", 2.0, pipelined_s=2.1e-3)]
+    assert summary.ranking_sentences(slower)[0].endswith("no cell ran faster than synced.")
+    assert summary.ranking_sentences([timed("torch-eager", 2.0)]) == []
+
+
+def test_compare_counts_fastest_verdicts_the_other_run_contradicts():
+    a = [timed("torch-eager", 1.0), timed("jax-jit", 2.0, seed=1)]
+    b = [timed("torch-eager", 2.0, seed=2), timed("jax-jit", 1.0, seed=3)]
+    text = "\n".join(compare._verdicts(a, b))
+    assert "1 groups in both runs, 1 with a named fastest in at least one, 1 contradicted" in text
+    assert "| mlp        | cpu      | torch-eager  | jax-jit      | contradicted |" in text

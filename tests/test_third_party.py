@@ -94,7 +94,7 @@ def test_an_installed_package_adds_an_adapter(python, tmp_path):
     assert "entry point of dlcompare-numpy-ref 0.1" in line and "available" in line
     run = harness(
         "bench", "--framework", "numpy", "--workload", "mlp", "--device", "cpu", "--data", "resident",
-        "--set", "num_batches=2", "--out", str(tmp_path / "out"), "--run-id", "r",
+        "--set", "num_batches=2", "--rounds", "1", "--out", str(tmp_path / "out"), "--run-id", "r",
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     (rec,) = records.load(tmp_path / "out" / "r" / records.RESULTS)

@@ -11,7 +11,7 @@ from harness.stats import summarize
 from harness.timing import Diverged, Profile, measure
 from tests.fakes import FakeAdapter, FakeClock
 
-PROFILE = Profile("t", 3, 10, 1000, budget_s=1.0, target_rel_iqr=0.0, repeats=1, timeout_s=10)
+PROFILE = Profile("t", 3, 10, 1000, budget_s=1.0, target_rel_iqr=0.0, rounds=1, timeout_s=10)
 
 
 def run(adapter, batches, profile=PROFILE, clock=None):
@@ -28,7 +28,8 @@ def test_first_step_and_cold_window_are_kept_apart_from_steady_steps():
     assert all(t == pytest.approx(0.01) for t in m.step_times_s), "warm-up leaked into timed steps"
     # budget 1 s at 0.01 s/step: the loop stops once 1 s of timed work has passed
     assert 100 <= len(m.step_times_s) <= 101
-    assert adapter.syncs == adapter.steps, "every step must be synced before the clock is read"
+    pipelined = m.block_steps * len(m.block_times_s)
+    assert adapter.syncs - len(m.block_times_s) == adapter.steps - pipelined, "every timed step is synced"
     assert adapter.batches_seen[:4] == ["b0", "b1", "b0", "b1"]
 
 
@@ -49,7 +50,7 @@ def test_cold_window_covers_every_batch_so_no_new_shape_reaches_the_steady_windo
 
 def test_max_steps_caps_a_fast_cell():
     clock = FakeClock()
-    profile = Profile("t", 0, 1, 50, budget_s=1e9, target_rel_iqr=0.0, repeats=1, timeout_s=10)
+    profile = Profile("t", 0, 1, 50, budget_s=1e9, target_rel_iqr=0.0, rounds=1, timeout_s=10)
     m = run(FakeAdapter(clock, [1e-6]), ["b"], profile)
     assert len(m.step_times_s) == 50
 
@@ -82,7 +83,7 @@ def test_summarize():
 
 def test_adaptive_repetition_stops_once_the_spread_is_small():
     clock = FakeClock()
-    adaptive = Profile("t", 0, 20, 1000, budget_s=1e9, target_rel_iqr=0.05, repeats=1, timeout_s=10)
+    adaptive = Profile("t", 0, 20, 1000, budget_s=1e9, target_rel_iqr=0.05, rounds=1, timeout_s=10)
     steady = run(FakeAdapter(clock, [0.01]), ["b"], adaptive)
     assert len(steady.step_times_s) == 20, "stable from the start: stops at min_steps"
     noisy_costs = [0.01, 0.02, 0.03] * 1000
@@ -115,28 +116,6 @@ def test_median_ci_brackets_the_median():
     assert low < np.median(times) < high and high - low < 0.05
     s = summarize(list(times), 1)
     assert (s["ci_low_s"], s["ci_high_s"]) == (low, high)
-
-
-def test_repeats_in_fresh_processes_are_pooled():
-    from harness.runner import pool
-
-    def run_record(times, gflops):
-        return {
-            "status": "ok",
-            "batch_size": 10,
-            "step_times_s": times,
-            "median_s": float(np.median(times)),
-            "cold_s": 1.0,
-            "host_peak_rss_bytes": 100,
-            "gflops": gflops,
-            "gflops_max_step": gflops * 2,
-            "wall_s": 3.0,
-        }
-
-    merged = pool([run_record([1.0, 1.0, 1.0], 10.0), run_record([2.0, 2.0, 2.0, 2.0], 20.0)])
-    assert merged["steps"] == 7 and merged["median_s"] == 2.0
-    assert merged["repeats"] == 2 and merged["repeat_medians_s"] == [1.0, 2.0]
-    assert merged["gflops"] == 15.0 and merged["gflops_max_step"] == 40.0 and merged["wall_s"] == 6.0
 
 
 class CompileCounter:
@@ -184,6 +163,44 @@ def test_an_adapter_that_never_stops_compiling_is_bounded_and_said_so():
     assert len(m.recompile_times_s) >= PROFILE.min_steps
 
 
+def test_pipelined_blocks_sync_once_and_are_long_enough_to_hide_the_sync():
+    from harness.timing import BLOCK_S, MIN_BLOCKS
+
+    clock = FakeClock()
+    adapter = FakeAdapter(clock, [0.01])  # the fake's cost lands in sync: a block pays its last step
+    m = run(adapter, ["b0", "b1"])
+    assert m.block_steps == 3 and m.block_steps * 0.01 >= BLOCK_S * 0.999
+    assert len(m.block_times_s) >= MIN_BLOCKS and all(t == pytest.approx(0.01) for t in m.block_times_s)
+    steady_end = len(m.cold_times_s) + len(m.step_times_s)
+    assert adapter.steps == steady_end + m.block_steps * len(m.block_times_s)
+    assert adapter.syncs == steady_end + len(m.block_times_s), "one sync per block"
+
+
+def test_pipelined_blocks_of_variable_steps_hold_whole_passes_and_drop_recompiles():
+    batches = ["a", "b", "c", "d"]
+    adapter = FakeAdapter(clock := FakeClock(), [0.001])
+    compiles = CompileCounter(adapter, [0])
+    m = measure(adapter.train_step, adapter.sync, batches, PROFILE, clock, compiles=compiles, pass_steps=4)
+    assert len(m.step_times_s) % 4 == 0, "the steady window stops on whole passes"
+    assert m.block_steps % 4 == 0 and m.block_steps >= 30, "whole passes, about BLOCK_S long"
+    assert m.block_recompiles == 0
+    steady_end = len(m.cold_times_s) + len(m.step_times_s)
+    # the same run again, compiling on the second step of the first pipelined block
+    adapter = FakeAdapter(clock := FakeClock(), [0.001])
+    compiles = CompileCounter(adapter, [0, steady_end + 1])
+    m = measure(adapter.train_step, adapter.sync, batches, PROFILE, clock, compiles=compiles, pass_steps=4)
+    assert m.block_recompiles == 1 and len(m.block_times_s) >= 4
+
+
+def test_a_non_finite_loss_in_a_pipelined_block_is_divergence():
+    clock = FakeClock()
+    losses = [1.0] * 8 + [float("nan")] * 100  # 1 cold + 5 steady steps, then blocks of 3
+    profile = Profile("t", 0, 5, 5, budget_s=0.0, target_rel_iqr=0.0, rounds=1, timeout_s=10)
+    adapter = FakeAdapter(clock, [0.01], losses)
+    with pytest.raises(Diverged):
+        run(adapter, ["b"], profile)
+
+
 def test_quantiles_of_the_sorted_window_match_numpy():
     from harness.timing import quantile
 
@@ -201,3 +218,11 @@ def test_bootstrap_memory_is_bounded_and_the_interval_unchanged_in_substance(mon
     low, high = stats.median_ci(times)
     assert low < np.median(times) < high
     assert low == pytest.approx(whole[0], rel=0.01) and high == pytest.approx(whole[1], rel=0.01)
+
+
+def test_independent_inference_steps_are_each_synced_at_the_end_of_a_block():
+    adapter = FakeAdapter(clock := FakeClock(), [0.01])
+    m = measure(adapter.train_step, adapter.sync, ["b"], PROFILE, clock, chained=False)
+    assert m.block_steps == 3 and all(t == pytest.approx(0.03) for t in m.block_times_s)
+    steady_end = len(m.cold_times_s) + len(m.step_times_s)
+    assert adapter.syncs == steady_end + 3 * len(m.block_times_s), "every step of a block is synced"

@@ -1,0 +1,119 @@
+"""Rounds: interleaved order, resume, and statistics over fresh processes (synthetic records)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness import compare, rounds, summary
+from tests.fakes import record
+
+
+def cells(n: int) -> list[dict]:
+    return [{"cell_id": f"c{i}", "run_id": "r"} for i in range(n)]
+
+
+def test_every_round_of_every_cell_runs_once_interleaved_and_shuffled():
+    order = rounds.schedule(cells(8), 3, "run-1")
+    assert sorted((c["cell_id"], k) for c, k in order) == sorted((f"c{i}", k) for i in range(8) for k in (1, 2, 3))
+    assert [k for _, k in order] == sorted(k for _, k in order), "round k of all before round k+1 of any"
+    per_round = [[c["cell_id"] for c, k in order if k == r] for r in (1, 2, 3)]
+    assert len({tuple(p) for p in per_round}) > 1, "each round has its own order"
+    assert rounds.schedule(cells(8), 3, "run-1") == order, "the order is reproducible (resume keeps it)"
+
+
+def test_resume_runs_only_missing_rounds_and_an_ended_cell_runs_no_more():
+    done = [
+        {"cell_id": "c0", "round": 1, "status": "ok"},
+        {"cell_id": "c1", "round": 1, "status": "failed"},
+        {"cell_id": "c2", "round": 1, "status": "skipped"},
+    ]
+    left = sorted((c["cell_id"], k) for c, k in rounds.schedule(cells(3), 2, "r", done))
+    assert left == [("c0", 2)]
+
+
+def steps(median: float, seed: int, n: int = 200, spread: float = 0.02) -> list[float]:
+    rng = np.random.default_rng(seed)
+    return list(median * (1 + spread * rng.uniform(-1, 1, n)))
+
+
+def round_record(adapter: str, k: int, times: list[float], **extra) -> dict:
+    return record(
+        adapter,
+        round=k,
+        cell_id=f"{adapter}|mlp|cpu",
+        step_times_s=times,
+        median_s=float(np.median(times)),
+        batch_size=32,
+        cold_s=0.1,
+        host_peak_rss_bytes=100,
+        **extra,
+    )
+
+
+def cell(adapter: str, medians: list[float], seed: int = 0, **extra) -> dict:
+    return rounds.combine([round_record(adapter, k, steps(m, seed + k), **extra) for k, m in enumerate(medians, 1)])
+
+
+def test_a_cell_is_the_mean_of_its_round_medians_and_its_interval_spans_the_rounds():
+    c = cell("torch-eager", [1.0, 1.4], gflops=10.0, gflops_max_step=12.0)
+    assert c["rounds_done"] == 2 and c["round_numbers"] == [1, 2]
+    assert c["median_s"] == pytest.approx(np.mean(c["round_medians_s"]))
+    assert c["round_medians_s"] == pytest.approx([1.0, 1.4], rel=0.01)
+    # the interval knows the processes differ: it reaches both round medians, not +-1% around one
+    assert c["ci_low_s"] < 1.01 and c["ci_high_s"] > 1.39
+    assert c["steps"] == 400 and c["gflops"] == 10.0 and c["gflops_max_step"] == 12.0
+    low, high = rounds.interval(cell("torch-eager", [1.0]))
+    assert high - low < 0.01, "one round: the noise within one process"
+
+
+def test_a_failed_round_fails_the_cell_and_says_how_many_rounds_ran():
+    ok = round_record("jax-jit", 1, steps(1.0, 0))
+    failed = record("jax-jit", status="failed", reason="worker killed by SIGKILL", round=2, cell_id=ok["cell_id"])
+    c = rounds.combine([ok, failed])
+    assert c["status"] == "failed" and c["reason"] == "worker killed by SIGKILL" and c["rounds_ok"] == 1
+
+
+def test_ratios_within_a_run_are_paired_by_round_so_common_drift_cancels():
+    # the machine slowed by 40% between round 1 and round 2, for both adapters alike
+    a = cell("torch-eager", [1.0, 1.4], seed=0)
+    b = cell("jax-jit", [1.1, 1.54], seed=10)
+    point, low, high = rounds.ratio(a, b, paired=True)
+    assert point == pytest.approx(1.1, rel=0.01) and 1.0 < low < high < 1.2
+    assert summary.separated(a, b), "a 10% difference is seen through 40% drift"
+    _, low_u, high_u = rounds.ratio(a, b, paired=False)
+    assert low_u < 1 < high_u, "unpaired, the same drift hides it"
+
+
+def test_cells_1_5x_apart_stay_separated_and_equal_ones_tie():
+    a = cell("torch-eager", [1.0, 1.3, 0.9], seed=0)
+    assert summary.separated(a, cell("jax-jit", [1.5, 1.95, 1.35], seed=20))
+    assert not summary.separated(a, cell("tf-function", [1.05, 1.25, 0.9], seed=30))
+
+
+def test_compare_between_runs_resamples_rounds_unpaired():
+    before = cell("torch-eager", [1.0, 1.2, 1.1], seed=0)
+    drifted = cell("torch-eager", [1.15, 1.05, 1.25], seed=40)
+    _, low, high = rounds.ratio(before, drifted, paired=False)
+    assert compare.verdict(low, high) == "no change", "rerun drift within what the rounds saw"
+    halved = cell("torch-eager", [0.5, 0.6, 0.55], seed=50)
+    point, low, high = rounds.ratio(before, halved, paired=False)
+    assert point == pytest.approx(0.5, rel=0.02) and compare.verdict(low, high) == "faster"
+    assert compare.verdict(1.01, 1.2) == "slower"
+
+
+def test_variable_length_steps_are_timed_per_pass_never_by_a_median_of_mixed_lengths():
+    from harness.stats import pass_mean, summarize
+
+    # batch 0 is short (1 ms), batch 1 long (9 ms); a window that saw batch 0 three times as often
+    times = [0.001] * 30 + [0.009] * 10
+    batches = [0] * 30 + [1] * 10
+    assert pass_mean(times, batches) == pytest.approx(0.005), "each batch counts once per pass"
+    steady = summarize(times, 32, batches=batches)
+    assert steady["median_s"] == pytest.approx(0.005)
+    assert steady["ci_low_s"] == pytest.approx(0.005) and steady["ci_high_s"] == pytest.approx(0.005)
+    assert summarize(times, 32)["median_s"] == pytest.approx(0.001), "the plain median would be misled"
+    a = [round_record("keras-torch", k, times, pass_steps=2, step_batches=batches) for k in (1, 2)]
+    c = rounds.combine(a)
+    assert c["median_s"] == pytest.approx(0.005) and c["pass_s"] == pytest.approx(0.010)
+    assert c["step_batches"] == batches * 2
