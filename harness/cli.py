@@ -15,10 +15,12 @@ from tabulate import tabulate
 
 from adapters import discover
 from adapters.base import PRECISIONS
-from harness import compare, conformance, env, records, report, rounds, runner, timing
+from harness import conformance, env, records, rounds, runner, timing
 from harness.install import doctor, variant
 from harness.plan import DATA_MODES, DEVICES, PlanError, plan, select_adapters, select_workloads
 from harness.progress import MatrixProgress
+from harness.reporting import compare, report
+from harness.reporting.hardware import physics_violations
 from workloads import STRATEGIES, WORKLOADS
 
 DEFAULT_OUT = Path("reports")
@@ -207,7 +209,7 @@ def _run(args: argparse.Namespace, adapters, run_dir: Path, run: Run) -> int:
     if (run_dir / records.RESULTS).exists():
         print(f"report: {report.write(run_dir)}")
         cells_done = rounds.combine_all(records.load(run_dir / records.RESULTS))
-        problems = report.physics_violations(cells_done, report.load_env(run_dir))
+        problems = physics_violations(cells_done, report.load_env(run_dir))
         for problem in problems:
             print(f"warning: {problem}", file=sys.stderr)
     if interrupted:

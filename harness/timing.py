@@ -69,6 +69,13 @@ MAX_BLOCKS = 1000
 MAX_BLOCK_STEPS = 10_000
 
 
+def protocol(profile: Profile) -> dict[str, Any]:
+    """Every setting a cell was timed with, as its record keeps it: the report's Method is
+    written from this, so it describes what ran, not what today's code would run."""
+    constants = {"check_every": CHECK_EVERY, "max_cold_passes": MAX_COLD_PASSES}
+    return {**dataclasses.asdict(profile), **constants, "block_s": BLOCK_S, "min_blocks": MIN_BLOCKS}
+
+
 class Diverged(RuntimeError):
     """A non-finite loss; ``step`` counts from 0 at the first step."""
 

@@ -216,6 +216,7 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
         "ok",
         device=device,
         batch_size=spec.batch_size,
+        protocol=timing.protocol(profile),
         versions=adapter.version(),
         settings=adapter.settings(),
         setup_s=setup_s,

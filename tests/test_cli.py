@@ -9,7 +9,8 @@ import subprocess
 import pytest
 
 from adapters import discover
-from harness import records, report, rounds, runner
+from harness import records, rounds, runner
+from harness.reporting import hardware
 from tests.conftest import REPO, check_cell
 
 TORCH = discover()["torch-eager"]
@@ -53,12 +54,12 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
     peak = env["peaks"]["cpu"]["matmul_gflops"]
     assert peak > 1 and env["peaks"]["cpu"]["copy_gbs"] > 0
     # physics: the achieved rate is real work over synced time, below what the device can do
-    assert 0 < cpu["gflops"] <= cpu["gflops_max_step"] <= report.PEAK_SLACK * peak
+    assert 0 < cpu["gflops"] <= cpu["gflops_max_step"] <= hardware.PEAK_SLACK * peak
     # throughput: blocks of steps with one sync each, in every round, under the same physics check
     assert cpu["pipelined_s"] > 0 and len(cpu["round_pipelined_s"]) == 2
-    assert 0 < cpu["pipelined_gflops_max"] <= report.PEAK_SLACK * peak
+    assert 0 < cpu["pipelined_gflops_max"] <= hardware.PEAK_SLACK * peak
     assert all(r["pipelined_block_steps"] * r["median_s"] >= 0.02 for r in raw if r["status"] == "ok")
-    assert report.physics_violations(recs, env) == []
+    assert hardware.physics_violations(recs, env) == []
     assert cpu["host_peak_rss_bytes"] > 50 * 2**20 and cpu["device_peak_bytes"] is None
     assert cpu["ci_low_s"] <= cpu["median_s"] <= cpu["ci_high_s"]
     first = (run / "report.md").read_text()

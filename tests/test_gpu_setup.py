@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import records, report, runner, summary
+from harness import records, runner
 from harness.gpu_util import cell_gpu
 from harness.install import doctor, lock, variant
 from harness.plan import select_devices
+from harness.reporting import sections, summary
 from tests.conftest import ADAPTERS, REPO, check_cell
 
 STAND_IN = """#!/bin/sh
@@ -263,10 +264,10 @@ def test_summary_and_banner_name_who_is_missing():
     assert summary.missing_pairs(recs) == [
         ("cuda", ["tf-eager", "tf-function"], "failed: no CUDA device visible to tensorflow: CPU-only build")
     ]
-    text = "\n".join(report.banner(recs))
+    text = "\n".join(sections.banner(recs))
     assert text.startswith("> **Not in this comparison:** 2 requested adapter x device pairs produced no result.")
     assert "> - **tf-eager, tf-function** on cuda: failed: no CUDA device visible" in text
-    assert report.banner([_rec("torch-eager", "cpu")]) == []
+    assert sections.banner([_rec("torch-eager", "cpu")]) == []
 
 
 def bench(python, tmp_path, path, *args):

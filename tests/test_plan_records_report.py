@@ -7,8 +7,9 @@ import math
 
 import pytest
 
-from harness import records, report
+from harness import records
 from harness.plan import PlanError, plan, select_adapters, select_devices, select_workloads
+from harness.reporting import breakeven, formatting, hardware, report, sections
 from tests.fakes import fake_info, record
 
 ADAPTERS = {
@@ -133,7 +134,7 @@ def test_report_of_corrupt_results_is_a_clear_error(tmp_path):
 
 @pytest.mark.parametrize("value, text", [(0.000123456, "0.000123"), (1.23456, "1.23"), (1234.5, "1,234"), (None, "—")])
 def test_significant_digits(value, text):
-    assert report.sig(value) == text
+    assert formatting.sig(value) == text
 
 
 def test_plan_expands_loop_strategies_only_for_training_with_a_loop():
@@ -167,13 +168,13 @@ def test_break_even_from_cold_window_and_steady_medians():
     eager = _timed("torch-eager", "dynamic", "exact", [0.01] * 4, 10.0)  # 10 ms/step throughout
     static = _timed("jax-jit", "static", "padded", [1.0, 0.005, 0.005, 0.005], 5.0)
     # static: 1.015 s after 4 steps, then 5 ms/step; eager 0.04 s, then 10 ms/step
-    assert report.cumulative_s(static, 4) == pytest.approx(1.015)
-    assert report.cumulative_s(eager, 10) == pytest.approx(0.1)
-    assert report.break_even(static, eager) == 4 + math.ceil((1.015 - 0.04) / 0.005)
+    assert breakeven.cumulative_s(static, 4) == pytest.approx(1.015)
+    assert breakeven.cumulative_s(eager, 10) == pytest.approx(0.1)
+    assert breakeven.break_even(static, eager) == 4 + math.ceil((1.015 - 0.04) / 0.005)
     slow = _timed("tf-function", "static", "exact", [2.0] * 4, 20.0)
-    assert report.break_even(slow, eager) is None
+    assert breakeven.break_even(slow, eager) is None
     ahead = _timed("jax-jit", "static", "graph-loop", [0.001] * 4, 1.0)
-    assert report.break_even(ahead, eager) == 1
+    assert breakeven.break_even(ahead, eager) == 1
 
 
 def test_static_vs_dynamic_section(tmp_path):
@@ -229,9 +230,9 @@ def test_hardware_section_and_physics_flags(tmp_path):
         record("jax-jit", flops_per_step=3.6e7, gflops=300.0, gflops_max_step=400.0),
     ]
     env = {"peaks": {"cpu": {"matmul_gflops": 200.0, "matmul_gflops_by": {"numpy": 200.0}, "copy_gbs": 15.0}}}
-    problems = report.physics_violations(recs, env)
+    problems = hardware.physics_violations(recs, env)
     assert len(problems) == 1 and problems[0].startswith("jax-jit / mlp / cpu: a step ran at 400 GFLOP/s")
-    md = "\n".join(report.hardware(recs, env))
+    md = "\n".join(hardware.hardware(recs, env))
     assert "cpu: float32 matmul 200 GFLOP/s (numpy 200); copy 15 GB/s" in md
     assert "| torch-eager | mlp        | —          | cpu      | 0.036            | 36        | 18.0%" in md
     assert "**Physics check failed**" in md
@@ -239,7 +240,7 @@ def test_hardware_section_and_physics_flags(tmp_path):
 
 def test_memory_section_says_unavailable_never_zero(tmp_path):
     recs = [record("torch-eager", host_peak_rss_bytes=300 * 2**20, device_peak_bytes=None, gpu_util_mean=None)]
-    md = "\n".join(report.memory(recs))
+    md = "\n".join(hardware.memory(recs))
     assert "| 300 " in md and "unavailable" in md and "| 0 " not in md
 
 
@@ -271,11 +272,27 @@ def test_within_framework_section_pairs_dynamic_and_static_modes(tmp_path):
     rows = [_cells(line) for line in section.splitlines() if line.startswith("| torch")]
     assert rows == [
         ["torch", "mlp", "cpu", "torch-eager", "2", "torch-compile", "1", "2.00x", "1 traces, 1 compiles, 5 s",
-         f"{report.break_even(compiled, eager):,}"]
+         f"{breakeven.break_even(compiled, eager):,}"]
     ]  # fmt: skip
     assert "| jax " not in section, "a framework with only one mode has no row"
 
 
 def test_input_pipeline_section_explains_how_to_get_it_when_one_mode_ran():
-    section = "\n".join(report.input_pipeline([record("torch-eager")]))
+    section = "\n".join(sections.input_pipeline([record("torch-eager")]))
     assert section.startswith("## Input pipeline") and "Run with `DATA=all`" in section
+
+
+def test_method_describes_the_protocol_each_record_was_timed_with():
+    from harness.timing import PROFILES, protocol
+
+    old = dict(protocol(PROFILES["quick"]), budget_s=2.0)
+    recs = [
+        record("torch-eager", protocol=protocol(PROFILES["quick"]), rounds_done=2),
+        record("jax-jit", protocol=old, rounds_done=2),
+        record("tf-eager"),  # recorded before records carried their protocol
+    ]
+    text = sections.method(recs)
+    assert f"either {PROFILES['quick'].budget_s:g} s spent" in text and "either 2 s spent" in text
+    assert "Cells without a protocol in their record were measured by an earlier version" in text
+    assert "each cell ran in 1 or 2 fresh processes (rounds)" in text
+    assert "pipelined" not in text.split("Rounds:")[1], "no pipelined cell, no pipelined paragraph"

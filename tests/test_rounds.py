@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness import compare, rounds, summary
+from harness import rounds
+from harness.reporting import compare, summary
 from tests.fakes import record
 
 

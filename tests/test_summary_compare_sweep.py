@@ -7,7 +7,8 @@ import subprocess
 
 import numpy as np
 
-from harness import compare, records, report, rounds, summary
+from harness import records, rounds
+from harness.reporting import breakeven, compare, report, summary, sweeps
 from tests.conftest import REPO
 from tests.fakes import record
 
@@ -45,12 +46,12 @@ def test_summary_compile_cost_and_break_even():
     static = timed(
         "jax-jit", 5.0, graph="static", cold_times_s=[1.0, 0.005, 0.005, 0.005], cold_s=1.015, compile_s=0.9, seed=3
     )
-    (line,) = summary.compile_sentences([eager, static], report.break_even)
+    (line,) = summary.compile_sentences([eager, static], breakeven.break_even)
     # the range comes from the ends of the 95% interval of the steady-time ratio
     _, low, high = rounds.relative(eager, static)
-    early = report.break_even({**static, "median_s": eager["median_s"] * low}, eager)
-    late = report.break_even({**static, "median_s": eager["median_s"] * high}, eager)
-    assert early <= report.break_even(static, eager) <= late and early < late
+    early = breakeven.break_even({**static, "median_s": eager["median_s"] * low}, eager)
+    late = breakeven.break_even({**static, "median_s": eager["median_s"] * high}, eager)
+    assert early <= breakeven.break_even(static, eager) <= late and early < late
     assert line.startswith("jax-jit spends 0.9 s tracing/compiling on mlp (cpu; first step")
     assert line.endswith(f"paid it off against torch-eager after {early:,} to {late:,} steps (from the 95% interval).")
 
@@ -60,7 +61,7 @@ def test_no_break_even_where_the_steady_steps_are_tied():
     static = timed(
         "jax-jit", 5.02, 0.3, graph="static", cold_times_s=[1.0] + [0.005] * 3, cold_s=1.015, compile_s=0.9, n=21
     )
-    (line,) = summary.compile_sentences([eager, static], report.break_even)
+    (line,) = summary.compile_sentences([eager, static], breakeven.break_even)
     assert line.endswith("its steady step is tied with torch-eager (5 ms/step), so it has no clear break-even.")
 
 
@@ -89,13 +90,13 @@ def test_crossover_is_where_the_faster_series_changes():
             for i, (v, m) in enumerate([(16, 2), (256, 2.5), (1024, 3)])
         ],
     }
-    assert report.crossovers(series) == [
+    assert sweeps.crossovers(series) == [
         {"before": 16, "after": 256, "faster_before": "torch-eager / cpu", "faster_after": "torch-eager / cuda"}
     ]
     # records without raw steps are compared by their intervals: overlapping ones tie
     wide = {"ci_low_s": 0.0, "ci_high_s": 1.0}
     tied = {k: [{**{f: x for f, x in r.items() if f != "step_times_s"}, **wide} for r in v] for k, v in series.items()}
-    assert report.crossovers(tied) == [], "ties are never counted as a crossover"
+    assert sweeps.crossovers(tied) == [], "ties are never counted as a crossover"
 
 
 def _write_run(path, recs, env):

@@ -11,7 +11,9 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness import records, report, rounds, summary
+from harness import records, rounds
+from harness.reporting import report, summary
+from harness.reporting.formatting import machine_name, sig, status_text
 
 Record = dict[str, Any]
 
@@ -50,7 +52,7 @@ def build(run_a: Path, run_b: Path) -> str:
             b["device_requested"],
         ]
         if a["status"] != "ok" or b["status"] != "ok":
-            rows.append([*label, report.status_text(a), report.status_text(b), "—", "not comparable"])
+            rows.append([*label, status_text(a), status_text(b), "—", "not comparable"])
             continue
         ratio, low, high = rounds.ratio(a, b, paired=False)
         word = verdict(low, high)
@@ -58,8 +60,8 @@ def build(run_a: Path, run_b: Path) -> str:
         rows.append(
             [
                 *label,
-                report.sig(a["median_s"] * 1e3),
-                report.sig(b["median_s"] * 1e3),
+                sig(a["median_s"] * 1e3),
+                sig(b["median_s"] * 1e3),
                 f"{ratio:.3f} [{low:.3f}, {high:.3f}]",
                 word,
             ]
@@ -69,8 +71,8 @@ def build(run_a: Path, run_b: Path) -> str:
     out = [
         f"# dlcompare comparison: {run_b.name} (B) against {run_a.name} (A)",
         "",
-        f"- A: `{run_a}`, {report.machine_name(env_a)}, git {env_a.get('git_sha')}, {_versions(env_a)}",
-        f"- B: `{run_b}`, {report.machine_name(env_b)}, git {env_b.get('git_sha')}, {_versions(env_b)}",
+        f"- A: `{run_a}`, {machine_name(env_a)}, git {env_a.get('git_sha')}, {_versions(env_a)}",
+        f"- B: `{run_b}`, {machine_name(env_b)}, git {env_b.get('git_sha')}, {_versions(env_b)}",
         "",
         f"{len(pairs)} matching cells: {counts['faster']} faster, {counts['slower']} slower, "
         f"{counts['no change']} without a significant change.",

@@ -13,7 +13,7 @@ import matplotlib.patches  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
-from harness.summary import strategy
+from harness.reporting.summary import strategy
 
 Record = dict[str, Any]
 #: Steps shown in the cumulative-time plot: far enough to see late break-evens.

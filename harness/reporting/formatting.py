@@ -1,0 +1,71 @@
+"""Text helpers shared by every report page: numbers, statuses, labels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from harness.reporting.summary import strategy
+
+DASH = "—"
+
+
+def sig(value: Any, digits: int = 3) -> str:
+    """A number to ``digits`` significant figures, or a dash when absent."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return DASH
+    value = float(value)
+    if value == 0:
+        return "0"
+    if abs(value) >= 10 ** (digits - 1):
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
+
+
+def status_text(rec: dict[str, Any]) -> str:
+    if rec["status"] == "ok":
+        notes = []
+        if rec.get("steady_recompiles"):
+            n = rec["steady_recompiles"]
+            notes.append(f"{n} recompile{'s' * (n > 1)} in the steady window, excluded")
+        if rec.get("cold_settled") is False:
+            notes.append("still compiling after the cold window")
+        if rec.get("contended"):
+            notes.append(f"contended ({rec['other_cpu_cores']:.2f} other cores busy): not ranked")
+        return ", ".join(["ok", *notes])
+    reason = " ".join(str(rec.get("reason", "")).split())
+    return f"{rec['status']}: {reason}"
+
+
+def device_label(rec: dict[str, Any]) -> str:
+    device = rec.get("device") or rec["device_requested"]
+    if rec["device_requested"] == "auto" and rec["status"] == "ok":
+        device = f"{device} (auto)"
+    return f"{rec['machine_label']}: {device}" if rec.get("machine_label") else device
+
+
+def row_label(rec: dict[str, Any]) -> list[str]:
+    return [rec["adapter"], rec["workload"], strategy(rec) or DASH, device_label(rec)]
+
+
+def compiles_text(rec: dict[str, Any]) -> str:
+    """Trace and compile counts during training, as the framework itself reports them."""
+    parts = []
+    if rec.get("traces") is not None:
+        parts.append(f"{rec['traces']} traces")
+    if rec.get("compiles") is not None:
+        parts.append(f"{rec['compiles']} compiles")
+    if rec.get("compile_s") is not None:
+        parts.append(f"{sig(rec['compile_s'])} s")
+    return ", ".join(parts) or DASH
+
+
+def machine_name(env: dict[str, Any]) -> str:
+    gpus = ", ".join(g["name"] for g in env.get("gpus", []))
+    return f"{env.get('hostname', '?')} ({gpus or env.get('cpu', 'CPU')})"
+
+
+def slug(*parts: Any) -> str:
+    text = "-".join(str(p) for p in parts if p)
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:80]

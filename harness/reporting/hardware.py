@@ -1,0 +1,117 @@
+"""How close to the hardware: measured peaks, achieved GFLOP/s, the physics check, memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tabulate import tabulate
+
+from harness.reporting.formatting import DASH, row_label, sig
+
+#: Measured peaks are best-of-five; a step may beat them by noise, not by more than this.
+PEAK_SLACK = 1.10
+
+
+def peak_gflops(env: dict[str, Any], rec: dict[str, Any]) -> float | None:
+    peak = (env.get("peaks") or {}).get(rec.get("device") or "", {})
+    return peak.get("matmul_gflops")
+
+
+def physics_violations(recs: list[dict[str, Any]], env: dict[str, Any]) -> list[str]:
+    """Cells whose fastest step or pipelined block claims more FLOP/s than the device's measured
+    matmul peak (with PEAK_SLACK): a missing sync or a wrong FLOP count, never a real result. A
+    record's own ``peak_gflops`` (merged runs) wins over ``env``'s."""
+    problems = []
+    for r in recs:
+        peak = r.get("peak_gflops") or peak_gflops(env, r)
+        if r["status"] != "ok" or not peak:
+            continue
+        for field, what in (("gflops_max_step", "a step"), ("pipelined_gflops_max", "a pipelined block")):
+            if r.get(field) and r[field] > PEAK_SLACK * peak:
+                problems.append(
+                    f"{r['adapter']} / {r['workload']} / {r.get('device')}: {what} ran at {sig(r[field])} "
+                    f"GFLOP/s, above the measured peak of {sig(peak)} GFLOP/s: its timing cannot be trusted"
+                )
+    return problems
+
+
+def hardware(recs: list[dict[str, Any]], envs: dict[str, dict[str, Any]]) -> list[str]:
+    """Achieved useful GFLOP/s against the measured matmul peak of the device (``envs`` by
+    machine name; a plain env dict is one machine)."""
+    if "peaks" in envs or not all(isinstance(v, dict) for v in envs.values()):
+        envs = {"": envs}
+    lines = []
+    for machine, env in envs.items():
+        lines += _peak_lines(machine if len(envs) > 1 else "", env.get("peaks") or {})
+    rows = []
+    for r in recs:
+        if r["status"] != "ok" or r.get("data", "resident") != "resident" or r.get("gflops") is None:
+            continue
+        peak = r.get("peak_gflops") or peak_gflops(next(iter(envs.values())), r)
+        pct = f"{r['gflops'] / peak:.1%}" if peak else DASH
+        best = f"{r['gflops_max_step'] / peak:.1%}" if peak else DASH
+        rows.append([*row_label(r), sig(r["flops_per_step"] / 1e9), sig(r["gflops"]), pct, best])
+    if not rows and not lines:
+        return []
+    out = ["## How close to the hardware", "", "Measured peaks, once per run:", "", *lines, ""]
+    if rows:
+        headers = ["adapter", "workload", "strategy", "device", "GFLOP per step", "GFLOP/s", "% of peak", "best step"]
+        out += [
+            "Useful work per step is counted from the spec (matmul and convolution multiply-adds, "
+            "padding not counted); GFLOP/s is that work over the steady window's time.",
+            "",
+            tabulate(rows, headers, tablefmt="github", disable_numparse=True),
+            "",
+        ]
+    problems = physics_violations(recs, next(iter(envs.values())))
+    if problems:
+        out += ["**Physics check failed** (timing suspect):", "", *(f"- {p}" for p in problems), ""]
+    elif rows:
+        out += [f"Physics check: no step exceeds {PEAK_SLACK:.0%} of the measured peak.", ""]
+    return out
+
+
+def _peak_lines(machine: str, peaks: dict[str, Any]) -> list[str]:
+    lines = []
+    for device, peak in peaks.items():
+        where = f"{machine}: {device}" if machine else device
+        if "error" in peak:
+            lines.append(f"- {where}: peak not measured ({peak['error'].splitlines()[-1]})")
+            continue
+        by = peak["matmul_gflops_by"]
+        source = ", ".join(f"{k} {sig(v)}" for k, v in by.items()) if isinstance(by, dict) else by
+        lines.append(
+            f"- {where}: float32 matmul {sig(peak['matmul_gflops'])} GFLOP/s ({source}); "
+            f"copy {sig(peak['copy_gbs'])} GB/s (read + write)"
+        )
+    return lines
+
+
+def _mib(value: Any) -> str:
+    return "unavailable" if value is None else sig(value / 2**20)
+
+
+def memory(recs: list[dict[str, Any]]) -> list[str]:
+    rows = [
+        [
+            *row_label(r),
+            r.get("data", "resident"),
+            _mib(r.get("host_peak_rss_bytes")),
+            _mib(r.get("device_peak_bytes")),
+            DASH if r.get("gpu_util_mean") is None else f"{r['gpu_util_mean']:.0f}%",
+        ]
+        for r in recs
+        if r["status"] == "ok" and "host_peak_rss_bytes" in r
+    ]
+    if not rows:
+        return []
+    headers = ["adapter", "workload", "strategy", "device", "data", "host peak RSS (MiB)", "device peak (MiB)"]
+    headers.append("GPU util (steady)")
+    note = (
+        "Host RSS is the worker process's peak (framework import included). Device peak is what the "
+        "framework itself reports (torch max_memory_allocated, JAX peak_bytes_in_use, TF "
+        "get_memory_info), with JAX preallocation off and TF memory growth on; on CPU the frameworks "
+        "report none, so it reads unavailable, never 0. GPU utilisation is NVML's, sampled over the "
+        "steady window."
+    )
+    return ["## Memory", "", note, "", tabulate(rows, headers, tablefmt="github", disable_numparse=True), ""]

@@ -1,0 +1,116 @@
+"""report.md of one run, or several merged: loads records (rounds combined) and assembles the sections."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness import records, rounds
+from harness.reporting import plots, summary
+from harness.reporting.breakeven import break_even, cumulative_s, static_vs_dynamic, within_frameworks
+from harness.reporting.formatting import machine_name, slug
+from harness.reporting.hardware import hardware, memory, peak_gflops
+from harness.reporting.sections import banner, failures, input_pipeline, method
+from harness.reporting.summary import strategy
+from harness.reporting.sweeps import sweep_section
+from harness.reporting.tables import env_table, settings_table, table_title, workload_table
+
+
+def load_env(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / records.ENV
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def load_runs(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Records of one or several runs, each annotated with its machine and the measured peak of
+    its device; with several machines, device labels name the machine."""
+    recs, envs = [], {}
+    for run_dir in run_dirs:
+        env = load_env(run_dir)
+        name = machine_name(env) if env else run_dir.name
+        if name in envs:
+            name = f"{name} [{run_dir.name}]"
+        envs[name] = env
+        for r in rounds.combine_all(records.load(run_dir / records.RESULTS)):
+            r["machine"] = name
+            r["peak_gflops"] = peak_gflops(env, r)
+            recs.append(r)
+    if len(envs) > 1:
+        for r in recs:
+            r["machine_label"] = r["machine"]
+    return recs, envs
+
+
+def build(run_dirs: Path | list[Path], plot_dir: Path | None = None) -> str:
+    """The report's markdown; with ``plot_dir``, its PNG plots are written there and embedded."""
+    run_dirs = [run_dirs] if isinstance(run_dirs, Path) else list(run_dirs)
+    recs, envs = load_runs(run_dirs)
+    title = ", ".join(sorted({str(r.get("run_id", "")) for r in recs})) or ", ".join(d.name for d in run_dirs)
+    counts = pd.Series([r["status"] for r in recs]).value_counts().to_dict() if recs else {}
+    out = [
+        f"# dlcompare report: run {title}",
+        "",
+        f"{len(recs)} cells: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in records.STATUSES) + ".",
+        "",
+    ]
+    out += banner(recs)
+    findings = summary.sentences(recs, break_even)
+    if findings:
+        out += ["## Summary", "", *(f"- {line}" for line in findings), ""]
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in recs:
+        key = tuple(o for o in r.get("overrides", []) if not o.startswith("strategy="))
+        groups.setdefault((r["workload"], key), []).append(r)
+    resident = {k: [r for r in g if r.get("data", "resident") == "resident"] for k, g in groups.items()}
+    for (workload, key), group in resident.items():
+        if not group:
+            continue
+        out += [table_title(group[0]), "", workload_table(group), ""]
+        if plot_dir is not None:
+            out += _plots(group, workload, key, plot_dir)
+    out += within_frameworks(resident)
+    out += static_vs_dynamic(resident)
+    out += sweep_section(recs, plot_dir)
+    out += input_pipeline(recs)
+    out += hardware(recs, envs)
+    out += memory(recs)
+    out += failures(recs)
+    settings = settings_table(recs)
+    if settings:
+        out += ["## Framework settings", "", settings, ""]
+    for name, env in envs.items():
+        if env:
+            heading = "## Environment" + (f": {name}" if len(envs) > 1 else "")
+            out += [heading, "", env_table(env), ""]
+    out += ["## Method", "", method(recs), ""]
+    return "\n".join(out)
+
+
+def _plots(group: list[dict[str, Any]], workload: str, key: tuple, plot_dir: Path) -> list[str]:
+    """Embedded plots of one workload table; only plots with data are drawn."""
+    made = []
+    name = slug(workload, *key)
+    drawn = [
+        ("steady step time", plots.step_times(group, workload, plot_dir / f"{name}-steps.png")),
+        ("first step vs steady", plots.compile_cost(group, workload, plot_dir / f"{name}-compile.png")),
+    ]
+    if any(strategy(r) for r in group):
+        path = plots.cumulative(group, workload, plot_dir / f"{name}-cumulative.png", cumulative_s)
+        drawn.append(("cumulative time from a cold start", path))
+    for alt, path in drawn:
+        if path is not None:
+            made += [f"![{workload}: {alt}]({path.name})", ""]
+    return made
+
+
+def write(run_dir: Path, extra: list[Path] = (), out_dir: Path | None = None) -> Path:
+    """Write report.md (and its plots) for one run, or merge ``extra`` runs into it; merged
+    reports go to ``out_dir``."""
+    target = out_dir or run_dir
+    target.mkdir(parents=True, exist_ok=True)
+    path = target / "report.md"
+    path.write_text(build([run_dir, *extra], plot_dir=target))
+    return path

@@ -1,0 +1,168 @@
+"""Report sections that stand alone: the banner, failures, input pipelines, the Method."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tabulate import tabulate
+
+from harness.contention import CONTENDED_CORES
+from harness.reporting import summary
+from harness.reporting.formatting import DASH, row_label, sig
+from harness.reporting.summary import strategy
+from harness.stats import NOISY_IQR_RATIO
+
+
+def banner(recs: list[dict[str, Any]]) -> list[str]:
+    """A warning at the top naming every requested adapter x device that produced no result."""
+    missing = summary.missing_pairs(recs)
+    if not missing:
+        return []
+    pairs = sum(len(adapters) for _, adapters, _ in missing)
+    out = [f"> **Not in this comparison:** {pairs} requested adapter x device pairs produced no result."]
+    for device, adapters, reason in missing:
+        out.append(f"> - **{', '.join(adapters)}** on {device}: {reason}")
+    return [*out, ""]
+
+
+def failures(recs: list[dict[str, Any]]) -> list[str]:
+    """A section with each failed cell's reason and the tail of its stderr."""
+    out = []
+    for r in recs:
+        if r["status"] != "failed":
+            continue
+        out += [f"- **{r['adapter']} / {r['workload']} / {r['device_requested']}**: {r['reason']}"]
+        if r.get("stderr_tail"):
+            out += ["", "  ```text", *(f"  {line}" for line in r["stderr_tail"].splitlines()), "  ```"]
+    return ["## Failed cells", "", *out, ""] if out else []
+
+
+def input_pipeline(recs: list[dict[str, Any]]) -> list[str]:
+    """Per adapter/workload/device: steady step time per data mode against ``resident``."""
+    cells: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for r in recs:
+        key = (r["adapter"], r["workload"], strategy(r), r["device_requested"], r.get("machine"))
+        cells.setdefault(key, {})[r.get("data", "resident")] = r
+    rows = []
+    for modes in cells.values():
+        if len(modes) < 2 or "resident" not in modes:
+            continue
+        base = modes["resident"]
+        row = row_label(base)
+        for mode in ("resident", "host", "loader"):
+            r = modes.get(mode)
+            if r is None:
+                row.append(DASH)
+            elif r["status"] != "ok":
+                row.append(f"{r['status']}: {r['reason']}")
+            elif mode == "resident" or base["status"] != "ok":
+                row.append(sig(r["median_s"] * 1e3))
+            else:
+                row.append(f"{sig(r['median_s'] * 1e3)} ({r['median_s'] / base['median_s']:.2f}x)")
+        host = modes.get("host")
+        row.append(sig(host["to_device_s"] * 1e3) if host and host["status"] == "ok" else DASH)
+        both_ok = host and host["status"] == "ok" and base["status"] == "ok"
+        share = max(0.0, 1 - base["median_s"] / host["median_s"]) if both_ok else None
+        row.append(DASH if share is None else f"{share:.0%}")
+        rows.append(row)
+    if not rows:
+        modes = sorted({r.get("data", "resident") for r in recs})
+        note = (
+            f"This run measured one data mode ({', '.join(modes)}). Run with `DATA=all` (`--data all`) to "
+            "time the same cells with each step copying its batch from host memory (`host`) and with the "
+            "framework's native input pipeline (`loader`), and to see the input-bound share here."
+        )
+        return ["## Input pipeline", "", note, ""]
+    headers = [
+        "adapter",
+        "workload",
+        "strategy",
+        "device",
+        "resident (ms/step)",
+        "host (ms/step)",
+        "loader (ms/step)",
+        "copy of one batch (ms)",
+        "input-bound share (host)",
+    ]
+    intro = (
+        "Steady median step time when the dataset sits on the device (`resident`), when each "
+        "step copies its batch from host memory (`host`), and when the framework's native input "
+        "pipeline feeds it (`loader`); in brackets, the ratio to `resident`. The input-bound share "
+        "is the part of a `host` step not spent computing: 1 - resident / host."
+    )
+    return ["## Input pipeline", "", intro, "", tabulate(rows, headers, tablefmt="github", disable_numparse=True), ""]
+
+
+def _protocol_line(p: dict[str, Any]) -> str:
+    return (
+        f"- Profile `{p['name']}`: a cold window of every step from a cold start, each timed: at least "
+        f"{1 + p['warmup_steps']} steps and one whole pass over the dataset (its first step holds trace, "
+        f"compile and first run), then, where the adapter counts its compiles, more passes until one "
+        f"runs without compiling (at most {p['max_cold_passes']}). Then the steady window: timed steps "
+        f"until at least {p['min_steps']} and either {p['budget_s']:g} s spent or IQR/median below "
+        f"{p['target_rel_iqr']:.0%} (checked every {p['check_every']} steps), at most {p['max_steps']}; a "
+        "step during which the adapter compiled is kept out of the statistics and counted. Then the "
+        f"pipelined window: blocks of about {p['block_s'] * 1e3:g} ms, at least {p['min_blocks']}, until "
+        f"{p['budget_s'] / 2:g} s."
+    )
+
+
+def method(recs: list[dict[str, Any]]) -> str:
+    """The protocol each cell's record says it was timed with (cells recorded before records
+    carried it are said to be so, not described by today's settings)."""
+    ok = [r for r in recs if r["status"] == "ok"]
+    protocols = {json.dumps(r["protocol"], sort_keys=True): r["protocol"] for r in ok if r.get("protocol")}
+    lines = [_protocol_line(p) for _, p in sorted(protocols.items())]
+    if any(not r.get("protocol") for r in ok):
+        lines.append(
+            "- Cells without a protocol in their record were measured by an earlier version of dlcompare "
+            "(see `git` in the Environment): a single steady window per process, no pipelined window; "
+            "the Method of that version's report describes them."
+        )
+    done = sorted({r.get("rounds_done") or 1 for r in ok})
+    if done:
+        processes = " or ".join(map(str, done)) + (" fresh process" if done == [1] else " fresh processes")
+        lines.append(
+            f"- Rounds: each cell ran in {processes} (rounds), round 1 of every cell in a shuffled order "
+            "before round 2 of any, so the machine's drift during the run lands on every adapter alike. "
+            "A cell's steady time is the mean over its rounds of each round's median step; its 95% "
+            "interval resamples rounds, then steps within each round, so it covers the difference "
+            "between processes, not only the noise within one. "
+            + ("With one round, the interval covers only the noise within that process. " if 1 in done else "")
+            + "First step and cold window are those of round 1."
+        )
+    if any((r.get("pass_steps") or 1) > 1 for r in ok):
+        lines.append(
+            "- † Steps of different sizes (variable-length batches): the steady window and every "
+            "pipelined block hold whole passes over the dataset, and the step time is the mean over a "
+            "pass of each batch's median step (a pass's time divided by its steps), never the median of "
+            "mixed lengths; two such cells compare the same batches."
+        )
+    if any(r.get("pipelined_s") for r in ok):
+        lines.append(
+            "- `pipelined`: after the steady window, blocks of steps issued back to back with one `sync` "
+            "at the end of each block, as a training loop runs them (Python dispatch overlaps device "
+            "work); whole passes over the dataset where steps differ in size; the median block's time "
+            "per step, and in brackets its ratio to the synced steps cut into windows of a block's "
+            "length (mean per step, median over windows; below 1: the loop gains from overlap). The "
+            "physics check applies to both."
+        )
+    lines += [
+        "- Every timed step is the adapter's `train_step` followed by `sync`, which blocks until the "
+        "device has finished and reads the loss, so asynchronous dispatch cannot hide work. On a GPU, "
+        "one more step checks that the device has nothing queued right after `sync`. This synced step "
+        "time (latency) is what tables and the summary rank by.",
+        f"- A cell that ran while other processes used more than {CONTENDED_CORES:g} cores is marked "
+        "`contended` and left out of the summary's verdicts.",
+        "- Each cell runs in a fresh process; every framework starts from the same NumPy parameters and "
+        "trains on the same batches, already placed on the device (placement is timed apart).",
+        "- `time vs fastest` is this cell's steady time over the fastest one of the workload (1.00 = "
+        "fastest); `(tie)`: the 95% interval of the ratio of the two, paired by round (round k of one "
+        "cell against round k of the other), includes 1, so the cell is not ranked against the fastest. "
+        f"IQR (of all rounds' steps) is flagged `noisy` when it exceeds {NOISY_IQR_RATIO:.0%} of the median.",
+        "- `first step` includes tracing and compilation for static-graph adapters. `traces / compiles` "
+        "are counted during training by the framework's own instrumentation (tf.function's tracing "
+        "count, jax.monitoring compile events); a dash means the adapter has none to report.",
+    ]
+    return "\n".join(lines)
