@@ -37,6 +37,14 @@ def build_model(keras, spec: Workload) -> tuple[Any, dict[str, Any]]:
     return keras.Sequential(stack), layers
 
 
+def fit_data(spec: Workload, batch: Any) -> tuple[Any, Any, Any]:
+    """A placed batch as ``fit`` hands it to the train function: (x, y, sample_weight); the
+    caption mask is the sample weight."""
+    if spec.family == "rnn-caption":
+        return [batch["features"], batch["tokens"]], batch["targets"], batch["mask"]
+    return batch["x"], batch["y"], None
+
+
 def _gates_to_keras(a: np.ndarray) -> np.ndarray:
     """Canonical (r, z, n) column blocks -> Keras (z, r, n); the swap is its own inverse."""
     r, z, n = np.split(a, 3, axis=-1)

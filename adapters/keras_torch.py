@@ -1,12 +1,15 @@
-"""Keras 3 on the PyTorch backend (``KERAS_BACKEND=torch``), timed through Keras's own step.
+"""Keras 3 on the PyTorch backend (``KERAS_BACKEND=torch``), timed through the step ``fit`` runs.
 
 Models are built from Keras layers (``Dense``, ``Conv2D``/``MaxPooling2D`` on channels-last
 images, ``Embedding`` + ``GRU`` for the caption decoder) and compiled with a Keras optimiser
 and ``SparseCategoricalCrossentropy(from_logits=True)``; each timed step is
-``model.train_on_batch``, Keras's public one-step API (its ``train_step`` without ``fit``'s
-callbacks and progress bar). ``train_on_batch`` returns the loss as a host value, so the step
-synchronises itself. ``jit_compile=False``: on this backend that is eager PyTorch, a dynamic
-graph (``jit_compile=True`` would mean torch.compile).
+``model.train_function``, the step ``fit`` calls per batch (``keras/src/backend/torch/trainer.py``;
+the variables are torch parameters updated in place, so there is no state to carry). Unlike
+``fit``, the loss tracker is reset every step (as ``train_on_batch`` does) so the logged loss is
+this step's loss, not the epoch's running mean; unlike ``train_on_batch``, the loss stays a
+tensor until the harness syncs. ``steps_per_execution`` must be 1 on this backend.
+``jit_compile=False``: on this backend that is eager PyTorch, a dynamic graph
+(``jit_compile=True`` would mean torch.compile).
 
 The caption loss is the masked mean: the mask goes in as ``sample_weight`` with the loss's
 ``mean_with_sample_weight`` reduction. Keras orders GRU gates (z, r, n) and stacks the input
@@ -27,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from adapters import _torch_common
-from adapters._keras_common import build_model, compile_model, eager_epsilon, load_params, save_params
+from adapters._keras_common import build_model, compile_model, eager_epsilon, fit_data, load_params, save_params
 from adapters._torch_data import LOADER_KIND, data_loader
 from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
@@ -98,11 +101,14 @@ class KerasTorch(Adapter):
         self._t += 1
         if self._adam:
             self.model.optimizer.epsilon = eager_epsilon(self._t)
+        data = fit_data(self.spec, batch)
+        model = self.model
         with self._keras.device(self._device):
-            if self.spec.family == "rnn-caption":
-                x = [batch["features"], batch["tokens"]]
-                return self.model.train_on_batch(x, batch["targets"], sample_weight=batch["mask"])
-            return self.model.train_on_batch(batch["x"], batch["y"])
+            if model.train_function is None:  # what fit does before its loop
+                model._symbolic_build(data_batch=data)
+                model.make_train_function()
+            model.reset_metrics()
+            return model.train_function([data])["loss"]
 
     def infer_step(self, batch: Any) -> Any:
         torch, layers, spec = self._torch, self._layers, self.spec
@@ -125,9 +131,9 @@ class KerasTorch(Adapter):
     def sync(self, handle: Any) -> float:
         if self._device == "cuda":
             self._torch.cuda.synchronize()
-        if isinstance(handle, self._torch.Tensor):  # decoded tokens: mean caption length
+        if handle.ndim:  # decoded tokens: mean caption length
             return float((handle != PAD).sum().item()) / len(handle)
-        return float(handle)
+        return float(handle)  # the loss
 
     def fetch(self, handle: Any) -> np.ndarray:
         return handle.cpu().numpy()
@@ -136,7 +142,12 @@ class KerasTorch(Adapter):
         return save_params(self._layers, self.spec)
 
     def settings(self) -> dict[str, Any]:
-        return {"jit_compile": False, **_torch_common.settings(self._torch)}
+        return {
+            "jit_compile": False,
+            "train_path": "fit's train_function",
+            "steps_per_execution": self.model.steps_per_execution,
+            **_torch_common.settings(self._torch),
+        }
 
     def device_busy(self) -> bool | None:
         return _torch_common.device_busy(self._torch, self._device)
