@@ -90,28 +90,31 @@ def save_params(layers: dict[str, Any], spec: Workload) -> Params:
 
 
 def algorithm1_adam(keras: Any, learning_rate: float) -> Any:
-    """Keras's Adam with epsilon applied after the bias correction (the workloads' Algorithm-1
-    update). Keras adds epsilon to sqrt(v) before correcting; scaling it by sqrt(1 - beta2^t)
-    inside the update makes the two identical. It reads the step from the optimiser's own
-    ``iterations`` variable, so it stays right inside a compiled (jit) train step."""
+    """Keras's own Adam (its ``update_step`` unchanged) running the workloads' Algorithm-1
+    update. Keras adds epsilon to sqrt(v) before the bias correction (``eps_hat`` in Kingma &
+    Ba); an epsilon of ``eps * sqrt(1 - beta2^t)`` makes that the same update. Inside a jitted
+    step a Python float is a constant of the trace, so ``epsilon`` is a property computed from
+    the optimiser's own ``iterations`` variable, in the compiled step."""
     ops = keras.ops
 
     class Algorithm1Adam(keras.optimizers.Adam):
-        def update_step(self, gradient, variable, learning_rate):
-            dtype = variable.dtype
-            step = ops.cast(self.iterations + 1, dtype)
-            beta_2_power = ops.power(ops.cast(self.beta_2, dtype), step)
-            beta_1_power = ops.power(ops.cast(self.beta_1, dtype), step)
-            m = self._momentums[self._get_variable_index(variable)]
-            v = self._velocities[self._get_variable_index(variable)]
-            gradient = ops.cast(gradient, dtype)
-            alpha = ops.cast(learning_rate, dtype) * ops.sqrt(1 - beta_2_power) / (1 - beta_1_power)
-            self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1 - self.beta_1))
-            self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1 - self.beta_2))
-            epsilon = self.epsilon * ops.sqrt(1 - beta_2_power)
-            self.assign_sub(variable, ops.divide(ops.multiply(m, alpha), ops.add(ops.sqrt(v), epsilon)))
+        @property
+        def epsilon(self) -> Any:
+            step = ops.cast(self.iterations + 1, "float32")
+            return self._algorithm1_eps * ops.sqrt(1.0 - ops.power(ops.cast(self.beta_2, "float32"), step))
+
+        @epsilon.setter
+        def epsilon(self, value: float) -> None:
+            self._algorithm1_eps = value  # Adam.__init__ assigns epsilon here
 
     return Algorithm1Adam(learning_rate, beta_1=ADAM_BETA1, beta_2=ADAM_BETA2, epsilon=ADAM_EPS)
+
+
+def optimizer_kernel(spec: Workload, adam_note: str) -> str:
+    """The Keras optimiser a cell runs, as settings() records it."""
+    if spec.optimizer == "adam":
+        return f"keras.optimizers.Adam, Keras's own update ({adam_note})"
+    return "keras.optimizers.SGD"
 
 
 def eager_epsilon(step: int) -> float:

@@ -24,4 +24,5 @@ class JaxEager(JaxJit):
         return fn
 
     def settings(self) -> dict[str, Any]:
-        return {**super().settings(), "jit": False, "donate_buffers": False}
+        kernel = f"optax.{self.spec.optimizer} (op by op)"
+        return {**super().settings(), "jit": False, "donate_buffers": False, "optimizer_kernel": kernel}

@@ -149,6 +149,7 @@ class JaxJit(Adapter):
         return {
             "matmul_precision": jax.config.jax_default_matmul_precision,
             "donate_buffers": True,
+            "optimizer_kernel": f"optax.{self.spec.optimizer} (inside the jitted step, fused by XLA)",
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "gpu_autotune_level": _jax_common.gpu_autotune_level(),
         }

@@ -18,10 +18,11 @@ arrays), so the logged loss is this step's loss rather than the running mean of 
 ``steps_per_execution`` stays 1: on this backend it is a Python loop over the same jitted step
 (``_make_function``), which the pipelined blocks already issue back to back.
 
-Adam is Keras's Adam with epsilon moved after the bias correction inside the compiled update
-(see ``algorithm1_adam``). Greedy decoding steps the GRU cell with Keras ops in a Python loop.
-Compile counts and seconds come from ``jax.monitoring``. Keras on JAX has no input pipeline of
-its own outside ``fit``, so ``--data loader`` is skipped.
+Adam is Keras's own (its update unchanged), with epsilon scaled per step inside the compiled
+update so that it runs the workloads' Algorithm-1 form (see ``algorithm1_adam``). Greedy
+decoding steps the GRU cell with Keras ops in a Python loop. Compile counts and seconds come
+from ``jax.monitoring``. Keras on JAX has no input pipeline of its own outside ``fit``, so
+``--data loader`` is skipped.
 """
 
 from __future__ import annotations
@@ -32,7 +33,15 @@ import numpy as np
 
 from adapters import _jax_common
 from adapters._jax_common import CompileEvents, jax_env, peak_bytes
-from adapters._keras_common import algorithm1_adam, build_model, compile_model, fit_data, load_params, save_params
+from adapters._keras_common import (
+    algorithm1_adam,
+    build_model,
+    compile_model,
+    fit_data,
+    load_params,
+    optimizer_kernel,
+    save_params,
+)
 from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
 from workloads.rnn import BOS, EOS, PAD
@@ -158,6 +167,7 @@ class KerasJax(Adapter):
         return {
             "jit_compile": True,
             "train_path": "fit's train_function, state kept on the device",
+            "optimizer_kernel": optimizer_kernel(self.spec, "epsilon scaled per step inside the jitted update"),
             "steps_per_execution": self.model.steps_per_execution,
             "matmul_precision": self._jax.config.jax_default_matmul_precision,
             "gpu_autotune_level": _jax_common.gpu_autotune_level(),

@@ -30,7 +30,15 @@ from typing import Any
 import numpy as np
 
 from adapters import _torch_common
-from adapters._keras_common import build_model, compile_model, eager_epsilon, fit_data, load_params, save_params
+from adapters._keras_common import (
+    build_model,
+    compile_model,
+    eager_epsilon,
+    fit_data,
+    load_params,
+    optimizer_kernel,
+    save_params,
+)
 from adapters._torch_data import LOADER_KIND, data_loader
 from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
@@ -146,6 +154,7 @@ class KerasTorch(Adapter):
             "jit_compile": False,
             "train_path": "fit's train_function",
             "steps_per_execution": self.model.steps_per_execution,
+            "optimizer_kernel": optimizer_kernel(self.spec, "epsilon set per step from Python"),
             **_torch_common.settings(self._torch),
         }
 

@@ -5,8 +5,8 @@ The same modules as torch-eager (adapters/torch_eager.py) with their hot functio
 backward is compiled by AOTAutograd) of the MLPs and the convnet; for the caption decoder the
 GRU step and the greedy-decode step (fixed shapes: compiled once) and the output head with a
 symbolic time length (``dynamic=True``), while the time loop stays in Python, the usual way to
-compile a recurrent model without unrolling it per length. The optimiser runs eagerly with
-foreach kernels. There is no loop inside the graph, so ``graph-loop`` is skipped.
+compile a recurrent model without unrolling it per length. The optimiser runs eagerly, with
+torch-eager's kernels (fused Adam, foreach SGD). There is no loop inside the graph, so ``graph-loop`` is skipped.
 
 Compile counts and seconds come from TorchDynamo's own instrumentation (``unique_graphs``,
 ``compilation_time_metrics``); graph breaks are recorded in ``settings``.

@@ -1,8 +1,15 @@
 """PyTorch eager mode: the dynamic-graph baseline.
 
 Written as a PyTorch user writes a fast loop: ``nn.Module`` models, ``torch.optim`` with
-multi-tensor (foreach) updates, ``zero_grad(set_to_none=True)``, and the loss returned as a
-detached device tensor so nothing forces a host round trip inside the step. ``sync`` reads the
+multi-tensor kernels, ``zero_grad(set_to_none=True)``, and the loss returned as a detached
+device tensor so nothing forces a host round trip inside the step.
+
+Adam is torch's ``fused=True`` kernel (one kernel for all parameters, CPU and CUDA). torch's own
+default is the ``foreach`` kernels on CUDA and a per-parameter for-loop on CPU; its documentation
+calls fused the fastest and keeps it out of the default only for bake-in time. Fused is also the
+like-for-like choice: TensorFlow's ``ResourceApplyAdam`` and XLA's fusion of optax's update are
+fused kernels. On ``mlp-wide`` on the 2-core CPU VM (one process, interleaved) a step took 7.6 ms
+fused, 11.0 ms foreach and 11.8 ms with the for-loop. SGD uses ``foreach``. ``sync`` reads the
 loss with ``.item()``, which waits for the CUDA stream.
 
 Layouts: Linear weights are (out, in), so canonical kernels are transposed; conv kernels go
@@ -61,7 +68,7 @@ class TorchEager(Adapter):
         else:
             betas = (ADAM_BETA1, ADAM_BETA2)
             self.opt = torch.optim.Adam(
-                self.model.parameters(), lr=spec.learning_rate, betas=betas, eps=ADAM_EPS, foreach=True
+                self.model.parameters(), lr=spec.learning_rate, betas=betas, eps=ADAM_EPS, fused=True
             )
 
     def _compile(self, fn: Any, dynamic: bool = False) -> Any:
@@ -116,7 +123,12 @@ class TorchEager(Adapter):
         return self.model.canonical()
 
     def settings(self) -> dict[str, Any]:
-        return _torch_common.settings(self.torch)
+        d = self.opt.defaults
+        kind = "fused" if d.get("fused") else "foreach" if d.get("foreach") else "for-loop"
+        return {
+            **_torch_common.settings(self.torch),
+            "optimizer_kernel": f"torch.optim.{type(self.opt).__name__} ({kind})",
+        }
 
     def device_busy(self) -> bool | None:
         return _torch_common.device_busy(self.torch, self.device)

@@ -254,9 +254,9 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
 
 
 def check(cell: dict[str, Any], steps: int, snapshot: int) -> dict[str, np.ndarray]:
-    """Losses of ``steps`` steps and the parameters before the first and after each of the
-    first ``snapshot`` steps (``param{t}:{name}``); for inference workloads, the outputs of
-    ``infer_step`` on every batch, stacked. A skip is returned as ``skipped``, a GPU the
+    """Losses of ``steps`` steps, the parameters before the first and after each of the first
+    ``snapshot`` steps (``param{t}:{name}``) and the adapter's settings (JSON); for inference
+    workloads, the outputs of ``infer_step`` on every batch, stacked. A skip is returned as ``skipped``, a GPU the
     framework cannot use as ``device_failed``."""
     try:
         adapter, spec, device, _ = prepare(cell)
@@ -273,7 +273,8 @@ def check(cell: dict[str, Any], steps: int, snapshot: int) -> dict[str, np.ndarr
         losses.append(adapter.sync(adapter.train_step(placed[step % len(placed)])))
         if step < snapshot:
             snaps.update({f"param{step + 1}:{k}": v for k, v in adapter.params().items()})
-    return {"losses": np.asarray(losses, dtype=np.float64), **snaps}
+    settings = np.asarray(json.dumps(writable(adapter.settings())))  # as a bench record keeps them
+    return {"losses": np.asarray(losses, dtype=np.float64), "settings": settings, **snaps}
 
 
 def main(argv: list[str] | None = None) -> int:

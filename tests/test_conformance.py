@@ -8,6 +8,8 @@ masking may change the cost, never the result.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from harness import conformance
@@ -53,6 +55,38 @@ def test_loss_falls_on_learnable_data(spec, trained):
     if not conformance.falls_checked(spec):
         pytest.skip("a padding strategy: held to the exact reference; the exact strategy's check covers it")
     check(spec, trained, "loss falls")
+
+
+#: The framework's own optimiser kernel each built-in adapter runs (README, "Adapters").
+OWN_KERNELS = {
+    "adam": {
+        "torch-eager": "torch.optim.Adam (fused)",
+        "torch-compile": "torch.optim.Adam (fused)",
+        "tf-function": "ResourceApplyAdam (fused)",
+        "tf-eager": "ResourceApplyAdam (fused)",
+        "jax-jit": "optax.adam (inside the jitted step",
+        "jax-eager": "optax.adam (op by op)",
+        "keras-jax": "keras.optimizers.Adam, Keras's own update",
+        "keras-torch": "keras.optimizers.Adam, Keras's own update",
+    },
+    "sgd": {
+        "torch-eager": "torch.optim.SGD (foreach)",
+        "tf-function": "ResourceApplyGradientDescent (fused)",
+        "jax-jit": "optax.sgd",
+        "keras-jax": "keras.optimizers.SGD",
+    },
+}
+
+
+@training_variants
+def test_the_record_names_the_optimiser_kernel_that_ran(spec, trained, adapter_name):
+    """Every adapter names its optimiser kernel; the built-in ones run their framework's own,
+    which still passes the parity checks above (epsilon placement corrected by its equivalent)."""
+    settings = json.loads(str(trained["settings"]))
+    assert settings.get("optimizer_kernel"), f"{adapter_name}.settings() names no optimizer_kernel"
+    expected = OWN_KERNELS[spec.optimizer].get(adapter_name)
+    if expected is not None:
+        assert settings["optimizer_kernel"].startswith(expected), settings["optimizer_kernel"]
 
 
 @pytest.mark.parametrize("variant", INFER_VARIANTS, ids=conformance.variant_id, indirect=True)

@@ -9,7 +9,7 @@ import pytest
 
 from harness import records
 from harness.plan import PlanError, plan, select_adapters, select_devices, select_workloads
-from harness.reporting import breakeven, formatting, hardware, report, sections
+from harness.reporting import breakeven, formatting, hardware, report, sections, tables
 from tests.fakes import fake_info, record
 
 ADAPTERS = {
@@ -296,3 +296,22 @@ def test_method_describes_the_protocol_each_record_was_timed_with():
     assert "Cells without a protocol in their record were measured by an earlier version" in text
     assert "each cell ran in 1 or 2 fresh processes (rounds)" in text
     assert "pipelined" not in text.split("Rounds:")[1], "no pipelined cell, no pipelined paragraph"
+
+
+def test_settings_table_has_a_row_per_adapter_and_distinct_settings():
+    sgd = {"optimizer_kernel": "torch.optim.SGD (foreach)"}
+    adam = {"optimizer_kernel": "torch.optim.Adam (foreach)"}
+    recs = [
+        record("torch-eager", "mlp", settings=sgd),
+        record("torch-eager", "cnn", settings=sgd),
+        record("torch-eager", "mlp-wide", settings=adam),
+        record("jax-jit", "mlp", settings={"optimizer_kernel": "optax.sgd"}),
+        record("jax-jit", "mlp", status="failed"),
+    ]
+    rows = [line for line in tables.settings_table(recs).splitlines() if line.startswith("| ")][1:]
+    assert [_cells(row)[:2] for row in rows] == [
+        ["torch-eager", "mlp, cnn"],
+        ["torch-eager", "mlp-wide"],
+        ["jax-jit", "mlp"],
+    ]
+    assert "optimizer_kernel=torch.optim.Adam (foreach)" in rows[1]

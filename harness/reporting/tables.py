@@ -117,16 +117,21 @@ def workload_table(recs: list[dict[str, Any]]) -> str:
 
 
 def settings_table(recs: list[dict[str, Any]]) -> str:
-    seen: dict[str, list[str]] = {}
+    """One row per adapter and distinct settings (the optimiser, for one, follows the workload),
+    naming the workloads that ran with them."""
+    seen: dict[tuple[str, str, str], list[str]] = {}
     for r in recs:
-        if r["status"] != "ok" or r["adapter"] in seen:
+        if r["status"] != "ok":
             continue
         versions = ", ".join(f"{k} {v}" for k, v in sorted(r.get("versions", {}).items()))
         settings = ", ".join(f"{k}={v}" for k, v in sorted(r.get("settings", {}).items()))
-        seen[r["adapter"]] = [r["adapter"], versions, settings]
-    if not seen:
+        workloads = seen.setdefault((r["adapter"], versions, settings), [])
+        if r["workload"] not in workloads:
+            workloads.append(r["workload"])
+    rows = [[adapter, ", ".join(w), versions, settings] for (adapter, versions, settings), w in seen.items()]
+    if not rows:
         return ""
-    return tabulate(list(seen.values()), ["adapter", "versions", "settings"], tablefmt="github")
+    return tabulate(rows, ["adapter", "workloads", "versions", "settings"], tablefmt="github")
 
 
 def env_table(env: dict[str, Any]) -> str:
