@@ -23,7 +23,7 @@ PRECISION ?= fp32
 ARGS ?=
 BENCH_ARGS = --framework $(FRAMEWORK) --device $(DEVICE) --workload $(WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(ARGS)
 
-.PHONY: install bench test lint list report sweep compare rerun doctor lock env clean-venv
+.PHONY: install bench test lint list report sweep compare rerun fidelity doctor lock env clean-venv
 
 # One environment holds one variant: switching variants recreates it (tensorflow-cpu and
 # tensorflow's CUDA build, for one, cannot share it).
@@ -89,3 +89,8 @@ rerun: $(STAMP)
 	$(PY) -m harness bench $(BENCH_ARGS) --out $(RERUN) --run-id a
 	$(PY) -m harness bench $(BENCH_ARGS) --out $(RERUN) --run-id b
 	$(PY) -m harness compare $(RERUN)/a $(RERUN)/b
+
+# The fidelity check: each adapter beside its framework's idiomatic script (fidelity/), mlp at
+# batch 32 and 1024, interleaved rounds; writes fidelity.md next to report.md.
+fidelity: $(STAMP)
+	$(PY) -m harness fidelity --framework $(FRAMEWORK) --device $(DEVICE) --profile $(PROFILE) $(ARGS)

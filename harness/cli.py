@@ -15,7 +15,7 @@ from tabulate import tabulate
 
 from adapters import discover
 from adapters.base import PRECISIONS
-from harness import conformance, env, records, rounds, runner, timing
+from harness import conformance, env, fidelity, records, rounds, runner, timing
 from harness.install import doctor, variant
 from harness.plan import DATA_MODES, DEVICES, PlanError, plan, select_adapters, select_workloads
 from harness.progress import MatrixProgress
@@ -85,6 +85,10 @@ def _new_run(args: argparse.Namespace, adapters) -> tuple[Path, Run]:
         gpu_present=variant.detect().driver is not None,
         envs=args.env,
     )
+    if args.command == "fidelity":  # each adapter beside its framework's idiomatic script
+        cells = fidelity.with_scripts(cells, fidelity.scripts())
+        if not cells:
+            raise PlanError(f"no idiomatic script in fidelity/ for {args.framework}; scripts: {_script_names()}")
     run_dir = args.out / run_id
     if (run_dir / records.RESULTS).exists():
         raise PlanError(
@@ -92,6 +96,10 @@ def _new_run(args: argparse.Namespace, adapters) -> tuple[Path, Run]:
         )
     profile = timing.PROFILES[args.profile]
     return run_dir, Run(cells, args.rounds or profile.rounds, args.timeout or profile.timeout_s)
+
+
+def _script_names() -> str:
+    return ", ".join(sorted(fidelity.scripts())) or "none"
 
 
 def _resumed_run(run_dir: Path, adapters) -> Run:
@@ -111,7 +119,7 @@ def _dry_run(run: Run, adapters) -> None:
     cells = run.cells
     rows = [
         [
-            c["adapter"],
+            c["adapter"] + (" (script)" if c.get("script") else ""),
             c["workload"],
             c["device_requested"],
             " ".join(c["overrides"]) or "-",
@@ -208,7 +216,10 @@ def _run(args: argparse.Namespace, adapters, run_dir: Path, run: Run) -> int:
     problems: list[str] = []
     if (run_dir / records.RESULTS).exists():
         print(f"report: {report.write(run_dir)}")
-        cells_done = rounds.combine_all(records.load(run_dir / records.RESULTS))
+        if (run_dir / "fidelity.md").exists():
+            print(f"fidelity: {run_dir / 'fidelity.md'}")
+        measured = records.load(run_dir / records.RESULTS)
+        cells_done = rounds.combine_all([r for r in measured if not fidelity.is_idiomatic(r)])
         problems = physics_violations(cells_done, report.load_env(run_dir))
         for problem in problems:
             print(f"warning: {problem}", file=sys.stderr)
@@ -335,6 +346,21 @@ def parser() -> argparse.ArgumentParser:
     _bench_arguments(
         sub.add_parser("sweep", help=f"bench over the values of one spec field (default --sweep {DEFAULT_SWEEP})"),
         sweep_defaults,
+    )
+
+    fidelity_defaults = {
+        "workload": fidelity.WORKLOAD,
+        "data": "resident",
+        "strategy": "exact",
+        "sweep": f"batch_size={fidelity.DEFAULT_BATCH_SIZES}",
+    }
+    _bench_arguments(
+        sub.add_parser(
+            "fidelity",
+            help="each adapter beside its framework's idiomatic script (fidelity/), interleaved; "
+            "writes fidelity.md with adapter / script ratios",
+        ),
+        fidelity_defaults,
     )
 
     r = sub.add_parser("report", help="rebuild report.md of a run from its records, or merge several runs")

@@ -12,11 +12,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 def cell_line(rec: dict[str, Any]) -> str:
     """The one-line summary of a finished cell."""
     variant = " ".join(filter(None, [rec["workload"], *rec.get("overrides", []), rec.get("data", "")]))
-    what = f"{rec['adapter']:<12} {variant:<36} {rec['device_requested']:<5}"
+    name = rec["adapter"] + (" (script)" if rec.get("script") else "")  # an idiomatic script (harness.fidelity)
+    what = f"{name:<12} {variant:<36} {rec['device_requested']:<5}"
     if (rec.get("rounds") or 1) > 1:
         what = f"round {rec['round']}/{rec['rounds']} {what}"
     if rec["status"] == "ok":
-        return f"{what} ok      {rec['median_s'] * 1e3:9.3f} ms/step (first step {rec['first_step_s'] * 1e3:.1f} ms)"
+        first = f" (first step {rec['first_step_s'] * 1e3:.1f} ms)" if "first_step_s" in rec else ""
+        return f"{what} ok      {rec['median_s'] * 1e3:9.3f} ms/step{first}"
     return f"{what} {rec['status']}: {rec['reason']}"
 
 

@@ -77,6 +77,12 @@ def append(path: Path, record: dict[str, Any]) -> None:
         os.close(fd)
 
 
+def load_env(run_dir: Path) -> dict[str, Any]:
+    """A run's environment (env.json), or {} where it has none."""
+    path = run_dir / ENV
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def load(path: Path) -> list[dict[str, Any]]:
     """Read and validate every record of a results file."""
     if not path.is_file():

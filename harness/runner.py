@@ -57,8 +57,10 @@ def run_worker(
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cell, f)
     first = cell["cells"][0] if "cells" in cell else cell
-    # A cell of a named environment (--env) runs under that environment's interpreter.
-    args = [first.get("python") or sys.executable, "-m", "harness.worker", mode, f.name, str(out), *extra]
+    # A cell of a named environment (--env) runs under that environment's interpreter; an
+    # idiomatic-script cell (harness.fidelity) runs its script, which takes a worker's arguments.
+    module = first.get("script") or "harness.worker"
+    args = [first.get("python") or sys.executable, "-m", module, mode, f.name, str(out), *extra]
     if load is not None:
         load.start()
     try:

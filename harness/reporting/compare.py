@@ -12,6 +12,7 @@ from typing import Any
 from tabulate import tabulate
 
 from harness import records, rounds
+from harness.fidelity import is_idiomatic
 from harness.reporting import report, summary
 from harness.reporting.formatting import machine_name, sig, status_text
 
@@ -37,8 +38,9 @@ def match(recs_a: list[Record], recs_b: list[Record]) -> tuple[list[tuple[Record
 
 
 def build(run_a: Path, run_b: Path) -> str:
-    recs_a = rounds.combine_all(records.load(run_a / records.RESULTS))
-    recs_b = rounds.combine_all(records.load(run_b / records.RESULTS))
+    # Idiomatic scripts of a fidelity run are not cells of the matrix (harness.fidelity).
+    recs_a = rounds.combine_all([r for r in records.load(run_a / records.RESULTS) if not is_idiomatic(r)])
+    recs_b = rounds.combine_all([r for r in records.load(run_b / records.RESULTS) if not is_idiomatic(r)])
     env_a, env_b = report.load_env(run_a), report.load_env(run_b)
     pairs, unmatched = match(recs_a, recs_b)
     rows = []

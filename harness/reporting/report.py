@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from harness import records, rounds
-from harness.reporting import plots, summary
+from harness.fidelity import is_idiomatic
+from harness.records import load_env
+from harness.reporting import fidelity, plots, summary
 from harness.reporting.breakeven import break_even, cumulative_s, static_vs_dynamic, within_frameworks
 from harness.reporting.formatting import machine_name, slug
 from harness.reporting.hardware import hardware, memory, peak_gflops
@@ -17,11 +18,6 @@ from harness.reporting.sections import banner, failures, input_pipeline, method
 from harness.reporting.summary import strategy
 from harness.reporting.sweeps import sweep_section
 from harness.reporting.tables import env_table, settings_table, table_title, workload_table
-
-
-def load_env(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / records.ENV
-    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def load_runs(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
@@ -34,7 +30,8 @@ def load_runs(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, dic
         if name in envs:
             name = f"{name} [{run_dir.name}]"
         envs[name] = env
-        for r in rounds.combine_all(records.load(run_dir / records.RESULTS)):
+        adapter_recs = [r for r in records.load(run_dir / records.RESULTS) if not is_idiomatic(r)]
+        for r in rounds.combine_all(adapter_recs):
             r["machine"] = name
             r["peak_gflops"] = peak_gflops(env, r)
             recs.append(r)
@@ -108,9 +105,11 @@ def _plots(group: list[dict[str, Any]], workload: str, key: tuple, plot_dir: Pat
 
 def write(run_dir: Path, extra: list[Path] = (), out_dir: Path | None = None) -> Path:
     """Write report.md (and its plots) for one run, or merge ``extra`` runs into it; merged
-    reports go to ``out_dir``."""
+    reports go to ``out_dir``. A fidelity run (idiomatic-script records) also gets fidelity.md."""
     target = out_dir or run_dir
     target.mkdir(parents=True, exist_ok=True)
     path = target / "report.md"
     path.write_text(build([run_dir, *extra], plot_dir=target))
+    if not extra and any(is_idiomatic(r) for r in records.load(run_dir / records.RESULTS)):
+        fidelity.write(run_dir)
     return path
