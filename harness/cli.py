@@ -15,7 +15,7 @@ from tabulate import tabulate
 
 from adapters import discover
 from adapters.base import PRECISIONS
-from harness import conformance, env, fidelity, records, rounds, runner, timing
+from harness import conformance, env, fidelity, floors, peak, records, rounds, runner, timing
 from harness.install import doctor, variant
 from harness.plan import DATA_MODES, DEVICES, PlanError, plan, select_adapters, select_workloads
 from harness.progress import MatrixProgress
@@ -194,6 +194,11 @@ def _run(args: argparse.Namespace, adapters, run_dir: Path, run: Run) -> int:
         info["doctor"] = doctor.diagnose(adapters, threads, sorted({records.base_adapter(c) for c in cells}), envs)
         print("measuring device peaks (matmul, copy) ...", flush=True)
         info["peaks"] = runner.measure_peaks(_peak_devices(cells, info), threads, info["precision"])
+        print("measuring kernel floors (each step's matmuls and convolutions alone) ...", flush=True)
+        found = floors.kernel_floors(cells, _peak_devices(cells, info), threads, info["precision"])
+        for c in cells:  # in plan.json too, so a resumed run's cells keep them
+            c["kernel_floor_s"] = found["floors"][c["cell_id"]]
+        info["kernel_floors"] = {"kernels_timed": found["kernels"], "errors": found["errors"]}
         (run_dir / records.ENV).write_text(json.dumps(info, indent=2) + "\n")
         plan_json = {"timeout_s": run.timeout_s, "rounds": run.rounds, "cells": cells}
         (run_dir / PLAN).write_text(json.dumps(plan_json, indent=1) + "\n")
@@ -214,6 +219,12 @@ def _run(args: argparse.Namespace, adapters, run_dir: Path, run: Run) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     problems: list[str] = []
+    if not interrupted and todo:
+        print("measuring device peaks again (the run keeps the better of start and end) ...", flush=True)
+        info = records.load_env(run_dir)
+        end = runner.measure_peaks(list(info.get("peaks", {})), info.get("threads", 1), info.get("precision", "fp32"))
+        info["peaks"] = peak.best_of(info.get("peaks", {}), end)
+        (run_dir / records.ENV).write_text(json.dumps(info, indent=2) + "\n")
     if (run_dir / records.RESULTS).exists():
         print(f"report: {report.write(run_dir)}")
         if (run_dir / "fidelity.md").exists():

@@ -156,7 +156,9 @@ def run_cells(
             progress.drop()
             continue
         progress.start(cell, k)
-        record = {**run_cell(adapters[records.base_adapter(cell)], cell, timeout_s), "round": k, "rounds": rounds}
+        # The worker sees its round: some measurements (the dispatch floor) are taken in round 1 only.
+        cell_round = {**cell, "round": k}
+        record = {**run_cell(adapters[records.base_adapter(cell)], cell_round, timeout_s), "rounds": rounds}
         records.append(results, record)
         progress.finish(record)
         if record["status"] != "ok":

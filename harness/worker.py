@@ -30,6 +30,7 @@ from adapters.base import Options
 from harness import devices, timing
 from harness.gpu_util import UtilSampler
 from harness.records import base_adapter, new_record, writable
+from harness.rounds import step_time
 from harness.stats import summarize
 from workloads import get_workload, override
 from workloads.rnn import decoded_lengths
@@ -169,6 +170,40 @@ def compile_count(adapter) -> Callable[[], int] | None:
     return lambda: sum(int(adapter.compile_stats().get(k) or 0) for k in ("traces", "compiles"))
 
 
+#: The dispatch floor's timing: the tiny step is cheap, so a short window settles.
+FLOOR_PROFILE = timing.Profile("floor", 5, 30, 2000, budget_s=0.3, target_rel_iqr=0.05, rounds=1, timeout_s=600)
+
+
+def dispatch_floor(cell: dict[str, Any], spec, device: str) -> dict[str, Any]:
+    """The adapter's step time on ``spec.tiny()`` (harness.floors): a second adapter instance,
+    set up and warmed up like the first (its compiles are not the cell's), its steady step time
+    as the cell's is taken. Measured in a cell's first round only; a failure is recorded, not raised."""
+    tiny = spec.tiny()
+    if tiny is None or cell.get("round", 1) != 1:
+        return {}
+    try:
+        adapter = discover()[base_adapter(cell)].cls()
+        if adapter.supports(tiny):
+            return {}
+        adapter.setup(tiny, tiny.init_params(), device, Options(cell["threads"], cell.get("precision", "fp32")))
+        batches = tiny.batches()
+        step, inputs, _ = feed(adapter, tiny, cell.get("data", "resident"), batches)
+        pass_steps = len(batches) if len({tiny.flops(b) for b in batches}) > 1 else 1  # as bench() decides
+        chained = getattr(tiny, "task", "train") == "train"
+        m = timing.measure(
+            step,
+            adapter.sync,
+            inputs,
+            FLOOR_PROFILE,
+            compiles=compile_count(adapter),
+            pass_steps=pass_steps,
+            chained=chained,
+        )
+        return {"dispatch_floor_s": step_time(m.step_times_s, m.step_batches if pass_steps > 1 else None)}
+    except Exception as exc:  # noqa: BLE001 - the floor is extra; the cell's own numbers stand
+        return {"dispatch_floor_error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
 def bench(cell: dict[str, Any]) -> dict[str, Any]:
     profile = timing.PROFILES[cell["profile"]]
     try:
@@ -211,7 +246,7 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
     gflops = achieved_gflops(flops, m.step_batches, m.step_times_s)
     tokens, decode_stats = token_counts(adapter, spec, batches)
     steady = summarize(m.step_times_s, spec.batch_size, batches=m.step_batches if pass_steps > 1 else None)
-    return new_record(
+    record = new_record(
         cell,
         "ok",
         device=device,
@@ -251,6 +286,7 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
         **({"step_batches": m.step_batches, "pass_s": steady["median_s"] * pass_steps} if pass_steps > 1 else {}),
         **steady,
     )
+    return {**record, **dispatch_floor(cell, spec, device)}  # last: nothing above sees the second adapter
 
 
 def check(cell: dict[str, Any], steps: int, snapshot: int) -> dict[str, np.ndarray]:

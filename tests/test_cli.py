@@ -57,6 +57,13 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
     assert 0 < cpu["gflops"] <= cpu["gflops_max_step"] <= hardware.PEAK_SLACK * peak
     # throughput: blocks of steps with one sync each, in every round, under the same physics check
     assert cpu["pipelined_s"] > 0 and len(cpu["round_pipelined_s"]) == 2
+    # speed of light: the kernel floor from the parent, the dispatch floor from round 1's worker only
+    assert 0 < cpu["kernel_floor_s"] and 0 < cpu["dispatch_floor_s"]
+    by_round = {r["round"]: r for r in raw if r["status"] == "ok"}
+    assert "dispatch_floor_s" in by_round[1] and "dispatch_floor_s" not in by_round[2]
+    assert env["peaks"]["cpu"]["matmul_gflops"] == max(
+        env["peaks"]["cpu"]["matmul_gflops_start"], env["peaks"]["cpu"]["matmul_gflops_end"]
+    ), "the peak is measured at the run's start and end, the better kept"
     assert 0 < cpu["pipelined_gflops_max"] <= hardware.PEAK_SLACK * peak
     assert all(r["pipelined_block_steps"] * r["median_s"] >= 0.02 for r in raw if r["status"] == "ok")
     assert hardware.physics_violations(recs, env) == []

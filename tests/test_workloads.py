@@ -217,3 +217,35 @@ def test_decode_spec_stops_at_the_designed_varied_lengths():
     train = get_workload("rnn-caption")
     np.testing.assert_array_equal(train.init_params()["out/bias"], RNNCaption(name="t").init_params()["out/bias"])
     assert not np.array_equal(train.init_params()["out/bias"], params["out/bias"]), "only decoding is rebuilt"
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_kernel_lists_add_up_to_the_stated_flops(name):
+    """The kernel floor (harness.floors) times exactly the work ``flops`` counts, batch by batch,
+    under every loop strategy (padding is waste, in neither)."""
+    from workloads.spec import kernel_flops
+
+    variants = [["strategy=" + s] for s in STRATEGIES] if WORKLOADS[name].family == "rnn" else [[]]
+    for overrides in variants:
+        spec = override(WORKLOADS[name], overrides)
+        for batch in spec.batches():
+            kernels = spec.kernels(batch)
+            if spec.flops(batch) is None:
+                assert kernels is None
+                continue
+            assert sum(kernel_flops(k) * n for k, n in kernels) == spec.flops(batch)
+            assert all(n >= 1 and all(d >= 1 for d in k[1:] if isinstance(d, int)) for k, n in kernels)
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_tiny_spec_keeps_the_step_structure_on_tiny_tensors(name):
+    """The dispatch floor's spec: valid, a few parameters, the same number of batches and, for
+    the caption decoder, the same caption lengths batch by batch (the same loop trip counts)."""
+    spec = WORKLOADS[name]
+    tiny = spec.tiny()
+    tiny.validate()
+    assert type(tiny) is type(spec) and tiny.param_count() < 2000 < spec.param_count()
+    assert len(tiny.batches()) == len(spec.batches())
+    if spec.family == "rnn":
+        for big, small in zip(spec.batches(), tiny.batches(), strict=True):
+            np.testing.assert_array_equal(big["mask"], small["mask"])

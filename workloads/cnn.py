@@ -25,7 +25,7 @@ import dataclasses
 import numpy as np
 
 from workloads.mlp import dense_training_flops, relu_slope, softmax_cross_entropy
-from workloads.spec import Batch, Params, SpecError, Workload, _positive
+from workloads.spec import Batch, Kernel, Params, SpecError, Workload, _positive, dense_kernels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +108,26 @@ class CNN(Workload):
         # the first dense layer's input is a conv output, so it does need an input gradient
         sizes = self.dense_sizes
         return total + dense_training_flops(sizes, b) + 2 * b * sizes[0] * sizes[1]
+
+    def kernels(self, batch: Batch) -> list[tuple[Kernel, int]]:
+        b = len(batch["y"])
+        h, w, cin = self.input_shape
+        out = []
+        for i, cout in enumerate(self.channels):
+            roles = ("forward", "kernel_grad") if i == 0 else ("forward", "kernel_grad", "input_grad")
+            out += [(("conv3x3", b, h, w, cin, cout, role), 1) for role in roles]
+            h, w, cin = h // 2, w // 2, cout
+        return out + dense_kernels(self.dense_sizes, b, first_input_grad=True)
+
+    def tiny(self) -> CNN:
+        return dataclasses.replace(
+            self,
+            batch_size=2,
+            input_shape=(4, 4, 1),
+            channels=(1,) * len(self.channels),
+            hidden=(2,) * len(self.hidden),
+            num_classes=2,
+        )
 
     def reference_loss_and_grads(self, params: Params, batch: Batch, relu_tie: float = 0.0) -> tuple[float, Params]:
         h = batch["x"].astype(params["conv0/kernel"].dtype)

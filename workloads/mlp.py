@@ -21,7 +21,7 @@ import dataclasses
 
 import numpy as np
 
-from workloads.spec import Batch, Params, SpecError, Workload, _positive
+from workloads.spec import Batch, Kernel, Params, SpecError, Workload, _positive, dense_kernels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +69,13 @@ class MLP(Workload):
 
     def flops(self, batch: Batch) -> int:
         return dense_training_flops(self.layer_sizes, len(batch["y"]))
+
+    def kernels(self, batch: Batch) -> list[tuple[Kernel, int]]:
+        return dense_kernels(self.layer_sizes, len(batch["y"]))
+
+    def tiny(self) -> MLP:
+        shape = (2,) * len(self.input_shape)
+        return dataclasses.replace(self, batch_size=2, input_shape=shape, hidden=(2,) * len(self.hidden), num_classes=2)
 
 
 def dense_training_flops(sizes: list[int], batch: int) -> int:

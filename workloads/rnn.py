@@ -53,7 +53,7 @@ import dataclasses
 import numpy as np
 
 from workloads.mlp import softmax_cross_entropy
-from workloads.spec import Batch, Params, SpecError, Workload, _positive
+from workloads.spec import Batch, Kernel, Params, SpecError, Workload, _positive
 
 PAD, BOS, EOS = 0, 1, 2
 #: Gain of the EOS logit on (clock - memory) in the decode spec, see the module docstring.
@@ -218,6 +218,27 @@ class RNNCaption(Workload):
         h = self.hidden
         per_step = 2 * b * (self.embed_dim * 3 * h + h * 3 * h + h * self.vocab)
         return 3 * per_step * steps + 4 * b * self.feature_dim * h
+
+    def kernels(self, batch: Batch) -> list[tuple[Kernel, int]] | None:
+        """As ``flops`` counts them, in the fastest legitimate arrangement: the input and output
+        projections of all T steps as one matmul each (B T rows), the recurrent matmul step by
+        step (it needs the previous state); each with its weight and input gradients."""
+        if self.task != "train":
+            return None
+        b = len(batch["features"])
+        steps = int(batch["mask"].sum(axis=1).max())
+        d, h, v = self.embed_dim, self.hidden, self.vocab
+
+        def trained(m: int, k: int, n: int, count: int) -> list[tuple[Kernel, int]]:
+            return [(("matmul", m, k, n), count), (("matmul", k, m, n), count), (("matmul", m, n, k), count)]
+
+        image = [(("matmul", b, self.feature_dim, h), 1), (("matmul", self.feature_dim, b, h), 1)]
+        return image + trained(b * steps, d, 3 * h, 1) + trained(b, h, 3 * h, steps) + trained(b * steps, h, v, 1)
+
+    def tiny(self) -> RNNCaption:
+        """Batch size, feature width and lengths as they are (the captions' lengths come from the
+        same random stream as the features), every other width tiny."""
+        return dataclasses.replace(self, vocab=8, embed_dim=2, hidden=3, topics=2)
 
     def tokens(self, batch: Batch) -> int | None:
         """Caption tokens a training step predicts (padding excluded). Decoding counts what

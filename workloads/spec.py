@@ -19,6 +19,29 @@ Params = dict[str, np.ndarray]
 Batch = dict[str, np.ndarray]
 
 
+Kernel = tuple  # ("matmul", m, k, n) or ("conv3x3", b, h, w, cin, cout, role): see Workload.kernels
+
+
+def kernel_flops(kernel: Kernel) -> int:
+    """Multiply-adds x 2 of one kernel (every role of a 3x3 convolution does the forward's work)."""
+    if kernel[0] == "matmul":
+        _, m, k, n = kernel
+        return 2 * m * k * n
+    _, b, h, w, cin, cout, _role = kernel
+    return 2 * b * h * w * 9 * cin * cout
+
+
+def dense_kernels(sizes: list[int], batch: int, first_input_grad: bool = False) -> list[tuple[Kernel, int]]:
+    """A stack of dense layers' training matmuls: forward, weight gradient, and the input
+    gradient for every layer but the first (unless its input is itself computed)."""
+    out = []
+    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        out += [(("matmul", batch, fan_in, fan_out), 1), (("matmul", fan_in, batch, fan_out), 1)]
+        if i > 0 or first_input_grad:
+            out.append((("matmul", batch, fan_out, fan_in), 1))
+    return out
+
+
 class SpecError(ValueError):
     """A bad workload name, field or value; the message names it and the valid choices."""
 
@@ -107,6 +130,19 @@ class Workload(abc.ABC):
         or None where the workload states none. Counted analytically from the spec: matmul and
         convolution multiply-adds as 2 FLOPs each, element-wise work ignored, so the figure is
         a slight lower bound; padding a strategy adds is not counted, it is waste."""
+        return None
+
+    def kernels(self, batch: Batch) -> list[tuple[Kernel, int]] | None:
+        """The step's matmuls and convolutions on ``batch``, each with how many times it runs,
+        for the kernel floor (harness.floors); None where the workload states none. Each is
+        ``("matmul", m, k, n)`` (an (m, k) @ (k, n) product) or ``("conv3x3", b, h, w, cin,
+        cout, role)`` ('same' padding, NHWC; role ``forward``, ``input_grad`` or ``kernel_grad``).
+        Their FLOPs add up to ``flops(batch)`` (kernel_flops; a test holds every workload to it)."""
+        return None
+
+    def tiny(self) -> Workload | None:
+        """The same step structure on tiny tensors (every width 1-3), for the dispatch floor: its
+        step time is the framework's and adapter's overhead alone. None where there is none."""
         return None
 
     def tokens(self, batch: Batch) -> int | None:

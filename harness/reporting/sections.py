@@ -148,6 +148,16 @@ def method(recs: list[dict[str, Any]]) -> str:
             "length (mean per step, median over windows; below 1: the loop gains from overlap). The "
             "physics check applies to both."
         )
+    if any(r.get("kernel_floor_s") or r.get("dispatch_floor_s") for r in ok):
+        lines.append(
+            "- `vs its floor`: the steady step as a multiple of the larger of two floors (harness/floors.py). "
+            "Kernel floor: the step's own matmuls and convolutions (counted from the spec, the recurrent "
+            "model's projections over all steps as one matmul each), each timed alone at the fastest "
+            "library's speed on the device (NumPy's BLAS or PyTorch on CPU), summed; `kernels`: the cell is "
+            "compute-bound. Dispatch floor: the same adapter running the same step structure on tiny tensors "
+            "(every width 1-3), in the cell's first round; `dispatch`: the cell is overhead-bound. 1.0x would "
+            "be the floor itself."
+        )
     lines += [
         "- Every timed step is the adapter's `train_step` followed by `sync`, which blocks until the "
         "device has finished and reads the loss, so asynchronous dispatch cannot hide work. On a GPU, "

@@ -63,6 +63,17 @@ def _pipelined(rec: dict[str, Any]) -> str:
     return f"{sig(rec['pipelined_s'] * 1e3)} ({summary.overlap(rec):.2f}x)"
 
 
+def floor_text(rec: dict[str, Any]) -> str:
+    """``2.1x kernels``: the steady step as a multiple of the larger of its two floors
+    (harness.floors), named: ``kernels`` (compute-bound) or ``dispatch`` (overhead-bound)."""
+    floors = {"kernels": rec.get("kernel_floor_s"), "dispatch": rec.get("dispatch_floor_s")}
+    known = {k: v for k, v in floors.items() if v}
+    if not known:
+        return DASH
+    name, value = max(known.items(), key=lambda kv: kv[1])
+    return f"{rec['median_s'] / value:.1f}x {name}"
+
+
 def _steps(rec: dict[str, Any]) -> str:
     """``412 (2)``: timed steps in all, and the rounds (fresh processes) they came from."""
     return f"{rec.get('steps', DASH)} ({rec.get('rounds_done') or 1})"
@@ -73,6 +84,7 @@ def workload_table(recs: list[dict[str, Any]]) -> str:
     fastest = min(ok, key=lambda r: r["median_s"], default=None)
     with_strategy = any(strategy(r) for r in recs)
     with_tokens = any(r.get("tokens_per_s") for r in recs)
+    with_floors = any(r.get("kernel_floor_s") or r.get("dispatch_floor_s") for r in recs)
     rows = []
     for r in recs:
         good = r["status"] == "ok"
@@ -90,6 +102,7 @@ def workload_table(recs: list[dict[str, Any]]) -> str:
                 sig(r["samples_per_s"]) if good else DASH,
                 *([sig(r.get("tokens_per_s")) if good else DASH] if with_tokens else []),
                 _vs_fastest(r, fastest) if good else DASH,
+                *([floor_text(r) if good else DASH] if with_floors else []),
                 compiles_text(r) if good else DASH,
                 _outcome(r) if good else DASH,
                 _steps(r) if good else DASH,
@@ -108,6 +121,7 @@ def workload_table(recs: list[dict[str, Any]]) -> str:
         "samples/s",
         *(["tokens/s"] if with_tokens else []),
         "time vs fastest",
+        *(["vs its floor"] if with_floors else []),
         "traces / compiles",
         "loss first → last / decoded tokens",
         "timed steps (rounds)",

@@ -1,0 +1,63 @@
+"""Speed of light per cell (harness.floors): the kernel floor's arithmetic and its measuring
+process (real NumPy/PyTorch, in a subprocess: no framework in the pytest process), and how the
+report shows a cell against the larger of its two floors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from harness import floors, peak
+from harness.reporting.formatting import DASH
+from harness.reporting.tables import floor_text
+from tests.conftest import REPO
+from tests.fakes import record
+
+
+def test_a_steps_floor_is_its_kernels_times_their_counts_averaged_over_batches():
+    a, b = ("matmul", 2, 3, 4), ("conv3x3", 1, 4, 4, 1, 2, "forward")
+    seconds = {floors._key(a): 1.0, floors._key(b): 0.5}
+    assert floors.floor_s([[(a, 2)], [(a, 1), (b, 4)]], seconds) == pytest.approx((2.0 + 3.0) / 2)
+    assert floors.floor_s([[(a, 1), (("matmul", 9, 9, 9), 1)]], seconds) is None, "an unmeasured kernel: no floor"
+
+
+def test_the_measuring_process_times_every_kernel_kind(tmp_path):
+    kernels = [["matmul", 64, 32, 16]] + [
+        ["conv3x3", 2, 8, 8, 3, 4, role] for role in ("forward", "input_grad", "kernel_grad")
+    ]
+    (tmp_path / "k.json").write_text(json.dumps(kernels))
+    cmd = [sys.executable, "-m", "harness.floors", "cpu", str(tmp_path / "k.json"), str(tmp_path / "out.json")]
+    subprocess.run(cmd, cwd=REPO, check=True, capture_output=True)
+    seconds = json.loads((tmp_path / "out.json").read_text())
+    assert sorted(seconds) == sorted(json.dumps(k) for k in kernels)
+    assert all(0 < s < 1 for s in seconds.values()), seconds
+
+
+def test_every_cell_gets_its_workloads_floor_and_decoding_none():
+    cells = [
+        {"cell_id": "m", "workload": "mlp", "overrides": ["batch_size=8", "num_batches=2"], "device_requested": "cpu"},
+        {"cell_id": "d", "workload": "rnn-decode", "overrides": ["num_batches=2"], "device_requested": "cpu"},
+    ]
+    found = floors.kernel_floors(cells, ["cpu"], threads=1, precision="fp32")
+    assert found["errors"] == {} and found["kernels"] == 8  # 3 forward + 3 weight + 2 input gradients
+    assert 0 < found["floors"]["m"] < 1 and found["floors"]["d"] is None
+
+
+def test_the_report_names_the_larger_floor():
+    assert floor_text(record("a", median_ms=4.0, kernel_floor_s=2e-3, dispatch_floor_s=1e-3)) == "2.0x kernels"
+    assert floor_text(record("a", median_ms=4.0, kernel_floor_s=1e-4, dispatch_floor_s=5e-4)) == "8.0x dispatch"
+    assert floor_text(record("a", median_ms=4.0, kernel_floor_s=None)) == DASH, "no floor measured: a dash"
+
+
+def test_the_run_keeps_the_better_peak_of_its_start_and_end():
+    start = {"cpu": {"matmul_gflops": 100.0, "copy_gbs": 20.0, "matmul_gflops_by": {"numpy": 100.0}}}
+    end = {"cpu": {"matmul_gflops": 150.0, "copy_gbs": 10.0, "matmul_gflops_by": {"torch": 150.0}}}
+    merged = peak.best_of(start, end)["cpu"]
+    assert merged["matmul_gflops"] == 150.0 and merged["copy_gbs"] == 20.0
+    assert merged["matmul_gflops_by"] == {"torch": 150.0}
+    assert (merged["matmul_gflops_start"], merged["matmul_gflops_end"]) == (100.0, 150.0)
+    failed = peak.best_of(start, {"cpu": {"error": "no torch"}})["cpu"]
+    assert failed == start["cpu"], "a failed re-measurement keeps the first"
