@@ -198,7 +198,7 @@ def _run(args: argparse.Namespace, adapters, run_dir: Path, run: Run) -> int:
         found = floors.kernel_floors(cells, _peak_devices(cells, info), threads, info["precision"])
         for c in cells:  # in plan.json too, so a resumed run's cells keep them
             c["kernel_floor_s"] = found["floors"][c["cell_id"]]
-        info["kernel_floors"] = {"kernels_timed": found["kernels"], "errors": found["errors"]}
+        info["kernel_floors"] = {k: found[k] for k in ("kernels", "fastest_library", "errors")}
         (run_dir / records.ENV).write_text(json.dumps(info, indent=2) + "\n")
         plan_json = {"timeout_s": run.timeout_s, "rounds": run.rounds, "cells": cells}
         (run_dir / PLAN).write_text(json.dumps(plan_json, indent=1) + "\n")

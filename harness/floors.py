@@ -1,11 +1,13 @@
 """Speed of light per cell: two floors a step cannot go below.
 
 kernel floor: the step's own matmuls and convolutions (``Workload.kernels``), each timed alone
-    at the library's best speed, summed with their counts. Measured once per run and device in a
-    fresh process (``python -m harness.floors DEVICE KERNELS.json OUT PRECISION``), as the peak
-    is: on CPU the best of NumPy's BLAS and PyTorch (oneDNN/MKL) for a matmul and PyTorch for a
-    convolution; on CUDA PyTorch. Each kernel is timed after a warm-up, best of REPEATS runs of
-    enough back-to-back calls to last MIN_TIME_S, with a device sync. A step whose batches differ
+    at the fastest library's speed, summed with their counts. Measured once per run and device,
+    each library in a fresh process of its own (``python -m harness.floors LIBRARY DEVICE
+    KERNELS.json OUT PRECISION``, with the worker environment of an adapter of that framework):
+    NumPy's BLAS (CPU matmuls), PyTorch, JAX (XLA) and TensorFlow, whichever are installed; a
+    kernel's floor is the fastest of them. Each kernel is timed after a warm-up, best of REPEATS
+    runs of enough back-to-back calls to last MIN_TIME_S, synced on the last; a call's dispatch
+    cost is included, so for the smallest kernels the floor errs high. A step whose batches differ
     (caption lengths) gets the mean over its batches, as its steady time is a mean over a pass.
 dispatch floor: the same step structure on tiny tensors (``Workload.tiny``), timed by the worker
     through the adapter itself (harness.worker): what the framework and adapter cost per step
@@ -46,81 +48,164 @@ def cell_kernels(cell: dict[str, Any]) -> list[list[tuple[tuple, int]]] | None:
     return None if any(k is None for k in per_batch) else per_batch
 
 
-def _best(fn: Callable[[], Any], sync: Callable[[], None]) -> float:
-    fn()
-    sync()
+def _best(fn: Callable[[], Any], sync: Callable[[Any], Any]) -> float:
+    """Seconds per call of ``fn``: calls issued back to back, ``sync`` on the last result."""
+    sync(fn())
     t0 = time.perf_counter()
-    fn()
-    sync()
+    sync(fn())
     calls = max(1, int(MIN_TIME_S / max(time.perf_counter() - t0, 1e-9)))
     best = float("inf")
     for _ in range(REPEATS):
         t0 = time.perf_counter()
         for _ in range(calls):
-            fn()
-        sync()
+            out = fn()
+        sync(out)
         best = min(best, (time.perf_counter() - t0) / calls)
     return best
 
 
-def _timers(device: str, tf32: bool) -> list[Callable[[tuple], float | None]]:
-    """Functions timing one kernel with each library present (None: that library cannot)."""
+def _numpy(device: str, tf32: bool) -> Callable[[tuple], Callable[[], Any] | None]:
     import numpy as np
 
     rng = np.random.default_rng(0)
-    timers = []
-    if device == "cpu":
 
-        def with_numpy(kernel: tuple) -> float | None:
-            if kernel[0] != "matmul":
-                return None
+    def make(kernel: tuple) -> Callable[[], Any] | None:
+        if device != "cpu" or kernel[0] != "matmul":
+            return None
+        _, m, k, n = kernel
+        a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
+        return lambda: a @ b
+
+    return make
+
+
+def _torch(device: str, tf32: bool) -> Callable[[tuple], Callable[[], Any] | None]:
+    import torch
+    from torch.nn import grad
+
+    dev = torch.device(device)
+    torch.set_grad_enabled(False)
+    if device == "cuda":
+        torch.backends.cuda.matmul.fp32_precision = "tf32" if tf32 else "ieee"
+        torch.backends.cudnn.conv.fp32_precision = "tf32" if tf32 else "ieee"
+        torch.backends.cudnn.benchmark = True
+
+    def make(kernel: tuple) -> Callable[[], Any] | None:
+        if kernel[0] == "matmul":
             _, m, k, n = kernel
-            a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
-            return _best(lambda: a @ b, lambda: None)
+            a, b = torch.randn(m, k, device=dev), torch.randn(k, n, device=dev)
+            return lambda: a @ b
+        _, bs, h, w, cin, cout, role = kernel
+        x, wt = torch.randn(bs, cin, h, w, device=dev), torch.randn(cout, cin, 3, 3, device=dev)
+        y = torch.randn(bs, cout, h, w, device=dev)
+        return {
+            "forward": lambda: torch.nn.functional.conv2d(x, wt, padding=1),
+            "input_grad": lambda: grad.conv2d_input(x.shape, wt, y, padding=1),
+            "kernel_grad": lambda: grad.conv2d_weight(x, wt.shape, y, padding=1),
+        }[role]
 
-        timers.append(with_numpy)
-    if importlib.util.find_spec("torch"):
+    return make
+
+
+def _jax(device: str, tf32: bool) -> Callable[[tuple], Callable[[], Any] | None]:
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_default_matmul_precision", "tensorfloat32" if tf32 else "highest")
+    dev = jax.devices(device)[0]
+    key = jax.random.PRNGKey(0)
+
+    def conv(x: Any, w: Any) -> Any:
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def make(kernel: tuple) -> Callable[[], Any] | None:
+        if kernel[0] == "matmul":
+            _, m, k, n = kernel
+            a, b = (jax.device_put(jax.random.normal(key, s), dev) for s in ((m, k), (k, n)))
+            f = jax.jit(jnp.matmul)
+            return lambda: f(a, b)
+        _, bs, h, w, cin, cout, role = kernel
+        x, wt, y = (
+            jax.device_put(jax.random.normal(key, s), dev)
+            for s in ((bs, h, w, cin), (3, 3, cin, cout), (bs, h, w, cout))
+        )
+        if role == "forward":
+            f = jax.jit(conv)
+            return lambda: f(x, wt)
+        if role == "input_grad":
+            f = jax.jit(lambda x, w, g: jax.vjp(lambda x: conv(x, w), x)[1](g)[0])
+        else:
+            f = jax.jit(lambda x, w, g: jax.vjp(lambda w: conv(x, w), w)[1](g)[0])
+        return lambda: f(x, wt, y)
+
+    return make
+
+
+def _tensorflow(device: str, tf32: bool) -> Callable[[tuple], Callable[[], Any] | None]:
+    import tensorflow as tf
+
+    tf.config.experimental.enable_tensor_float_32_execution(tf32)
+    tf.config.threading.set_intra_op_parallelism_threads(int(os.environ.get("TF_NUM_INTRAOP_THREADS", "0")))
+    place = tf.device("/GPU:0" if device == "cuda" else "/CPU:0")
+
+    def make(kernel: tuple) -> Callable[[], Any] | None:
+        with place:
+            if kernel[0] == "matmul":
+                _, m, k, n = kernel
+                a, b = tf.random.normal((m, k)), tf.random.normal((k, n))
+                return lambda: tf.linalg.matmul(a, b)
+            _, bs, h, w, cin, cout, role = kernel
+            x, wt, y = (
+                tf.random.normal((bs, h, w, cin)),
+                tf.random.normal((3, 3, cin, cout)),
+                tf.random.normal((bs, h, w, cout)),
+            )
+            ops = {
+                "forward": lambda: tf.nn.conv2d(x, wt, 1, "SAME"),
+                "input_grad": lambda: tf.raw_ops.Conv2DBackpropInput(
+                    input_sizes=x.shape, filter=wt, out_backprop=y, strides=[1, 1, 1, 1], padding="SAME"
+                ),
+                "kernel_grad": lambda: tf.raw_ops.Conv2DBackpropFilter(
+                    input=x, filter_sizes=wt.shape, out_backprop=y, strides=[1, 1, 1, 1], padding="SAME"
+                ),
+            }
+        return ops[role]  # eager ops run where their inputs live
+
+    return make
+
+
+#: Each library's kernels, timed in a process of its own (its module name -> how to make a kernel).
+LIBRARIES: dict[str, Callable[[str, bool], Callable[[tuple], Callable[[], Any] | None]]] = {
+    "numpy": _numpy,
+    "torch": _torch,
+    "jax": _jax,
+    "tensorflow": _tensorflow,
+}
+
+
+def _sync(library: str, device: str) -> Callable[[Any], Any]:
+    """Wait for a result: NumPy and TF on CPU run synchronously; JAX blocks on the array; torch
+    and TF on CUDA synchronise the device."""
+    if library == "jax":
+        return lambda r: r.block_until_ready()
+    if device == "cuda" and library == "torch":
         import torch
-        from torch.nn import grad
 
-        dev = torch.device(device)
-        if device == "cuda":
-            torch.backends.cuda.matmul.fp32_precision = "tf32" if tf32 else "ieee"
-            torch.backends.cudnn.conv.fp32_precision = "tf32" if tf32 else "ieee"
-            torch.backends.cudnn.benchmark = True
+        return lambda r: torch.cuda.synchronize()
+    if device == "cuda" and library == "tensorflow":
+        import tensorflow as tf
 
-        def sync() -> None:
-            if device == "cuda":
-                torch.cuda.synchronize()
-
-        def with_torch(kernel: tuple) -> float | None:
-            with torch.no_grad():
-                if kernel[0] == "matmul":
-                    _, m, k, n = kernel
-                    a, b = torch.randn(m, k, device=dev), torch.randn(k, n, device=dev)
-                    return _best(lambda: a @ b, sync)
-                _, bs, h, w, cin, cout, role = kernel
-                x = torch.randn(bs, cin, h, w, device=dev)
-                wt = torch.randn(cout, cin, 3, 3, device=dev)
-                y = torch.randn(bs, cout, h, w, device=dev)
-                fn = {
-                    "forward": lambda: torch.nn.functional.conv2d(x, wt, padding=1),
-                    "input_grad": lambda: grad.conv2d_input(x.shape, wt, y, padding=1),
-                    "kernel_grad": lambda: grad.conv2d_weight(x, wt.shape, y, padding=1),
-                }[role]
-                return _best(fn, sync)
-
-        timers.append(with_torch)
-    return timers
+        return lambda r: tf.test.experimental.sync_devices()
+    return lambda r: r
 
 
-def measure(device: str, kernels: list[tuple], tf32: bool = False) -> dict[str, float | None]:
-    """Seconds of each kernel at the fastest library's speed, keyed by ``_key``."""
-    timers = _timers(device, tf32)
+def measure(library: str, device: str, kernels: list[tuple], tf32: bool = False) -> dict[str, float | None]:
+    """Seconds per call of each kernel with one library, keyed by ``_key`` (None where it has none)."""
+    make, sync = LIBRARIES[library](device, tf32), _sync(library, device)
     out = {}
     for kernel in kernels:
-        times = [t for t in (timer(tuple(kernel)) for timer in timers) if t is not None]
-        out[_key(kernel)] = min(times) if times else None
+        fn = make(tuple(kernel))
+        out[_key(kernel)] = None if fn is None else _best(fn, sync)
     return out
 
 
@@ -135,39 +220,63 @@ def floor_s(per_batch: list[list[tuple[tuple, int]]], seconds: dict[str, float |
     return sum(totals) / len(totals)
 
 
+def _library_env(library: str, device: str, threads: int) -> dict[str, str]:
+    """The environment a library's process runs with: the worker environment of an adapter of
+    that framework (the same threads and platform settings its cells get), or just the threads."""
+    from adapters import discover
+
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    for info in discover().values():
+        if info.framework == library and info.available:
+            env.update(info.cls.worker_env(threads, device))
+            break
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
 def kernel_floors(cells: list[dict[str, Any]], devices: list[str], threads: int, precision: str) -> dict[str, Any]:
     """Each cell's kernel floor (seconds per step, keyed by cell id; None where its workload
-    states no kernels or the device could not be measured) and, per device, an error if its
-    measurement failed."""
+    states no kernels or nothing could time them), the library that was fastest per kernel
+    count, and each library x device whose process failed, with its last line of stderr."""
     wanted = {c["cell_id"]: cell_kernels(c) for c in cells}
     shapes = sorted({tuple(k) for per_batch in wanted.values() if per_batch for b in per_batch for k, _ in b})
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    seconds: dict[str, dict[str, float | None]] = {}
+    best: dict[str, dict[str, float]] = {d: {} for d in devices}
+    winners: dict[str, dict[str, int]] = {d: {} for d in devices}
     errors: dict[str, str] = {}
     for device in devices:
-        with tempfile.TemporaryDirectory() as tmp:
-            src, out = Path(tmp) / "kernels.json", Path(tmp) / "floors.json"
-            src.write_text(json.dumps(shapes))
-            cmd = [sys.executable, "-m", "harness.floors", device, str(src), str(out), precision]
-            proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=1200)
-            if proc.returncode == 0 and out.is_file():
-                seconds[device] = json.loads(out.read_text())
-            else:
-                errors[device] = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+        for library in LIBRARIES:
+            if not shapes or importlib.util.find_spec(library) is None:
+                continue
+            with tempfile.TemporaryDirectory() as tmp:
+                src, out = Path(tmp) / "kernels.json", Path(tmp) / "floors.json"
+                src.write_text(json.dumps(shapes))
+                cmd = [sys.executable, "-m", "harness.floors", library, device, str(src), str(out), precision]
+                env = _library_env(library, device, threads)
+                proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=1200)
+                if proc.returncode != 0 or not out.is_file():
+                    errors[f"{library} on {device}"] = (
+                        proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"]
+                    )[-1]
+                    continue
+                for key, t in json.loads(out.read_text()).items():
+                    if t is not None and t < best[device].get(key, float("inf")):
+                        best[device][key] = t
+                        winners[device][key] = library
     floors = {}
     for c in cells:
-        device = c["device_requested"]
-        per_batch = wanted[c["cell_id"]]
-        floors[c["cell_id"]] = floor_s(per_batch, seconds[device]) if per_batch and device in seconds else None
-    return {"floors": floors, "errors": errors, "kernels": len(shapes)}
+        per_batch, device = wanted[c["cell_id"]], c["device_requested"]
+        floors[c["cell_id"]] = floor_s(per_batch, best[device]) if per_batch and best.get(device) else None
+    fastest = {d: {lib: list(w.values()).count(lib) for lib in set(w.values())} for d, w in winners.items()}
+    return {"floors": floors, "errors": errors, "kernels": len(shapes), "fastest_library": fastest}
 
 
 def main(argv: list[str]) -> int:
-    device, src, out, *rest = argv
+    library, device, src, out, *rest = argv
     precision = rest[0] if rest else "fp32"
     kernels = json.loads(Path(src).read_text())
-    Path(out).write_text(json.dumps(measure(device, kernels, tf32=precision == "tf32")))
+    Path(out).write_text(json.dumps(measure(library, device, kernels, tf32=precision == "tf32")))
     return 0
 
 

@@ -4,16 +4,11 @@ report shows a cell against the larger of its two floors."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
 from harness import floors, peak
 from harness.reporting.formatting import DASH
 from harness.reporting.tables import floor_text
-from tests.conftest import REPO
 from tests.fakes import record
 
 
@@ -24,26 +19,20 @@ def test_a_steps_floor_is_its_kernels_times_their_counts_averaged_over_batches()
     assert floors.floor_s([[(a, 1), (("matmul", 9, 9, 9), 1)]], seconds) is None, "an unmeasured kernel: no floor"
 
 
-def test_the_measuring_process_times_every_kernel_kind(tmp_path):
-    kernels = [["matmul", 64, 32, 16]] + [
-        ["conv3x3", 2, 8, 8, 3, 4, role] for role in ("forward", "input_grad", "kernel_grad")
-    ]
-    (tmp_path / "k.json").write_text(json.dumps(kernels))
-    cmd = [sys.executable, "-m", "harness.floors", "cpu", str(tmp_path / "k.json"), str(tmp_path / "out.json")]
-    subprocess.run(cmd, cwd=REPO, check=True, capture_output=True)
-    seconds = json.loads((tmp_path / "out.json").read_text())
-    assert sorted(seconds) == sorted(json.dumps(k) for k in kernels)
-    assert all(0 < s < 1 for s in seconds.values()), seconds
-
-
-def test_every_cell_gets_its_workloads_floor_and_decoding_none():
+def test_every_library_times_every_kernel_kind_and_each_cell_gets_its_floor():
+    """One process per installed library (NumPy, torch, JAX, TensorFlow), real kernels: matmuls
+    and every role of a convolution; each cell's floor from the fastest; decoding states none."""
     cells = [
         {"cell_id": "m", "workload": "mlp", "overrides": ["batch_size=8", "num_batches=2"], "device_requested": "cpu"},
+        {"cell_id": "c", "workload": "cnn", "overrides": ["batch_size=2", "num_batches=1"], "device_requested": "cpu"},
         {"cell_id": "d", "workload": "rnn-decode", "overrides": ["num_batches=2"], "device_requested": "cpu"},
     ]
     found = floors.kernel_floors(cells, ["cpu"], threads=1, precision="fp32")
-    assert found["errors"] == {} and found["kernels"] == 8  # 3 forward + 3 weight + 2 input gradients
-    assert 0 < found["floors"]["m"] < 1 and found["floors"]["d"] is None
+    assert found["errors"] == {}
+    spec_kernels = {tuple(k) for c in cells[:2] for b in floors.cell_kernels(c) for k, _ in b}
+    assert found["kernels"] == len(spec_kernels)
+    assert sum(found["fastest_library"]["cpu"].values()) == len(spec_kernels), "every kernel was timed by some library"
+    assert 0 < found["floors"]["m"] < found["floors"]["c"] < 1 and found["floors"]["d"] is None
 
 
 def test_the_report_names_the_larger_floor():
