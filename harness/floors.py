@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness import limits_cache
 from workloads import get_workload, override
 
 REPO = Path(__file__).resolve().parent.parent
@@ -236,6 +237,20 @@ def _library_env(library: str, device: str, threads: int) -> dict[str, str]:
     return env
 
 
+def _run_library(library: str, device: str, shapes: list, threads: int, precision: str) -> dict[str, Any]:
+    """One library's seconds per kernel, timed in a fresh process: {"seconds": {...}} or {"error": last line}."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / "kernels.json", Path(tmp) / "floors.json"
+        src.write_text(json.dumps(shapes))
+        cmd = [sys.executable, "-m", "harness.floors", library, device, str(src), str(out), precision]
+        proc = subprocess.run(
+            cmd, env=_library_env(library, device, threads), cwd=REPO, capture_output=True, text=True, timeout=1200
+        )
+        if proc.returncode != 0 or not out.is_file():
+            return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
+        return {"seconds": json.loads(out.read_text())}
+
+
 def kernel_floors(cells: list[dict[str, Any]], devices: list[str], threads: int, precision: str) -> dict[str, Any]:
     """Each cell's kernel floor (seconds per step, keyed by cell id; None where its workload
     states no kernels or nothing could time them), the library that was fastest per kernel
@@ -249,21 +264,17 @@ def kernel_floors(cells: list[dict[str, Any]], devices: list[str], threads: int,
         for library in LIBRARIES:
             if not shapes or importlib.util.find_spec(library) is None:
                 continue
-            with tempfile.TemporaryDirectory() as tmp:
-                src, out = Path(tmp) / "kernels.json", Path(tmp) / "floors.json"
-                src.write_text(json.dumps(shapes))
-                cmd = [sys.executable, "-m", "harness.floors", library, device, str(src), str(out), precision]
-                env = _library_env(library, device, threads)
-                proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=1200)
-                if proc.returncode != 0 or not out.is_file():
-                    errors[f"{library} on {device}"] = (
-                        proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"]
-                    )[-1]
-                    continue
-                for key, t in json.loads(out.read_text()).items():
-                    if t is not None and t < best[device].get(key, float("inf")):
-                        best[device][key] = t
-                        winners[device][key] = library
+            inputs = {"floors": library, "device": device, "threads": threads, "precision": precision, "shapes": shapes}
+            found = limits_cache.cached(
+                inputs, lambda lib=library, dev=device: _run_library(lib, dev, shapes, threads, precision)
+            )
+            if "error" in found:
+                errors[f"{library} on {device}"] = found["error"]
+                continue
+            for key, t in found["seconds"].items():
+                if t is not None and t < best[device].get(key, float("inf")):
+                    best[device][key] = t
+                    winners[device][key] = library
     floors = {}
     for c in cells:
         per_batch, device = wanted[c["cell_id"]], c["device_requested"]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters import AdapterInfo
-from harness import records
+from harness import limits_cache, records
 from harness.contention import CONTENDED_CORES, OtherLoad
 from harness.progress import MatrixProgress
 from workloads import SpecError, get_workload, override
@@ -172,12 +172,16 @@ def measure_peaks(devices: list[str], threads: int, precision: str = "fp32") -> 
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     peaks: dict[str, Any] = {}
     for device in devices:
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "peak.json"
-            cmd = [sys.executable, "-m", "harness.peak", device, str(out), precision]
-            proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
-            if proc.returncode == 0 and out.is_file():
-                peaks[device] = json.loads(out.read_text())
-            else:
-                peaks[device] = {"error": _tail(proc.stderr) or f"exit code {proc.returncode}"}
+        inputs = {"peak": device, "threads": threads, "precision": precision}
+        peaks[device] = limits_cache.cached(inputs, lambda dev=device: _measure_peak(dev, env, precision))
     return peaks
+
+
+def _measure_peak(device: str, env: dict[str, str], precision: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "peak.json"
+        cmd = [sys.executable, "-m", "harness.peak", device, str(out), precision]
+        proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+        if proc.returncode == 0 and out.is_file():
+            return json.loads(out.read_text())
+        return {"error": _tail(proc.stderr) or f"exit code {proc.returncode}"}
