@@ -92,6 +92,18 @@ def test_cells_1_5x_apart_stay_separated_and_equal_ones_tie():
     assert not summary.separated(a, cell("tf-function", [1.05, 1.25, 0.9], seed=30))
 
 
+def test_compare_between_runs_uses_welch_on_round_medians_not_a_bootstrap_of_two_rounds():
+    # torch-compile's round medians (ms) in the committed 2-round rerun experiment: identical code
+    before = cell("torch-compile", [1.037, 0.982], seed=0)
+    after = cell("torch-compile", [1.074, 1.434], seed=60)
+    point, low, high = rounds.ratio(before, after, paired=False)
+    assert point == pytest.approx(np.sqrt(1.074 * 1.434 / (1.037 * 0.982)), rel=0.02)
+    assert compare.verdict(low, high) == "no change" and high > 2, "two processes per run say little"
+    rng = np.random.default_rng(1)
+    boots = [rounds._resampled_mean(rounds._boots(c, [1, 2]), rng) for c in (before, after)]
+    assert rounds.percentile_interval(boots[1] / boots[0])[0] > 1, "a bootstrap of 2 rounds calls it slower"
+
+
 def test_compare_between_runs_resamples_rounds_unpaired():
     before = cell("torch-eager", [1.0, 1.2, 1.1], seed=0)
     drifted = cell("torch-eager", [1.15, 1.05, 1.25], seed=40)

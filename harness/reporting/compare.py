@@ -79,12 +79,13 @@ def build(run_a: Path, run_b: Path) -> str:
         f"{len(pairs)} matching cells: {counts['faster']} faster, {counts['slower']} slower, "
         f"{counts['no change']} without a significant change.",
         "",
-        "B / A is the ratio of steady step times (each the mean over a cell's rounds of the round's "
-        "median; below 1: B is faster), with a 95% bootstrap interval that resamples each run's rounds "
-        "(fresh processes), then steps within each round. The verdict is `faster` or `slower` only when "
-        "the whole interval lies on one side of 1. With few rounds, the interval knows the drift between "
-        "processes only as far as those rounds saw it; a cell run in one round has an interval of the "
-        "noise within one process, which two runs of the same code often exceed.",
+        "B / A is the ratio of a cell's steady step times (geometric mean over its rounds of each "
+        "round's median; below 1: B is faster), with a 95% interval from Welch's t on the logarithms of "
+        "the round medians: each round is a fresh process, and the t quantile accounts for how few of "
+        "them there are (with 2 rounds per run the interval is very wide: two processes say little). "
+        "The verdict is `faster` or `slower` only when the whole interval lies on one side of 1. A cell "
+        "run in one round has only a bootstrap interval of the noise within one process, which two runs "
+        "of the same code often exceed.",
         *_few_rounds(recs_a + recs_b),
         "",
         *_verdicts(recs_a, recs_b),
