@@ -262,7 +262,7 @@ def test_summary_and_banner_name_who_is_missing():
     (sentence,) = [s for s in summary.winner_sentences(recs) if s.startswith("On cuda")]
     assert "torch-eager on mlp (2 ms/step, 2.00x ahead of jax-jit)" in sentence
     (gap,) = summary.missing_sentences(recs)
-    assert "failed: mlp for tf-eager and tf-function" in gap
+    assert "failed: tf-eager and tf-function on mlp" in gap
     assert cells.missing_pairs(recs) == [
         ("cuda", ["tf-eager", "tf-function"], "failed: no CUDA device visible to tensorflow: CPU-only build")
     ]

@@ -42,7 +42,7 @@ def test_summary_cpu_against_gpu_and_missing_data_leaves_sentences_out():
     skipped = record("torch-eager", device="cuda", status="skipped", reason="no CUDA device visible to torch")
     assert summary.device_sentences([recs[0], skipped]) == []
     (gap,) = summary.missing_sentences([recs[0], skipped])
-    assert "skipped: mlp for torch-eager" in gap and "no GPU cells" not in gap, "a requested GPU cell is named"
+    assert "skipped: torch-eager on mlp" in gap and "no GPU cells" not in gap, "a requested GPU cell is named"
 
 
 def _modes(adapter, graph, dyn_ms, static_adapter, static_ms, seed=0, workload="mlp"):

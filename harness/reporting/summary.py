@@ -52,11 +52,22 @@ def contention_sentences(recs: list[Record]) -> list[str]:
     ]
 
 
+def _order(key: tuple) -> tuple:
+    """Comparable groups in reading order: by workload, then numerically by setting (16 before 1024)."""
+    numbers = []
+    for override in key[2]:
+        try:
+            numbers.append(float(override.split("=", 1)[1]))
+        except (IndexError, ValueError):
+            numbers.append(0.0)
+    return key[0], tuple(numbers), str(key)
+
+
 def winner_sentences(recs: list[Record]) -> list[str]:
     """Per device: the fastest adapter of each workload where it is separated from the runner-up,
     and the workloads where the first two are tied."""
     by_device: dict[str, tuple[list[str], list[str]]] = {}
-    for key, (first, second, apart) in sorted(leaders(recs).items(), key=lambda kv: (what(kv[0]), str(kv[0]))):
+    for key, (first, second, apart) in sorted(leaders(recs).items(), key=lambda kv: _order(kv[0])):
         clear, tied = by_device.setdefault(str(key[1]), ([], []))
         if apart:
             ratio = second["median_s"] / first["median_s"]
@@ -209,15 +220,18 @@ def missing_sentences(recs: list[Record]) -> list[str]:
     ok = [r for r in recs if r["status"] == "ok"]
     if ok and all((r.get("rounds_done") or 1) == 1 for r in ok):
         gaps.append("one round per cell (intervals see one process; `--rounds 2` or more)")
-    idle: dict[tuple, set[str]] = {}
+    idle: dict[tuple, set[str]] = {}  # (status, strategy or data mode) -> adapters; workloads apart
+    places: dict[tuple, set[str]] = {}
     for r in recs:
         if r["status"] != "ok":
             data = r.get("data") if r.get("data", "resident") != "resident" else None
-            where = " ".join(filter(None, [r["workload"], strategy(r) or _spec_strategy(r), data]))
-            idle.setdefault((r["status"], where), set()).add(r["adapter"])
-    for (status, where), adapters in sorted(idle.items()):
+            how = " ".join(filter(None, [strategy(r) or _spec_strategy(r), data]))
+            idle.setdefault((r["status"], how), set()).add(r["adapter"])
+            places.setdefault((r["status"], how), set()).add(r["workload"])
+    for (status, how), adapters in sorted(idle.items()):
         who = _listing(sorted(adapters)) if len(adapters) <= 2 else f"{len(adapters)} adapters"
-        gaps.append(f"{status}: {where} for {who}")
+        where = ", ".join(sorted(places[(status, how)]))
+        gaps.append(f"{status}: {how} for {who} on {where}" if how else f"{status}: {who} on {where}")
     if not gaps:
         return []
     why = " (the tables give each reason)" if idle else ""
