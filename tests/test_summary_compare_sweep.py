@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 
 from harness import records
-from harness.reporting import breakeven, compare, report, summary, sweeps
+from harness.reporting import breakeven, compare, report, static_dynamic, summary, sweeps
 from tests.conftest import REPO
 from tests.fakes import record
 
@@ -95,6 +95,25 @@ def test_summary_static_against_dynamic_per_framework_with_break_even_range():
     )
     contended = [dict(r, contended=True) for r in tied]
     assert summary.framework_sentences(contended) == [], "contended cells enter no verdict"
+
+
+def test_compile_cost_table_in_the_static_vs_dynamic_section():
+    """The per-adapter compile sentences of earlier reports, as rows: cost, and when it pays off."""
+    eager = timed("torch-eager", 10.0, graph="dynamic", cold_times_s=[0.01] * 4, cold_s=0.04)
+    static = timed(
+        "jax-jit", 5.0, graph="static", cold_times_s=[1.0, 0.005, 0.005, 0.005], cold_s=1.015, compile_s=0.9, seed=3
+    )
+    early, late = breakeven.break_even_range(static, eager)
+    assert early <= breakeven.break_even(static, eager) <= late and early < late
+    lines = static_dynamic.compile_costs({("mlp", ()): [eager, static]})
+    assert lines[0] == "### What compiling costs"
+    row = [c.strip() for c in lines[-2].splitlines()[-1].strip("|").split("|")]
+    assert row == ["jax-jit", "mlp", "cpu", "0.9 s", "5", "5", "torch-eager, 10", f"after {early:,} to {late:,} steps"]
+    tied = timed("jax-jit", 10.05, 0.3, n=21, graph="static", cold_times_s=[1.0] * 4, cold_s=4.0, compile_s=0.9)
+    noisy = timed("torch-eager", 10.0, 0.3, n=21, seed=5, graph="dynamic", cold_times_s=[0.01] * 4, cold_s=0.04)
+    lines = static_dynamic.compile_costs({("mlp", ()): [noisy, tied]})
+    assert lines[-2].endswith("| tied steady steps: no clear break-even |")
+    assert static_dynamic.section({("mlp", ()): [eager]}) == [], "no static cell, no section"
 
 
 def test_summary_input_bound_finding_where_data_modes_ran():

@@ -34,6 +34,8 @@ class Cell:
 
 @dataclass
 class Grid:
+    """Adapters (rows) by columns; ``cells`` holds (column, adapter) pairs that were requested."""
+
     rows: list[str]
     columns: list[str]
     #: The fastest cell's steady time per column (seconds), None where no cell may be ranked.
