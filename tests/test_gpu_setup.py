@@ -21,7 +21,7 @@ from harness import records, runner
 from harness.gpu_util import cell_gpu
 from harness.install import doctor, lock, variant
 from harness.plan import select_devices
-from harness.reporting import sections, summary
+from harness.reporting import cells, sections, summary
 from tests.conftest import ADAPTERS, REPO, check_cell
 
 STAND_IN = """#!/bin/sh
@@ -259,9 +259,11 @@ def test_summary_and_banner_name_who_is_missing():
         _rec("tf-eager", "cuda", "failed", reason="no CUDA device visible to tensorflow: CPU-only build"),
         _rec("torch-eager", "cpu", median=0.01),
     ]
-    (sentence,) = [s for s in summary.fastest_sentences(recs) if s.startswith("On cuda")]
-    assert "not compared: tf-eager, tf-function, which have no result on cuda" in sentence
-    assert summary.missing_pairs(recs) == [
+    (sentence,) = [s for s in summary.winner_sentences(recs) if s.startswith("On cuda")]
+    assert "torch-eager on mlp (2 ms/step, 2.00x ahead of jax-jit)" in sentence
+    (gap,) = summary.missing_sentences(recs)
+    assert "failed: tf-eager and tf-function on mlp" in gap
+    assert cells.missing_pairs(recs) == [
         ("cuda", ["tf-eager", "tf-function"], "failed: no CUDA device visible to tensorflow: CPU-only build")
     ]
     text = "\n".join(sections.banner(recs))

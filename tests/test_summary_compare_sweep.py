@@ -7,8 +7,8 @@ import subprocess
 
 import numpy as np
 
-from harness import records, rounds
-from harness.reporting import breakeven, compare, report, summary, sweeps
+from harness import records
+from harness.reporting import breakeven, compare, report, static_dynamic, summary, sweeps
 from tests.conftest import REPO
 from tests.fakes import record
 
@@ -23,57 +23,119 @@ def timed(adapter, median_ms, spread=0.02, device="cpu", n=201, seed=0, **extra)
 
 
 def test_summary_names_a_winner_only_when_intervals_separate():
-    clear = summary.fastest_sentences([timed("torch-eager", 1.0), timed("jax-jit", 2.0, seed=1)])
+    clear = summary.winner_sentences([timed("torch-eager", 1.0), timed("jax-jit", 2.0, seed=1)])
     assert clear == [
-        "On cpu, torch-eager is the fastest for mlp (1 ms/step), 2.00x faster than the runner-up jax-jit (2 ms/step)."
+        "On cpu, the fastest where the 95% intervals separate: torch-eager on mlp (1 ms/step, 2.00x ahead of jax-jit)."
     ]
-    close = summary.fastest_sentences([timed("torch-eager", 1.0, 0.3, n=21), timed("jax-jit", 1.01, 0.3, n=21, seed=1)])
-    assert len(close) == 1 and "are tied for fastest on mlp" in close[0] and "faster than" not in close[0]
+    close = summary.winner_sentences([timed("torch-eager", 1.0, 0.3, n=21), timed("jax-jit", 1.01, 0.3, n=21, seed=1)])
+    assert close == [
+        "On cpu, no adapter is separated from its runner-up; tied for fastest: torch-eager and jax-jit on mlp."
+    ]
 
 
-def test_summary_gpu_vs_cpu_and_missing_data_leaves_sentences_out():
+def test_summary_cpu_against_gpu_and_missing_data_leaves_sentences_out():
     recs = [timed("torch-eager", 4.0), timed("torch-eager", 1.0, device="cuda", seed=2)]
-    assert summary.gpu_vs_cpu_sentences(recs) == [
-        "For mlp with torch-eager, the GPU beats the CPU 4.00x (1 ms/step vs 4 ms/step)."
+    assert summary.device_sentences(recs) == [
+        "CPU against GPU, same adapter: mlp: GPU faster for 1 of 1 adapters (GPU speed-up 4.00x)."
     ]
-    assert summary.gpu_vs_cpu_sentences(recs[:1]) == [], "no GPU record, no GPU sentence"
+    assert summary.device_sentences(recs[:1]) == [], "no GPU record, no GPU sentence"
     skipped = record("torch-eager", device="cuda", status="skipped", reason="no CUDA device visible to torch")
-    assert summary.gpu_vs_cpu_sentences([recs[0], skipped]) == []
+    assert summary.device_sentences([recs[0], skipped]) == []
+    (gap,) = summary.missing_sentences([recs[0], skipped])
+    assert "skipped: torch-eager on mlp" in gap and "no GPU cells" not in gap, "a requested GPU cell is named"
 
 
-def test_summary_compile_cost_and_break_even():
+def _modes(adapter, graph, dyn_ms, static_adapter, static_ms, seed=0, workload="mlp"):
+    """A framework's dynamic and static cell of one workload, with cold windows."""
+    framework = adapter.split("-")[0]
+    cold = [0.01] * 4
+    dyn = timed(
+        adapter,
+        dyn_ms,
+        seed=seed,
+        graph="dynamic",
+        framework=framework,
+        workload=workload,
+        cold_times_s=cold,
+        cold_s=0.04,
+    )
+    st = timed(
+        static_adapter,
+        static_ms,
+        seed=seed + 1,
+        graph="static",
+        framework=framework,
+        workload=workload,
+        cold_times_s=[1.0] + [static_ms * 1e-3] * 3,
+        cold_s=1.0 + 3 * static_ms * 1e-3,
+        compile_s=0.9,
+    )
+    return [dyn, st]  # fmt: skip
+
+
+def test_summary_static_against_dynamic_per_framework_with_break_even_range():
+    recs = _modes("jax-eager", "dynamic", 10.0, "jax-jit", 5.0) + _modes(
+        "jax-eager", "dynamic", 4.0, "jax-jit", 1.0, seed=4, workload="cnn"
+    )
+    (line,) = summary.framework_sentences(recs)
+    spans = [breakeven.break_even_range(st, dyn) for dyn, st in (recs[:2], recs[2:])]
+    assert all(early < late for early, late in spans), "a range from the ends of the interval"
+    early, late = min(e for e, _ in spans), max(x for _, x in spans)
+    assert line == (
+        "jax: jax-jit is faster than jax-eager once compiled on 2 of 2 workloads (cnn, mlp: 2.00x to 4.00x), "
+        f"its compiles paid off after {early:,} to {late:,} steps from a cold start."
+    )
+    tied = _modes("torch-eager", "dynamic", 5.0, "torch-compile", 5.02, seed=8)
+    tied = [dict(r, step_times_s=timed(r["adapter"], r["median_s"] * 1e3, 0.3, n=21)["step_times_s"]) for r in tied]
+    slower = _modes("torch-eager", "dynamic", 2.0, "torch-compile", 3.0, seed=9, workload="cnn")
+    (line,) = summary.framework_sentences(tied + slower)
+    assert line == (
+        "torch: torch-compile is faster than torch-eager on none of 2 workloads; tied on 1 (mlp) and slower on 1 "
+        "(cnn: 0.67x)."
+    )
+    contended = [dict(r, contended=True) for r in tied]
+    assert summary.framework_sentences(contended) == [], "contended cells enter no verdict"
+
+
+def test_compile_cost_table_in_the_static_vs_dynamic_section():
+    """The per-adapter compile sentences of earlier reports, as rows: cost, and when it pays off."""
     eager = timed("torch-eager", 10.0, graph="dynamic", cold_times_s=[0.01] * 4, cold_s=0.04)
     static = timed(
         "jax-jit", 5.0, graph="static", cold_times_s=[1.0, 0.005, 0.005, 0.005], cold_s=1.015, compile_s=0.9, seed=3
     )
-    (line,) = summary.compile_sentences([eager, static], breakeven.break_even)
-    # the range comes from the ends of the 95% interval of the steady-time ratio
-    _, low, high = rounds.relative(eager, static)
-    early = breakeven.break_even({**static, "median_s": eager["median_s"] * low}, eager)
-    late = breakeven.break_even({**static, "median_s": eager["median_s"] * high}, eager)
+    early, late = breakeven.break_even_range(static, eager)
     assert early <= breakeven.break_even(static, eager) <= late and early < late
-    assert line.startswith("jax-jit spends 0.9 s tracing/compiling on mlp (cpu; first step")
-    assert line.endswith(f"paid it off against torch-eager after {early:,} to {late:,} steps (from the 95% interval).")
+    lines = static_dynamic.compile_costs({("mlp", ()): [eager, static]})
+    assert lines[0] == "### What compiling costs"
+    row = [c.strip() for c in lines[-2].splitlines()[-1].strip("|").split("|")]
+    assert row == ["jax-jit", "mlp", "cpu", "0.9 s", "5", "5", "torch-eager, 10", f"after {early:,} to {late:,} steps"]
+    tied = timed("jax-jit", 10.05, 0.3, n=21, graph="static", cold_times_s=[1.0] * 4, cold_s=4.0, compile_s=0.9)
+    noisy = timed("torch-eager", 10.0, 0.3, n=21, seed=5, graph="dynamic", cold_times_s=[0.01] * 4, cold_s=0.04)
+    lines = static_dynamic.compile_costs({("mlp", ()): [noisy, tied]})
+    assert lines[-2].endswith("| tied steady steps: no clear break-even |")
+    assert static_dynamic.section({("mlp", ()): [eager]}) == [], "no static cell, no section"
 
 
-def test_no_break_even_where_the_steady_steps_are_tied():
-    eager = timed("torch-eager", 5.0, 0.3, graph="dynamic", cold_times_s=[0.01] * 4, cold_s=0.04, n=21)
-    static = timed(
-        "jax-jit", 5.02, 0.3, graph="static", cold_times_s=[1.0] + [0.005] * 3, cold_s=1.015, compile_s=0.9, n=21
+def test_summary_input_bound_finding_where_data_modes_ran():
+    resident = timed("jax-jit", 1.0)
+    host = timed("jax-jit", 1.6, seed=1, data="host")
+    loader = timed("jax-jit", 1.01, 0.3, n=21, seed=2, data="loader")
+    (line,) = summary.input_sentences([resident, host, loader])
+    assert line == (
+        "Input pipeline on cpu: copying each batch from host memory slows 1 of 1 cells, by up to 1.60x (jax-jit on "
+        "mlp: 38% of its step waits for input); the framework's own loader slows none of 1 cells measurably."
     )
-    (line,) = summary.compile_sentences([eager, static], breakeven.break_even)
-    assert line.endswith("its steady step is tied with torch-eager (5 ms/step), so it has no clear break-even.")
+    assert summary.input_sentences([resident]) == []
+    assert "`DATA=all`" in summary.missing_sentences([resident])[0]
 
 
-def test_cells_that_differ_in_any_axis_are_never_ranked_together():
-    """A sweep's batch 16 and batch 32 cells, or fp32 and tf32 cells, are separate sentences."""
-    recs = [
-        timed("jax-jit", 1.0, overrides=["batch_size=16"]),
-        timed("torch-eager", 2.0, overrides=["batch_size=32"], seed=1),
-        timed("torch-eager", 1.5, overrides=["batch_size=16"], seed=2),
-    ]
-    found = summary.fastest_sentences(recs)
-    assert len(found) == 1 and "fastest for mlp (batch_size=16)" in found[0] and "torch-eager" in found[0]
+def test_summary_of_the_full_cpu_run_fits_in_eight_sentences():
+    recs, _ = report.load_runs([REPO / "reports" / "2026-11-23-cpu-all"])
+    found = summary.sentences(recs)
+    assert 4 <= len(found) <= 8
+    assert sum(line.count(". ") + 1 for line in found) <= 8, "each bullet is one sentence"
+    assert sum(line.startswith(("jax:", "keras:", "tensorflow:", "torch:")) for line in found) == 4
+    assert found[-1].startswith("Not in this run: no GPU cells")
 
 
 def sweep_record(adapter, device, value, median_ms, seed):
@@ -164,18 +226,6 @@ def test_compare_and_merge_on_the_command_line(python, tmp_path):
     assert "## Environment: laptop (Test CPU)" in md and "## Environment: workstation (Test CPU)" in md
     bad = subprocess.run([python, "-m", "harness", "report", str(a), str(b)], cwd=REPO, capture_output=True, text=True)
     assert bad.returncode == 2 and "needs --out" in bad.stderr
-
-
-def test_summary_says_what_it_ranks_by_and_the_pipelined_gain():
-    recs = [timed("torch-eager", 2.0, pipelined_s=1.9e-3), timed("jax-jit", 1.0, seed=1, pipelined_s=0.5e-3)]
-    (line,) = summary.ranking_sentences(recs)
-    assert line.startswith("Verdicts rank by the synced step time (latency")
-    assert line.endswith("the largest gain is jax-jit on mlp (cpu): 0.5 ms/step, 0.50x its synced steps' time.")
-    windows = [timed("jax-jit", 1.0, pipelined_s=0.5e-3, synced_block_s=0.55e-3)]
-    assert "0.91x its synced steps' time" in summary.ranking_sentences(windows)[0]
-    slower = [timed("torch-eager", 2.0, pipelined_s=2.1e-3)]
-    assert summary.ranking_sentences(slower)[0].endswith("no cell ran faster than synced.")
-    assert summary.ranking_sentences([timed("torch-eager", 2.0)]) == []
 
 
 def test_compare_counts_fastest_verdicts_the_other_run_contradicts():

@@ -13,7 +13,7 @@ from tabulate import tabulate
 
 from harness import records, rounds
 from harness.fidelity import is_idiomatic
-from harness.reporting import report, summary
+from harness.reporting import cells, report
 from harness.reporting.formatting import machine_name, sig, status_text
 
 Record = dict[str, Any]
@@ -49,7 +49,7 @@ def build(run_a: Path, run_b: Path) -> str:
         label = [
             b["adapter"],
             b["workload"],
-            summary.strategy(b) or "—",
+            cells.strategy(b) or "—",
             b.get("data", "resident"),
             b["device_requested"],
         ]
@@ -118,15 +118,15 @@ def _few_rounds(recs: list[Record]) -> list[str]:
 
 def _verdicts(recs_a: list[Record], recs_b: list[Record]) -> list[str]:
     """Each run's "fastest" verdicts side by side: which hold in both, which the other run contradicts."""
-    lead_a, lead_b = summary.leaders(recs_a), summary.leaders(recs_b)
+    lead_a, lead_b = cells.leaders(recs_a), cells.leaders(recs_b)
     rows, contradicted = [], 0
     for key in [k for k in lead_a if k in lead_b]:
         (fa, sa, apart_a), (fb, sb, apart_b) = lead_a[key], lead_b[key]
-        word = summary.name(fa) if apart_a else f"tie ({summary.name(fa)}, {summary.name(sa)})"
-        other = summary.name(fb) if apart_b else f"tie ({summary.name(fb)}, {summary.name(sb)})"
-        clash = apart_a and apart_b and summary.name(fa) != summary.name(fb)
+        word = cells.name(fa) if apart_a else f"tie ({cells.name(fa)}, {cells.name(sa)})"
+        other = cells.name(fb) if apart_b else f"tie ({cells.name(fb)}, {cells.name(sb)})"
+        clash = apart_a and apart_b and cells.name(fa) != cells.name(fb)
         contradicted += clash
-        rows.append([summary.what(key), key[1], word, other, "contradicted" if clash else "consistent"])
+        rows.append([cells.what(key), key[1], word, other, "contradicted" if clash else "consistent"])
     lines = [_resolution("A", recs_a), _resolution("B", recs_b), ""]
     if not rows:
         return lines
@@ -151,7 +151,7 @@ def _resolution(label: str, recs: list[Record]) -> str:
     groups: dict[tuple, list[Record]] = {}
     for r in recs:
         if r["status"] == "ok" and not r.get("contended"):
-            groups.setdefault(summary.axes(r), []).append(r)
+            groups.setdefault(cells.axes(r), []).append(r)
     clear = [
         (a, b)
         for cells in groups.values()
@@ -159,7 +159,7 @@ def _resolution(label: str, recs: list[Record]) -> str:
         for b in cells[i + 1 :]
         if max(a["median_s"], b["median_s"]) >= CLEAR_RATIO * min(a["median_s"], b["median_s"])
     ]
-    apart = sum(summary.separated(a, b) for a, b in clear)
+    apart = sum(rounds.separated(a, b) for a, b in clear)
     return (
         f"- Within {label}: {len(clear)} pairs of cells differ by {CLEAR_RATIO}x or more; "
         f"its intervals separate {apart} of them."

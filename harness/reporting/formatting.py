@@ -6,7 +6,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.reporting.summary import strategy
+from harness.reporting.cells import strategy
 
 DASH = "—"
 

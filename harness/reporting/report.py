@@ -1,4 +1,8 @@
-"""report.md of one run, or several merged: loads records (rounds combined) and assembles the sections."""
+"""report.md of one run, or several merged: loads records (rounds combined) and assembles the
+sections; report.html beside it is the same page rendered (harness.reporting.html).
+
+The page opens with the answer: the overview (picture and table) and the summary sentences; the
+tables, plots and sections that back them follow."""
 
 from __future__ import annotations
 
@@ -10,12 +14,12 @@ import pandas as pd
 from harness import records, rounds
 from harness.fidelity import is_idiomatic
 from harness.records import load_env
-from harness.reporting import fidelity, plots, summary
-from harness.reporting.breakeven import break_even, cumulative_s, static_vs_dynamic, within_frameworks
+from harness.reporting import fidelity, html, overview, plots, static_dynamic, summary
+from harness.reporting.breakeven import cumulative_s
+from harness.reporting.cells import strategy
 from harness.reporting.formatting import machine_name, slug
 from harness.reporting.hardware import hardware, memory, peak_gflops
 from harness.reporting.sections import banner, failures, input_pipeline, method
-from harness.reporting.summary import strategy
 from harness.reporting.sweeps import sweep_section
 from harness.reporting.tables import env_table, settings_table, table_title, workload_table
 
@@ -53,10 +57,12 @@ def build(run_dirs: Path | list[Path], plot_dir: Path | None = None) -> str:
         f"{len(recs)} cells: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in records.STATUSES) + ".",
         "",
     ]
-    out += banner(recs)
-    findings = summary.sentences(recs, break_even)
+    colors = plots.palette(recs)
+    out += _overview(recs, plot_dir)
+    findings = summary.sentences(recs)
     if findings:
         out += ["## Summary", "", *(f"- {line}" for line in findings), ""]
+    out += banner(recs)
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in recs:
         key = tuple(o for o in r.get("overrides", []) if not o.startswith("strategy="))
@@ -67,10 +73,9 @@ def build(run_dirs: Path | list[Path], plot_dir: Path | None = None) -> str:
             continue
         out += [table_title(group[0]), "", workload_table(group), ""]
         if plot_dir is not None:
-            out += _plots(group, workload, key, plot_dir)
-    out += within_frameworks(resident)
-    out += static_vs_dynamic(resident)
-    out += sweep_section(recs, plot_dir)
+            out += _plots(group, workload, key, plot_dir, colors)
+    out += static_dynamic.section(resident)
+    out += sweep_section(recs, plot_dir, colors)
     out += input_pipeline(recs)
     out += hardware(recs, envs)
     out += memory(recs)
@@ -86,30 +91,54 @@ def build(run_dirs: Path | list[Path], plot_dir: Path | None = None) -> str:
     return "\n".join(out)
 
 
-def _plots(group: list[dict[str, Any]], workload: str, key: tuple, plot_dir: Path) -> list[str]:
+#: The overview picture's file name in the report's folder.
+OVERVIEW_PNG = "overview.png"
+
+
+def _overview(recs: list[dict[str, Any]], plot_dir: Path | None) -> list[str]:
+    """The picture (where plots are drawn) and the same grid as a compact table."""
+    grid = overview.grid(recs)
+    if grid is None:
+        return []
+    out = ["## Overview", ""]
+    if plot_dir is not None:
+        path = plots.overview(grid, plot_dir / OVERVIEW_PNG)
+        out += [f"![overview: steady step time over the fastest of each column]({path.name})", ""]
+    modes = any(r.get("data", "resident") != "resident" for r in recs)
+    return [*out, overview.caption(grid, modes), "", overview.table(grid), ""]
+
+
+def _plots(group: list[dict[str, Any]], workload: str, key: tuple, plot_dir: Path, colors: plots.Colors) -> list[str]:
     """Embedded plots of one workload table; only plots with data are drawn."""
     made = []
     name = slug(workload, *key)
     drawn = [
-        ("steady step time", plots.step_times(group, workload, plot_dir / f"{name}-steps.png")),
-        ("first step vs steady", plots.compile_cost(group, workload, plot_dir / f"{name}-compile.png")),
+        ("steady step time", plots.step_times(group, workload, plot_dir / f"{name}-steps.png", colors), ""),
+        ("first step vs steady", plots.compile_cost(group, workload, plot_dir / f"{name}-compile.png", colors), ""),
     ]
     if any(strategy(r) for r in group):
-        path = plots.cumulative(group, workload, plot_dir / f"{name}-cumulative.png", cumulative_s)
-        drawn.append(("cumulative time from a cold start", path))
-    for alt, path in drawn:
+        path = plots.cumulative(group, workload, plot_dir / f"{name}-cumulative.png", cumulative_s, colors)
+        note = (
+            f"Left: each adapter's `exact` strategy. Right: each adapter's best strategy for a training run of "
+            f"{plots.HORIZON:,} steps, the one with the least total time at {plots.HORIZON:,} steps from a cold "
+            "start, compiles included (the tables' best strategy is the fastest steady step instead)."
+        )
+        drawn.append(("cumulative time from a cold start", path, note))
+    for alt, path, note in drawn:
         if path is not None:
-            made += [f"![{workload}: {alt}]({path.name})", ""]
+            made += [f"![{workload}: {alt}]({path.name})", "", *([note, ""] if note else [])]
     return made
 
 
 def write(run_dir: Path, extra: list[Path] = (), out_dir: Path | None = None) -> Path:
-    """Write report.md (and its plots) for one run, or merge ``extra`` runs into it; merged
-    reports go to ``out_dir``. A fidelity run (idiomatic-script records) also gets fidelity.md."""
+    """Write report.md, its plots and report.html (the same page, self-contained) for one run, or
+    merge ``extra`` runs into it; merged reports go to ``out_dir``. A fidelity run
+    (idiomatic-script records) also gets fidelity.md."""
     target = out_dir or run_dir
     target.mkdir(parents=True, exist_ok=True)
     path = target / "report.md"
     path.write_text(build([run_dir, *extra], plot_dir=target))
+    html.write(path)
     if not extra and any(is_idiomatic(r) for r in records.load(run_dir / records.RESULTS)):
         fidelity.write(run_dir)
     return path

@@ -8,15 +8,14 @@ from typing import Any
 from tabulate import tabulate
 
 from harness.contention import CONTENDED_CORES
-from harness.reporting import summary
+from harness.reporting.cells import missing_pairs, strategy
 from harness.reporting.formatting import DASH, row_label, sig
-from harness.reporting.summary import strategy
 from harness.stats import NOISY_IQR_RATIO
 
 
 def banner(recs: list[dict[str, Any]]) -> list[str]:
     """A warning at the top naming every requested adapter x device that produced no result."""
-    missing = summary.missing_pairs(recs)
+    missing = missing_pairs(recs)
     if not missing:
         return []
     pairs = sum(len(adapters) for _, adapters, _ in missing)

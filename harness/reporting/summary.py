@@ -1,16 +1,20 @@
-"""Plain-sentence findings derived from records alone.
+"""The report's summary: a few plain sentences derived from records alone.
 
-Every sentence states numbers taken from the records; where the data for a sentence is
-missing (a cell skipped or failed, no GPU run), the sentence is left out, never guessed.
-Winners are named only where two cells are separated (harness.rounds.separated: the 95%
-interval of their time ratio, paired by round, excludes 1).
+At most about eight: who is fastest per device (named only where separated, harness.rounds:
+the 95% interval of their time ratio, paired by round, excludes 1), each framework's static
+against its dynamic mode (speed-up and break-even as ranges), the input-bound finding where
+data modes ran, CPU against GPU where both ran, and what the run did not measure. A sentence
+whose data is missing is left out, never guessed; cells that ran beside other CPU load
+(``contended``) enter no verdict.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from harness.rounds import relative, separated
+from harness.reporting.breakeven import break_even_range, steps_text
+from harness.reporting.cells import axes, comparable, leaders, name, strategy, what
+from harness.rounds import separated
 
 Record = dict[str, Any]
 
@@ -23,11 +27,18 @@ def _ms(rec: Record) -> str:
     return f"{_num(rec['median_s'] * 1e3)} ms/step"
 
 
-def _ok_resident(recs: list[Record]) -> list[Record]:
-    """Cells a verdict may use: ran, on resident data, not beside other CPU load."""
-    return [
-        r for r in recs if r["status"] == "ok" and r.get("data", "resident") == "resident" and not r.get("contended")
-    ]
+def _x(value: float) -> str:
+    return f"{value:.0f}x" if value >= 10 else f"{value:.2f}x"
+
+
+def _span(values: list[float]) -> str:
+    """``1.24x`` or ``1.24x to 35x``."""
+    low, high = min(values), max(values)
+    return _x(low) if _x(low) == _x(high) else f"{_x(low)} to {_x(high)}"
+
+
+def _listing(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def contention_sentences(recs: list[Record]) -> list[str]:
@@ -41,198 +52,204 @@ def contention_sentences(recs: list[Record]) -> list[str]:
     ]
 
 
-def strategy(rec: Record) -> str | None:
-    """The loop strategy of a training cell whose workload has them, else None."""
-    spec = rec.get("spec") or {}
-    return spec.get("strategy") if spec.get("task") == "train" else None
+def _order(key: tuple) -> tuple:
+    """Comparable groups in reading order: by workload, then numerically by setting (16 before 1024)."""
+    numbers = []
+    for override in key[2]:
+        try:
+            numbers.append(float(override.split("=", 1)[1]))
+        except (IndexError, ValueError):
+            numbers.append(0.0)
+    return key[0], tuple(numbers), str(key)
 
 
-def name(rec: Record) -> str:
-    loop = strategy(rec)
-    return f"{rec['adapter']} ({loop})" if loop else rec["adapter"]
-
-
-def _best_per_adapter(recs: list[Record]) -> list[Record]:
-    """Each adapter's fastest cell (its best loop strategy, where there are several)."""
-    best: dict[str, Record] = {}
-    for r in recs:
-        if r["adapter"] not in best or r["median_s"] < best[r["adapter"]]["median_s"]:
-            best[r["adapter"]] = r
-    return sorted(best.values(), key=lambda r: r["median_s"])
-
-
-def _requested_device(rec: Record) -> str:
-    return rec.get("device") or rec.get("device_requested") or "?"
-
-
-def missing_pairs(recs: list[Record]) -> list[tuple[str, list[str], str]]:
-    """Requested adapter x device pairs with no ``ok`` cell at all, grouped by reason:
-    (device, adapters, the reason of their first cell that did not run)."""
-    ran = {(r["adapter"], r.get("device")) for r in recs if r["status"] == "ok"}
-    reasons: dict[tuple[str, str], str] = {}
-    for r in recs:
-        key = (r["adapter"], _requested_device(r))
-        if key not in ran and key not in reasons:
-            reasons[key] = f"{r['status']}: {r.get('reason') or 'no reason recorded'}"
-    grouped: dict[tuple[str, str], list[str]] = {}
-    for (adapter, device), reason in reasons.items():
-        grouped.setdefault((device, reason), []).append(adapter)
-    return [(device, sorted(adapters), reason) for (device, reason), adapters in grouped.items()]
-
-
-def absent(recs: list[Record], workload: str, device: str) -> list[str]:
-    """Adapters requested for ``workload`` on ``device`` that have no result there."""
-    resident = [r for r in recs if r["workload"] == workload and r.get("data", "resident") == "resident"]
-    requested = {r["adapter"] for r in resident if _requested_device(r) == device}
-    ran = {r["adapter"] for r in resident if r["status"] == "ok" and r.get("device") == device}
-    return sorted(requested - ran)
-
-
-def axes(rec: Record) -> tuple:
-    """Every axis of the plan but the adapter and its loop strategy: cells that differ in any
-    of these (batch size, precision, data mode, ...) are never compared in one sentence."""
-    setting = tuple(sorted(o for o in rec.get("overrides", []) if not o.startswith("strategy=")))
-    return rec["workload"], rec.get("device"), setting, rec.get("precision", "fp32"), rec.get("data", "resident")
-
-
-def what(key: tuple) -> str:
-    """``mlp`` or ``mlp (batch_size=16, tf32)``: the workload and what sets it apart."""
-    workload, _, setting, precision, _ = key
-    extra = [*setting, *([precision] if precision != "fp32" else [])]
-    return f"{workload} ({', '.join(extra)})" if extra else workload
-
-
-def leaders(recs: list[Record]) -> dict[tuple, tuple[Record, Record, bool]]:
-    """For every group of comparable cells (``axes``) with two adapters or more: the fastest,
-    the runner-up, and whether the fastest is separated from it (else: tied)."""
-    groups: dict[tuple, list[Record]] = {}
-    for r in _ok_resident(recs):
-        groups.setdefault(axes(r), []).append(r)
-    out = {}
-    for key, cells in groups.items():
-        ranked = _best_per_adapter(cells)
-        if len(ranked) >= 2:
-            out[key] = (ranked[0], ranked[1], separated(ranked[0], ranked[1]))
-    return out
-
-
-def fastest_sentences(recs: list[Record]) -> list[str]:
-    out = []
-    for key, (first, second, apart) in leaders(recs).items():
-        workload, device = key[0], key[1]
-        missing = absent(recs, workload, device)
-        among = f" (not compared: {', '.join(missing)}, which have no result on {device})" if missing else ""
+def winner_sentences(recs: list[Record]) -> list[str]:
+    """Per device: the fastest adapter of each workload where it is separated from the runner-up,
+    and the workloads where the first two are tied."""
+    by_device: dict[str, tuple[list[str], list[str]]] = {}
+    for key, (first, second, apart) in sorted(leaders(recs).items(), key=lambda kv: _order(kv[0])):
+        clear, tied = by_device.setdefault(str(key[1]), ([], []))
         if apart:
-            out.append(
-                f"On {device}, {name(first)} is the fastest for {what(key)}{among} ({_ms(first)}), "
-                f"{second['median_s'] / first['median_s']:.2f}x faster than the runner-up {name(second)} "
-                f"({_ms(second)})."
-            )
+            ratio = second["median_s"] / first["median_s"]
+            clear.append(f"{name(first)} on {what(key)} ({_ms(first)}, {_x(ratio)} ahead of {name(second)})")
         else:
-            out.append(
-                f"On {device}, {name(first)} ({_ms(first)}) and {name(second)} ({_ms(second)}) are tied "
-                f"for fastest on {what(key)}{among}: the 95% interval of their ratio includes 1."
-            )
+            tied.append(f"{name(first)} and {name(second)} on {what(key)}")
+    out = []
+    for device, (clear, tied) in sorted(by_device.items()):
+        if clear:
+            text = f"On {device}, the fastest where the 95% intervals separate: {_listing(clear)}"
+            text += f"; tied for fastest: {'; '.join(tied)}." if tied else "."
+        else:
+            text = f"On {device}, no adapter is separated from its runner-up; tied for fastest: {'; '.join(tied)}."
+        out.append(text)
     return out
 
 
-def gpu_vs_cpu_sentences(recs: list[Record]) -> list[str]:
+def framework_sentences(recs: list[Record]) -> list[str]:
+    """Per framework: on how many workloads its static mode beats its dynamic one once compiled
+    (each mode's fastest cell, its best loop strategy), the speed-up range, and after how many
+    steps from a cold start the compiles have paid off (from the 95% intervals)."""
+    groups: dict[tuple[str, tuple], dict[str, list[Record]]] = {}
+    for r in comparable(recs):
+        if r.get("graph") in ("static", "dynamic"):
+            groups.setdefault((r.get("framework", ""), axes(r)), {}).setdefault(r["graph"], []).append(r)
+    devices = {str(r.get("device")) for r in comparable(recs)}
+    found: dict[str, dict[str, list]] = {}
+    for (framework, key), modes in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+        if len(modes) < 2:
+            continue
+        dyn = min(modes["dynamic"], key=lambda r: r["median_s"])
+        st = min(modes["static"], key=lambda r: r["median_s"])
+        where = what(key) + (f" on {key[1]}" if len(devices) > 1 else "")
+        mine = found.setdefault(framework, {"faster": [], "tied": [], "slower": [], "pays": [], "names": set()})
+        mine["names"].add((st["adapter"], dyn["adapter"]))
+        speedup = dyn["median_s"] / st["median_s"]
+        if not separated(st, dyn):
+            mine["tied"].append((where, speedup))
+        elif speedup > 1:
+            mine["faster"].append((where, speedup))
+            if "cold_times_s" in st and "cold_times_s" in dyn:
+                span = break_even_range(st, dyn)
+                if span:
+                    mine["pays"].append(span)
+        else:
+            mine["slower"].append((where, speedup))
     out = []
+    for framework, f in found.items():
+        static = "/".join(sorted({s for s, _ in f["names"]}))
+        dynamic = "/".join(sorted({d for _, d in f["names"]}))
+        n = len(f["faster"]) + len(f["tied"]) + len(f["slower"])
+        if f["faster"]:
+            text = f"{framework}: {static} is faster than {dynamic} once compiled on {len(f['faster'])} of {n} "
+            text += f"workloads ({', '.join(w for w, _ in f['faster'])}: {_span([s for _, s in f['faster']])})"
+            if f["pays"]:
+                early, late = min(e for e, _ in f["pays"]), max(x for _, x in f["pays"])
+                steps = "step" if late == 1 else "steps"
+                text += f", its compiles paid off after {steps_text((early, late))} {steps} from a cold start"
+        else:
+            text = f"{framework}: {static} is faster than {dynamic} on none of {n} workloads"
+        rest = []
+        if f["tied"]:
+            rest.append(f"tied on {len(f['tied'])} ({', '.join(w for w, _ in f['tied'])})")
+        if f["slower"]:
+            speed = _span([s for _, s in f["slower"]])
+            rest.append(f"slower on {len(f['slower'])} ({', '.join(w for w, _ in f['slower'])}: {speed})")
+        out.append(text + (f"; {' and '.join(rest)}" if rest else "") + ".")
+    return out
+
+
+def _mode_pairs(recs: list[Record], mode: str) -> dict[str, list[tuple[Record, Record]]]:
+    """Per device: (resident, ``mode``) records of the same cell, both ok and uncontended."""
     cells: dict[tuple, dict[str, Record]] = {}
-    for r in _ok_resident(recs):
+    for r in recs:
+        if r["status"] == "ok" and not r.get("contended"):
+            key = (r["adapter"], strategy(r), *axes(r)[:4], r.get("machine"))
+            cells.setdefault(key, {})[r.get("data", "resident")] = r
+    out: dict[str, list[tuple[Record, Record]]] = {}
+    for modes in cells.values():
+        if "resident" in modes and mode in modes:
+            out.setdefault(str(modes["resident"].get("device")), []).append((modes["resident"], modes[mode]))
+    return out
+
+
+def input_sentences(recs: list[Record]) -> list[str]:
+    """Per device where data modes ran: how many cells a host copy and the native loader slow
+    down (separated from resident data), and the worst of each."""
+    host, loader = _mode_pairs(recs, "host"), _mode_pairs(recs, "loader")
+    out = []
+    for device in sorted(set(host) | set(loader)):
+        parts = []
+        for label, pairs in (
+            ("copying each batch from host memory", host.get(device)),
+            ("the framework's own loader", loader.get(device)),
+        ):
+            if not pairs:
+                continue
+            slower = [
+                (b["median_s"] / a["median_s"], a)
+                for a, b in pairs
+                if b["median_s"] > a["median_s"] and separated(a, b)
+            ]
+            if not slower:
+                parts.append(f"{label} slows none of {len(pairs)} cells measurably")
+                continue
+            worst, rec = max(slower, key=lambda s: s[0])
+            text = f"{label} slows {len(slower)} of {len(pairs)} cells, by up to {_x(worst)} "
+            text += f"({name(rec)} on {what(axes(rec))}"
+            text += f": {1 - 1 / worst:.0%} of its step waits for input)" if label.startswith("copying") else ")"
+            parts.append(text)
+        out.append(f"Input pipeline on {device}: " + "; ".join(parts) + ".")
+    return out
+
+
+def device_sentences(recs: list[Record]) -> list[str]:
+    """CPU against GPU for the same adapter and workload: per workload, which device wins how often."""
+    pairs: dict[tuple, dict[str, Record]] = {}
+    for r in comparable(recs):
         key = axes(r)
-        cells.setdefault((key[:1] + key[2:], r["adapter"], strategy(r)), {})[r.get("device")] = r
-    for (key, _, _), by_device in cells.items():
-        workload = what(key[:1] + (None,) + key[1:])
+        pairs.setdefault((key[0], *key[2:], r["adapter"], strategy(r)), {})[str(r.get("device"))] = r
+    per_workload: dict[str, dict[str, list[float]]] = {}
+    for key, by_device in pairs.items():
         cpu, gpu = by_device.get("cpu"), by_device.get("cuda")
         if not cpu or not gpu:
             continue
-        if not separated(cpu, gpu):
-            out.append(f"For {workload} with {name(cpu)}, GPU and CPU are tied ({_ms(gpu)} vs {_ms(cpu)}).")
-        elif gpu["median_s"] < cpu["median_s"]:
-            ratio = cpu["median_s"] / gpu["median_s"]
-            out.append(
-                f"For {workload} with {name(cpu)}, the GPU beats the CPU {ratio:.2f}x ({_ms(gpu)} vs {_ms(cpu)})."
-            )
-        else:
-            ratio = gpu["median_s"] / cpu["median_s"]
-            out.append(
-                f"For {workload} with {name(cpu)}, the CPU beats the GPU {ratio:.2f}x ({_ms(cpu)} vs {_ms(gpu)})."
-            )
-    return out
-
-
-def compile_sentences(recs: list[Record], break_even) -> list[str]:
-    """Compile cost of each static-graph adapter (its quickest-starting strategy) and where it
-    pays off against the fastest eager cell of the same workload and device."""
-    out = []
-    cells = [r for r in _ok_resident(recs) if "cold_times_s" in r]
-    static: dict[tuple, Record] = {}
-    for r in cells:
-        key = (r["adapter"], axes(r))
-        if (
-            r.get("graph") == "static"
-            and r.get("compile_s")
-            and (key not in static or r["cold_s"] < static[key]["cold_s"])
-        ):
-            static[key] = r  # its strategy with the shortest cold start
-    for r in static.values():
-        eager = [e for e in cells if e.get("graph") == "dynamic" and axes(e) == axes(r)]
-        text = (
-            f"{name(r)} spends {_num(r['compile_s'])} s tracing/compiling on {what(axes(r))} "
-            f"({r.get('device')}; first step {_num(r['first_step_s'] * 1e3)} ms vs {_ms(r)} steady)"
-        )
-        if eager:
-            base = min(eager, key=lambda e: e["median_s"])
-            text += _payoff(r, base, break_even)
-        out.append(text + ".")
-    return out
-
-
-def _payoff(static: Record, base: Record, break_even) -> str:
-    """Where compiling pays off against ``base``: a step range from the ends of both confidence
-    intervals, and only where they separate (overlapping steady times give no break-even)."""
-    if not separated(static, base):
-        return f"; its steady step is tied with {name(base)} ({_ms(base)}), so it has no clear break-even"
-    if static["median_s"] > base["median_s"]:
-        return f" and never catches up with {name(base)} ({_ms(base)})"
-    # the ends of the 95% interval of the steady-time ratio, which lies wholly below 1 here
-    _, low, high = relative(base, static)
-    early = break_even({**static, "median_s": base["median_s"] * low}, base)
-    late = break_even({**static, "median_s": base["median_s"] * high}, base)
-    steps = f"{early:,}" if early == late else f"{early:,} to {late:,}"
-    return f" and has paid it off against {name(base)} after {steps} steps (from the 95% interval)"
-
-
-def overlap(rec: Record) -> float:
-    """Pipelined time per step over synced time per step in windows of the same length (the
-    median step where the record has no windows): below 1, the loop gains from overlap."""
-    return rec["pipelined_s"] / (rec.get("synced_block_s") or rec["median_s"])
-
-
-def ranking_sentences(recs: list[Record]) -> list[str]:
-    """What verdicts rank by, and where the pipelined loop gains most over synced steps."""
-    both = [r for r in _ok_resident(recs) if r.get("pipelined_s")]
-    if not both:
+        label = what((key[0], None, *key[1:4]))
+        tally = per_workload.setdefault(label, {"GPU": [], "CPU": [], "tied": []})
+        speed = cpu["median_s"] / gpu["median_s"]
+        tally["tied" if not separated(cpu, gpu) else ("GPU" if speed > 1 else "CPU")].append(speed)
+    if not per_workload:
         return []
-    gain = min(both, key=overlap)
-    text = "Verdicts rank by the synced step time (latency: each step waits for the device). "
-    if overlap(gain) < 1:
-        text += (
-            f"With one sync per block of steps (throughput), the largest gain is {name(gain)} on "
-            f"{what(axes(gain))} ({gain.get('device')}): {_num(gain['pipelined_s'] * 1e3)} ms/step, "
-            f"{overlap(gain):.2f}x its synced steps' time."
+    parts = []
+    for label, tally in sorted(per_workload.items()):
+        n = sum(len(v) for v in tally.values())
+        counts = ", ".join(
+            f"{k} faster for {len(v)}" if k != "tied" else f"tied for {len(v)}" for k, v in tally.items() if v
         )
-    else:
-        text += "With one sync per block of steps (throughput), no cell ran faster than synced."
-    return [text]
+        every = [s for v in tally.values() for s in v]
+        parts.append(f"{label}: {counts} of {n} adapters (GPU speed-up {_span(every)})")
+    return ["CPU against GPU, same adapter: " + "; ".join(parts) + "."]
 
 
-def sentences(recs: list[Record], break_even) -> list[str]:
+def missing_sentences(recs: list[Record]) -> list[str]:
+    """What this run did not measure: a device, data modes, further rounds, cells that did not run."""
+    gaps = []
+    if not any(r.get("device") == "cuda" or r.get("device_requested") == "cuda" for r in recs):
+        gaps.append("no GPU cells (so no CPU/GPU crossover)")
+    if {r.get("data", "resident") for r in recs} == {"resident"}:
+        gaps.append("only data already on the device (`DATA=all` adds host copies and native loaders)")
+    ok = [r for r in recs if r["status"] == "ok"]
+    if ok and all((r.get("rounds_done") or 1) == 1 for r in ok):
+        gaps.append("one round per cell (intervals see one process; `--rounds 2` or more)")
+    idle: dict[tuple, set[str]] = {}  # (status, strategy or data mode) -> adapters; workloads apart
+    places: dict[tuple, set[str]] = {}
+    for r in recs:
+        if r["status"] != "ok":
+            data = r.get("data") if r.get("data", "resident") != "resident" else None
+            how = " ".join(filter(None, [strategy(r) or _spec_strategy(r), data]))
+            idle.setdefault((r["status"], how), set()).add(r["adapter"])
+            places.setdefault((r["status"], how), set()).add(r["workload"])
+    for (status, how), adapters in sorted(idle.items()):
+        who = _listing(sorted(adapters)) if len(adapters) <= 2 else f"{len(adapters)} adapters"
+        where = ", ".join(sorted(places[(status, how)]))
+        gaps.append(f"{status}: {how} for {who} on {where}" if how else f"{status}: {who} on {where}")
+    if not gaps:
+        return []
+    why = " (the tables give each reason)" if idle else ""
+    return ["Not in this run: " + "; ".join(gaps) + why + "."]
+
+
+def _spec_strategy(rec: Record) -> str | None:
+    """The strategy of a cell that did not run, whose record may lack the spec's task."""
+    return next((o.split("=", 1)[1] for o in rec.get("overrides", []) if o.startswith("strategy=")), None)
+
+
+def sentences(recs: list[Record]) -> list[str]:
+    """The summary, in reading order."""
     return [
         *contention_sentences(recs),
-        *ranking_sentences(recs),
-        *fastest_sentences(recs),
-        *gpu_vs_cpu_sentences(recs),
-        *compile_sentences(recs, break_even),
+        *winner_sentences(recs),
+        *framework_sentences(recs),
+        *input_sentences(recs),
+        *device_sentences(recs),
+        *missing_sentences(recs),
     ]

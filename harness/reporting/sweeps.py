@@ -7,9 +7,10 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness.reporting import plots, summary
+from harness.reporting import plots
+from harness.reporting.cells import strategy
 from harness.reporting.formatting import DASH, device_label, sig, slug
-from harness.reporting.summary import strategy
+from harness.rounds import separated
 
 
 def crossovers(series: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -26,7 +27,7 @@ def crossovers(series: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
             order = []
             for ra in series[a]:
                 rb = by_value_b.get(ra["sweep"]["value"])
-                if rb is not None and summary.separated(ra, rb):
+                if rb is not None and separated(ra, rb):
                     order.append((ra["sweep"]["value"], a if ra["median_s"] < rb["median_s"] else b))
             for (v0, w0), (v1, w1) in zip(order, order[1:], strict=False):
                 if w0 != w1:
@@ -34,8 +35,9 @@ def crossovers(series: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return found
 
 
-def sweep_section(recs: list[dict[str, Any]], plot_dir: Path | None) -> list[str]:
-    """Step time and throughput against the swept field, with the crossovers marked."""
+def sweep_section(recs: list[dict[str, Any]], plot_dir: Path | None, colors: plots.Colors | None = None) -> list[str]:
+    """Step time and throughput against the swept field, with the crossovers marked; lines in
+    their adapter's colour (``colors``, the report's palette), one line style per device."""
     swept = [r for r in recs if r.get("sweep") and r["status"] == "ok" and r.get("data", "resident") == "resident"]
     out: list[str] = []
     for workload in sorted({r["workload"] for r in swept}):
@@ -59,7 +61,15 @@ def sweep_section(recs: list[dict[str, Any]], plot_dir: Path | None) -> list[str
                 ]
                 for label, rs in series.items()
             }
-            path = plots.sweep(points, field, workload, plot_dir / f"{slug(workload, 'sweep', field)}.png")
+            devices = sorted({device_label(r) for r in cells})
+            styles = {
+                label: {
+                    "color": (colors or {}).get(rs[0]["adapter"]),
+                    "linestyle": ("-", "--", ":", "-.")[devices.index(device_label(rs[0])) % 4],
+                }
+                for label, rs in series.items()
+            }
+            path = plots.sweep(points, field, workload, plot_dir / f"{slug(workload, 'sweep', field)}.png", styles)
             out += [f"![{workload}: sweep over {field}]({path.name})", ""]
         values = sorted({r["sweep"]["value"] for r in cells})
         header_values = [f"{field}={v:g}" for v in values]

@@ -6,9 +6,9 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness.reporting import summary
+from harness.reporting.cells import overlap, strategy
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig, status_text
-from harness.reporting.summary import strategy
+from harness.rounds import separated
 
 
 def table_title(rec: dict[str, Any]) -> str:
@@ -36,7 +36,7 @@ def _vs_fastest(rec: dict[str, Any], fastest: dict[str, Any]) -> str:
     ratio = f"{rec['median_s'] / fastest['median_s']:.2f}"
     if rec is fastest or "ci_low_s" not in rec:
         return ratio
-    return ratio if summary.separated(rec, fastest) else f"{ratio} (tie)"
+    return ratio if separated(rec, fastest) else f"{ratio} (tie)"
 
 
 def _median_ci(rec: dict[str, Any]) -> str:
@@ -57,10 +57,10 @@ def _outcome(rec: dict[str, Any]) -> str:
 
 def _pipelined(rec: dict[str, Any]) -> str:
     """``0.61 (0.83x)``: time per step with one sync per block, and its ratio to the synced steps
-    over windows of the same length (summary.overlap)."""
+    over windows of the same length (cells.overlap)."""
     if rec.get("pipelined_s") is None:
         return DASH
-    return f"{sig(rec['pipelined_s'] * 1e3)} ({summary.overlap(rec):.2f}x)"
+    return f"{sig(rec['pipelined_s'] * 1e3)} ({overlap(rec):.2f}x)"
 
 
 def floor_text(rec: dict[str, Any]) -> str:

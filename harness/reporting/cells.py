@@ -1,0 +1,95 @@
+"""What a combined record is, for every report page: its loop strategy, its name, the axes it is
+compared along, which cells may enter a verdict, and which requested cells produced nothing.
+
+Pure record logic: no formatting and no page layout, so every other reporting module (the
+summary, tables, plots, comparisons) can import it without importing each other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.rounds import separated
+
+Record = dict[str, Any]
+
+
+def strategy(rec: Record) -> str | None:
+    """The loop strategy of a training cell whose workload has them, else None."""
+    spec = rec.get("spec") or {}
+    return spec.get("strategy") if spec.get("task") == "train" else None
+
+
+def name(rec: Record) -> str:
+    """``jax-jit`` or ``jax-jit (exact)``: the adapter and, where it has one, its loop strategy."""
+    loop = strategy(rec)
+    return f"{rec['adapter']} ({loop})" if loop else rec["adapter"]
+
+
+def comparable(recs: list[Record]) -> list[Record]:
+    """Cells a verdict may use: ran, on resident data, not beside other CPU load."""
+    return [
+        r for r in recs if r["status"] == "ok" and r.get("data", "resident") == "resident" and not r.get("contended")
+    ]
+
+
+def best_per_adapter(recs: list[Record]) -> list[Record]:
+    """Each adapter's fastest cell (its best loop strategy: the fastest steady step), fastest first."""
+    best: dict[str, Record] = {}
+    for r in recs:
+        if r["adapter"] not in best or r["median_s"] < best[r["adapter"]]["median_s"]:
+            best[r["adapter"]] = r
+    return sorted(best.values(), key=lambda r: r["median_s"])
+
+
+def requested_device(rec: Record) -> str:
+    return rec.get("device") or rec.get("device_requested") or "?"
+
+
+def axes(rec: Record) -> tuple:
+    """Every axis of the plan but the adapter and its loop strategy: cells that differ in any
+    of these (batch size, precision, data mode, ...) are never compared in one sentence."""
+    setting = tuple(sorted(o for o in rec.get("overrides", []) if not o.startswith("strategy=")))
+    return rec["workload"], rec.get("device"), setting, rec.get("precision", "fp32"), rec.get("data", "resident")
+
+
+def what(key: tuple) -> str:
+    """``mlp`` or ``mlp (batch_size=16, tf32)``: the workload and what sets it apart."""
+    workload, _, setting, precision, _ = key
+    extra = [*setting, *([precision] if precision != "fp32" else [])]
+    return f"{workload} ({', '.join(extra)})" if extra else workload
+
+
+def leaders(recs: list[Record]) -> dict[tuple, tuple[Record, Record, bool]]:
+    """For every group of comparable cells (``axes``) with two adapters or more: the fastest,
+    the runner-up, and whether the fastest is separated from it (else: tied)."""
+    groups: dict[tuple, list[Record]] = {}
+    for r in comparable(recs):
+        groups.setdefault(axes(r), []).append(r)
+    out = {}
+    for key, cells in groups.items():
+        ranked = best_per_adapter(cells)
+        if len(ranked) >= 2:
+            out[key] = (ranked[0], ranked[1], separated(ranked[0], ranked[1]))
+    return out
+
+
+def missing_pairs(recs: list[Record]) -> list[tuple[str, list[str], str]]:
+    """Requested adapter x device pairs with no ``ok`` cell at all, grouped by reason:
+    (device, adapters, the reason of their first cell that did not run)."""
+    ran = {(r["adapter"], r.get("device")) for r in recs if r["status"] == "ok"}
+    reasons: dict[tuple[str, str], str] = {}
+    for r in recs:
+        key = (r["adapter"], requested_device(r))
+        if key not in ran and key not in reasons:
+            reasons[key] = f"{r['status']}: {r.get('reason') or 'no reason recorded'}"
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for (adapter, device), reason in reasons.items():
+        grouped.setdefault((device, reason), []).append(adapter)
+    return [(device, sorted(adapters), reason) for (device, reason), adapters in grouped.items()]
+
+
+def overlap(rec: Record) -> float:
+    """Pipelined time per step over synced time per step in windows of the same length (the
+    median step where the record has no windows): below 1, the loop gains from overlap."""
+    return rec["pipelined_s"] / (rec.get("synced_block_s") or rec["median_s"])

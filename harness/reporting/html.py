@@ -1,0 +1,60 @@
+"""report.html: the same markdown as report.md, rendered by a real markdown renderer
+(markdown-it-py, CommonMark with GitHub tables) into one self-contained page.
+
+Images the markdown links to are embedded as ``data:`` URIs, so the page can be mailed or
+attached on its own. Raw HTML in the markdown is not passed through (it is escaped).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import mimetypes
+from pathlib import Path
+
+from markdown_it import MarkdownIt
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 1200px; margin: 2em auto;
+       padding: 0 1em; line-height: 1.45; color: #222; }
+table { border-collapse: collapse; display: block; overflow-x: auto; font-size: 0.85em; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; white-space: nowrap; }
+th { background: #f3f3f3; }
+img { max-width: 100%; }
+code { background: #f3f3f3; padding: 0 0.2em; }
+pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; }
+blockquote { border-left: 4px solid #e0a030; margin: 1em 0; padding: 0.2em 1em; background: #fff8e6; }
+"""
+
+
+def _data_uri(path: Path) -> str:
+    kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    return f"data:{kind};base64,{base64.b64encode(path.read_bytes()).decode('ascii')}"
+
+
+def render(markdown: str, base: Path, title: str) -> str:
+    """The page for ``markdown``, its local images (paths relative to ``base``) embedded. An image
+    file that does not exist keeps its link, so a broken reference stays visible, not silent."""
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    tokens = md.parse(markdown)
+    for token in tokens:
+        for child in token.children or []:
+            if child.type == "image":
+                src = str(child.attrGet("src") or "")
+                local = base / src
+                if src and "://" not in src and not src.startswith("data:") and local.is_file():
+                    child.attrSet("src", _data_uri(local))
+    body = md.renderer.render(tokens, md.options, {})
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{html.escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}</body>\n</html>\n"
+    )
+
+
+def write(markdown_path: Path) -> Path:
+    """Write the page beside ``markdown_path`` (report.md -> report.html) and return its path."""
+    text = markdown_path.read_text()
+    first = next((line for line in text.splitlines() if line.startswith("# ")), "# " + markdown_path.stem)
+    path = markdown_path.with_suffix(".html")
+    path.write_text(render(text, markdown_path.parent, first[2:].strip()))
+    return path

@@ -1,0 +1,149 @@
+"""The overview that opens a report: adapter x column (workload, with device and setting where a
+run has several), each cell's steady time over the fastest cell of its column.
+
+One grid feeds both the picture (plots.overview) and the compact markdown table beneath it, so
+the two can never disagree. A column's fastest is chosen among cells a verdict may use
+(cells.comparable); a cell whose paired-by-round ratio to it has a 95% interval including 1 is a
+tie; cells that did not run show their status; contended cells show their ratio, marked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tabulate import tabulate
+
+from harness.reporting.cells import best_per_adapter, comparable, strategy, what
+from harness.reporting.formatting import device_label, sig
+from harness.rounds import separated
+
+Record = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One adapter in one column: ``status`` is ok, contended, skipped or failed."""
+
+    status: str
+    ratio: float | None = None
+    fastest: bool = False
+    tie: bool = False
+    strategy: str | None = None
+
+
+@dataclass
+class Grid:
+    """Adapters (rows) by columns; ``cells`` holds (column, adapter) pairs that were requested."""
+
+    rows: list[str]
+    columns: list[str]
+    #: The fastest cell's steady time per column (seconds), None where no cell may be ranked.
+    fastest_s: list[float | None]
+    cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
+
+
+def _column(rec: Record, devices: int) -> tuple[str, tuple]:
+    """A column's label and sort key: workload and setting, with the device where there are several."""
+    setting = tuple(sorted(o for o in rec.get("overrides", []) if not o.startswith("strategy=")))
+    label = what((rec["workload"], None, setting, rec.get("precision", "fp32"), None))
+    if devices > 1:
+        label += f" / {device_label(rec)}"
+    numbers = tuple(float(o.split("=", 1)[1]) if _numeric(o) else 0.0 for o in setting)
+    return label, (rec["workload"], numbers, setting, device_label(rec), rec.get("precision", "fp32"))
+
+
+def _numeric(override: str) -> bool:
+    try:
+        float(override.split("=", 1)[1])
+    except (IndexError, ValueError):
+        return False
+    return True
+
+
+def _cell(recs: list[Record], fastest: Record | None) -> Cell:
+    usable = comparable(recs)
+    if usable:
+        best = best_per_adapter(usable)[0]
+        is_fastest = best is fastest
+        tie = not is_fastest and fastest is not None and not separated(best, fastest)
+        ratio = best["median_s"] / fastest["median_s"] if fastest else None
+        return Cell("ok", ratio, is_fastest, tie, strategy(best))
+    ran = [r for r in recs if r["status"] == "ok"]
+    if ran:  # only contended cells: shown, never ranked
+        best = min(ran, key=lambda r: r["median_s"])
+        return Cell("contended", best["median_s"] / fastest["median_s"] if fastest else None, strategy=strategy(best))
+    return Cell("failed" if any(r["status"] == "failed" for r in recs) else "skipped")
+
+
+def grid(recs: list[Record]) -> Grid | None:
+    """The overview of a report's cells on resident data (other data modes have their own
+    section), or None where nothing ran."""
+    resident = [r for r in recs if r.get("data", "resident") == "resident"]
+    if not any(r["status"] == "ok" for r in resident):
+        return None
+    devices = len({device_label(r) for r in resident if r["status"] == "ok"})
+    columns: dict[str, tuple] = {}
+    members: dict[tuple[str, str], list[Record]] = {}
+    for r in resident:
+        label, key = _column(r, devices)
+        columns.setdefault(label, key)
+        members.setdefault((label, r["adapter"]), []).append(r)
+    order = sorted(columns, key=lambda c: columns[c])
+    kinds = {r["adapter"]: (r.get("framework", ""), r.get("graph") != "dynamic") for r in resident}
+    rows = sorted(kinds, key=lambda a: (*kinds[a], a))  # each framework's dynamic mode above its static one
+    out = Grid(rows, order, [])
+    for column in order:
+        usable = [r for a in rows for r in comparable(members.get((column, a), []))]
+        fastest = min(usable, key=lambda r: r["median_s"], default=None)
+        out.fastest_s.append(fastest["median_s"] if fastest else None)
+        for adapter in rows:
+            if (column, adapter) in members:
+                out.cells[(column, adapter)] = _cell(members[(column, adapter)], fastest)
+    return out
+
+
+def ratio_text(ratio: float | None) -> str:
+    """``1.04``, ``39.4``, ``112``: two decimals where a tie or a small gap matters, fewer above."""
+    if ratio is None:
+        return "—"
+    return f"{ratio:.2f}" if ratio < 10 else f"{ratio:.1f}" if ratio < 100 else f"{ratio:.0f}"
+
+
+def cell_text(cell: Cell) -> str:
+    """``1.00``, ``1.02 tie``, ``2.15``, ``3.10 contended``, ``skipped``: a cell in words."""
+    if cell.status in ("skipped", "failed"):
+        return cell.status
+    text = ratio_text(cell.ratio)
+    if cell.fastest:
+        text = f"**{text}**"
+    if cell.tie:
+        text += " tie"
+    if cell.status == "contended":
+        text += " contended"
+    return text + (f" ({cell.strategy})" if cell.strategy else "")
+
+
+def table(g: Grid) -> str:
+    """The overview as a compact markdown table: a row of the fastest times, then one per adapter."""
+    rows = [["fastest (ms/step)", *(sig(s * 1e3) if s else "—" for s in g.fastest_s)]]
+    for adapter in g.rows:
+        rows.append(
+            [adapter, *(cell_text(g.cells[(c, adapter)]) if (c, adapter) in g.cells else "" for c in g.columns)]
+        )
+    return tabulate(rows, ["time / fastest", *g.columns], tablefmt="github", disable_numparse=True)
+
+
+def caption(g: Grid, has_data_modes: bool) -> str:
+    """What the picture and the table show, in one paragraph."""
+    text = (
+        "Each cell is the adapter's steady step time (synced, median; its best loop strategy, the fastest "
+        "steady step, in brackets) over the fastest cell of the column: 1.00 (framed) is the fastest; `tie`: "
+        "the 95% interval of the ratio to the fastest, paired by round, includes 1 (dashed frame). Colours "
+        "are on a log scale. `skipped` and `failed` cells did not run (the tables below say why)"
+    )
+    if any(c.status == "contended" for c in g.cells.values()):
+        text += "; `contended` cells ran beside other CPU load and are not ranked"
+    if has_data_modes:
+        text += "; data already on the device (`resident`): other data modes are in the Input pipeline section"
+    return text + "."

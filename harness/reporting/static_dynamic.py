@@ -1,0 +1,194 @@
+"""The report's "Static vs dynamic" section: each framework's two modes side by side, what
+compiling costs each static-graph cell and when it pays off, and the loop strategies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tabulate import tabulate
+
+from harness.reporting.breakeven import break_even, break_even_range, cumulative_s, steps_text
+from harness.reporting.cells import axes, comparable, name, strategy, what
+from harness.reporting.formatting import DASH, compiles_text, device_label, sig
+from harness.rounds import separated
+
+Record = dict[str, Any]
+
+
+def section(groups: dict[tuple, list[Record]]) -> list[str]:
+    """``## Static vs dynamic`` with its subsections, or nothing where no static cell ran."""
+    parts = [*within_frameworks(groups), *compile_costs(groups), *strategies(groups)]
+    return ["## Static vs dynamic", "", *parts] if parts else []
+
+
+def _table(rows: list[list[str]], headers: list[str]) -> str:
+    return tabulate(rows, headers, tablefmt="github", disable_numparse=True)
+
+
+def payoff(static: Record, base: Record) -> str:
+    """When ``static`` has paid for its compiles against ``base``, in words for a table cell."""
+    span = break_even_range(static, base)
+    if span is not None:
+        return f"after {steps_text(span)} steps"
+    if not separated(static, base):
+        return "tied steady steps: no clear break-even"
+    return "never (slower steady step)" if static["median_s"] > base["median_s"] else "no cold window recorded"
+
+
+def compile_costs(groups: dict[tuple, list[Record]]) -> list[str]:
+    """One row per static-graph adapter and comparable group (its strategy with the shortest
+    cold start): its compiles, first and steady step, and when it has paid off against the
+    fastest dynamic-graph cell of the same workload and device, from the 95% interval."""
+    cells = [r for recs in groups.values() for r in comparable(recs) if "cold_times_s" in r]
+    static: dict[tuple, Record] = {}
+    for r in cells:
+        key = (axes(r), r["adapter"])
+        if (
+            r.get("graph") == "static"
+            and r.get("compile_s")
+            and (key not in static or r["cold_s"] < static[key]["cold_s"])
+        ):
+            static[key] = r
+    rows = []
+    for (key, _), r in sorted(static.items(), key=lambda kv: (kv[0][0][0], str(kv[0][0][1:]), kv[0][1])):
+        eager = [e for e in cells if e.get("graph") == "dynamic" and axes(e) == key]
+        base = min(eager, key=lambda e: e["median_s"]) if eager else None
+        rows.append(
+            [
+                name(r),
+                what(key),
+                device_label(r),
+                compiles_text(r),
+                sig(r["first_step_s"] * 1e3),
+                sig(r["median_s"] * 1e3),
+                f"{name(base)}, {sig(base['median_s'] * 1e3)}" if base else DASH,
+                payoff(r, base) if base else DASH,
+            ]
+        )
+    if not rows:
+        return []
+    intro = (
+        "What each static-graph cell pays to trace and compile (its loop strategy with the shortest cold "
+        "start), and the step count from a cold start after which it has spent no more time in total than "
+        "the fastest dynamic-graph cell of the same workload and device: a range from the two ends of the "
+        "95% interval of their steady-time ratio, paired by round. Cells that ran beside other CPU load "
+        "(`contended`) are left out."
+    )
+    headers = [
+        "static cell",
+        "workload",
+        "device",
+        "traces / compiles",
+        "first step (ms)",
+        "steady (ms/step)",
+        "fastest dynamic (ms/step)",
+        "pays off",
+    ]
+    return ["### What compiling costs", "", intro, "", _table(rows, headers), ""]
+
+
+def strategies(groups: dict[tuple, list[Record]]) -> list[str]:
+    """For workloads run under loop strategies: compiles, cold time and break-even per cell."""
+    out: list[str] = []
+    for (workload, _), recs in groups.items():
+        ok = [r for r in recs if r["status"] == "ok" and strategy(r) and "cold_times_s" in r]
+        for device in sorted({device_label(r) for r in ok}):
+            cells = [r for r in ok if device_label(r) == device]
+            eager = [r for r in cells if r.get("graph") == "dynamic"]
+            base = min(eager, key=lambda r: r["median_s"]) if eager else None
+            n = max(len(r["cold_times_s"]) for r in cells)
+            rows = []
+            for r in sorted(cells, key=lambda r: (r.get("graph") != "static", r["adapter"])):
+                if r is base:
+                    even = "baseline"
+                elif base is None or r.get("graph") != "static":
+                    even = DASH
+                else:
+                    steps = break_even(r, base)
+                    even = "never" if steps is None else f"{steps:,}"
+                rows.append(
+                    [
+                        r["adapter"],
+                        r.get("graph", DASH),
+                        strategy(r),
+                        compiles_text(r),
+                        sig(r["first_step_s"] * 1e3),
+                        sig(r["median_s"] * 1e3),
+                        sig(cumulative_s(r, n)),
+                        even,
+                    ]
+                )
+            headers = [
+                "adapter",
+                "graph",
+                "strategy",
+                "traces / compiles",
+                "first step (ms)",
+                "steady (ms/step)",
+                f"cold time, {n} batches (s)",
+                "break-even (steps)",
+            ]
+            out += [f"### Loop strategies: {workload} on {device}", ""]
+            if base is not None:
+                out += [
+                    f"Break-even: the number of training steps from a cold start after which the static-graph "
+                    f"cell has spent no more time in total than the fastest dynamic-graph cell, "
+                    f"{base['adapter']} ({strategy(base)}, {sig(base['median_s'] * 1e3)} ms/step); measured over "
+                    f"the first {n} steps (every compile included), extrapolated with the steady medians beyond. "
+                    "`never`: its steady step is not faster.",
+                    "",
+                ]
+            out += [_table(rows, headers), ""]
+    return out
+
+
+def within_frameworks(groups: dict[tuple, list[Record]]) -> list[str]:
+    """Each framework's dynamic and static modes side by side (torch eager vs torch.compile,
+    TF eager vs tf.function, JAX op by op vs jit, Keras on torch vs on JAX)."""
+    rows = []
+    for (workload, _), recs in groups.items():
+        ok = [r for r in recs if r["status"] == "ok"]
+        for device in sorted({device_label(r) for r in ok}):
+            for framework in sorted({r.get("framework", "") for r in ok}):
+                mine = [r for r in ok if device_label(r) == device and r.get("framework") == framework]
+                dynamic = [r for r in mine if r.get("graph") == "dynamic"]
+                static = [r for r in mine if r.get("graph") == "static"]
+                if not dynamic or not static:
+                    continue
+                d, st = min(dynamic, key=lambda r: r["median_s"]), min(static, key=lambda r: r["median_s"])
+                steps = break_even(st, d) if "cold_times_s" in st and "cold_times_s" in d else None
+                rows.append(
+                    [
+                        framework,
+                        workload,
+                        device,
+                        name(d),
+                        sig(d["median_s"] * 1e3),
+                        name(st),
+                        sig(st["median_s"] * 1e3),
+                        f"{d['median_s'] / st['median_s']:.2f}x",
+                        compiles_text(st),
+                        "never" if steps is None else f"{steps:,}",
+                    ]
+                )
+    if not rows:
+        return []
+    headers = [
+        "framework",
+        "workload",
+        "device",
+        "dynamic",
+        "dynamic (ms/step)",
+        "static",
+        "static (ms/step)",
+        "static speed-up",
+        "static traces / compiles",
+        "break-even (steps)",
+    ]
+    intro = (
+        "Each framework's fastest dynamic-graph cell against its fastest static-graph cell (best loop "
+        "strategy: the one with the fastest steady step). Speed-up is dynamic time over static time (above "
+        "1: the static graph is faster once compiled); break-even is the step count from a cold start after "
+        "which the static mode has spent no more time in total."
+    )
+    return ["### Within each framework", "", intro, "", _table(rows, headers), ""]

@@ -1,0 +1,109 @@
+"""The report's opening (overview grid and table), its plots' shared colours, and report.html."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+from harness.reporting import html, overview, plots, report
+from tests.conftest import REPO
+from tests.fakes import record
+from tests.test_summary_compare_sweep import timed
+
+FULL_RUN = REPO / "reports" / "2026-11-23-cpu-all"
+
+
+def test_overview_grid_ranks_ties_and_shows_cells_that_did_not_run():
+    recs = [
+        timed("jax-jit", 1.0, graph="static", framework="jax"),
+        timed("jax-eager", 3.0, seed=1, framework="jax"),
+        timed("torch-eager", 1.01, 0.3, n=21, seed=2, framework="torch"),
+        timed("tf-eager", 0.5, seed=3, framework="tf", contended=True),
+        record("keras-jax", status="failed", reason="boom"),
+        record("torch-compile", status="skipped", reason="not installed", framework="torch"),
+    ]
+    g = overview.grid(recs)
+    assert g.columns == ["mlp"] and g.fastest_s == [recs[0]["median_s"]], "contended cells never win a column"
+    cell = {a: g.cells[("mlp", a)] for a in g.rows}
+    assert cell["jax-jit"].fastest and cell["jax-jit"].ratio == 1.0
+    assert cell["torch-eager"].tie and not cell["jax-eager"].tie
+    assert cell["jax-eager"].ratio == 3.0
+    assert (cell["keras-jax"].status, cell["torch-compile"].status) == ("failed", "skipped")
+    assert cell["tf-eager"].status == "contended" and not cell["tf-eager"].fastest
+    # each framework's dynamic mode above its static one
+    assert g.rows.index("jax-eager") < g.rows.index("jax-jit")
+    text = overview.table(g)
+    rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in text.splitlines()[2:]}
+    assert rows == {
+        "fastest (ms/step)": "1",
+        "jax-eager": "3.00",
+        "jax-jit": "**1.00**",
+        "keras-jax": "failed",
+        "tf-eager": "0.50 contended",
+        "torch-eager": "1.01 tie",
+        "torch-compile": "skipped",
+    }
+
+
+def test_overview_columns_split_by_device_and_setting():
+    recs = [
+        timed("jax-jit", 1.0, overrides=["batch_size=1024"]),
+        timed("jax-jit", 2.0, seed=1, overrides=["batch_size=16"]),
+        timed("jax-jit", 3.0, seed=2, device="cuda", overrides=["batch_size=16"]),
+    ]
+    recs[2]["device_requested"] = "cuda"
+    g = overview.grid(recs)
+    assert g.columns == ["mlp (batch_size=16) / cpu", "mlp (batch_size=16) / cuda", "mlp (batch_size=1024) / cpu"]
+
+
+def test_one_colour_per_adapter_in_every_plot_of_a_report():
+    recs = [record(a, framework=f, graph=g) for a, f, g in [
+        ("torch-eager", "torch", "dynamic"), ("torch-compile", "torch", "static"),
+        ("jax-eager", "jax", "dynamic"), ("jax-jit", "jax", "static"), ("jax-other", "jax", "static"),
+    ]]  # fmt: skip
+    colors = plots.palette(recs)
+    assert len(set(colors.values())) == len(recs), "distinct adapters, distinct colours"
+    assert plots.palette(list(reversed(recs))) == colors, "independent of record order"
+    assert plots._wide([1.0, 10.5]) and not plots._wide([1.0, 9.5]), "log axis past a 10x span"
+
+
+def test_committed_report_opens_with_the_overview_and_a_short_summary(tmp_path):
+    md = (FULL_RUN / "report.md").read_text()
+    assert report.build(FULL_RUN, plot_dir=tmp_path) == md, "regenerated from its records, nothing by hand"
+    assert (tmp_path / "overview.png").is_file()
+    headings = [line for line in md.splitlines() if line.startswith("## ")]
+    assert headings[:2] == ["## Overview", "## Summary"]
+    assert md.index("](overview.png)") < md.index("## Summary")
+    summary = md.split("## Summary")[1].split("\n## ")[0]
+    assert 1 <= sum(line.startswith("- ") for line in summary.splitlines()) <= 8
+    assert "### What compiling costs" in md.split("## Static vs dynamic")[1]
+    assert "spends" not in summary, "per-adapter compile sentences live in the Static vs dynamic table"
+
+
+def test_report_html_has_every_table_and_image_of_the_committed_report(tmp_path):
+    md_path = FULL_RUN / "report.md"
+    md = md_path.read_text()
+    page = html.render(md, FULL_RUN, "report")
+    tables = len(re.findall(r"^\|(?: *:?-+:? *\|)+$", md, flags=re.M))  # one separator row per table
+    assert tables >= 8 and page.count("<table>") == tables
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    assert "overview.png" in images and len(images) >= 10
+    for name in images:
+        data = base64.b64encode((FULL_RUN / name).read_bytes()).decode("ascii")
+        assert f'src="data:image/png;base64,{data}"' in page, f"{name} embedded"
+    assert 'src="overview.png"' not in page and "<p>|" not in page, "no raw links or unrendered tables"
+    # the committed page is this rendering of the committed markdown
+    assert (FULL_RUN / "report.html").read_text() == html.render(md, FULL_RUN, md.splitlines()[0][2:])
+
+
+def test_report_write_puts_html_beside_markdown(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    from harness import records
+
+    for r in [timed("torch-eager", 1.0), timed("jax-jit", 2.0, seed=1)]:
+        records.append(run / records.RESULTS, r)
+    path = report.write(run)
+    page = (run / "report.html").read_text()
+    assert path.name == "report.md" and page.startswith("<!DOCTYPE html>")
+    assert (run / "overview.png").stat().st_size > 5000 and page.count("data:image/png;base64,") >= 3
