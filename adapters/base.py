@@ -87,7 +87,9 @@ class Adapter(abc.ABC):
         """Environment for the worker process, applied before the framework is imported:
         thread-pool sizes and backend/platform selection that a framework reads only at
         start-up. ``device`` is the cell's requested device ("cpu", "cuda" or "auto")."""
-        return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        from adapters.kit import threads_env
+
+        return threads_env(threads)
 
     def supports(self, spec: Workload) -> str | None:
         """None if this adapter can run ``spec``, else the reason (the cell is skipped)."""
