@@ -50,6 +50,7 @@ __all__ = [
     "JaxCompileEvents",
     "Options",
     "adam_eps_hat",
+    "gpu_autotune_level",
     "hwio_to_oihw",
     "jax_build_info",
     "jax_device_busy",
