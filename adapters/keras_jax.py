@@ -108,13 +108,17 @@ class KerasJax(Adapter):
         model._symbolic_build(data_batch=data)
         model.make_train_function()
         model.reset_metrics()
-        self._state = model._get_jax_state(
+        state = model._get_jax_state(
             trainable_variables=True,
             non_trainable_variables=True,
             optimizer_variables=True,
             metrics_variables=True,
             purge_model_variables=True,
         )
+        # Committed to the device, as the jitted step's outputs are: the Keras variables hold
+        # uncommitted arrays, and jit compiled the step again on step 2 for its own outputs
+        # (mlp: 3 compiles in records before 2026-11-23, now 1; harness check catches it).
+        self._state = kit.jax_place(state, self._device)
         model._jax_state_synced = False
 
     def _write_back(self) -> None:
