@@ -16,6 +16,12 @@ bias on r and z, so it would not be the same model). The caption loop is ``jax.l
 time (one compile per length under ``exact``); ``graph-loop`` scans over ``max_len`` with a
 ``lax.cond`` skipping steps past the batch's length; greedy decoding is a ``lax.while_loop``.
 Initial state is placed with ``kit.jax_place`` (committed), so step 2 does not compile again.
+Buffers are not donated (jax-jit donates its parameters; ``nnx.jit`` users rarely do).
+
+What the call path costs, ``mlp`` at batch 32 on the 2-core AMD EPYC VM, one process, the same
+model and batch, median of 2000 synced steps: ``nnx.jit`` 1.00 ms, ``nnx.cached_partial`` 0.65,
+``nnx.jit(graph=False)`` (tree mode) 0.73, ``nnx.split``/``merge`` inside a ``jax.jit`` with the
+state donated 0.57, jax-jit 0.52. At batch 1024 the step's compute dominates and the paths tie.
 """
 
 from __future__ import annotations
