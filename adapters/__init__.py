@@ -1,7 +1,8 @@
 """Adapter discovery: every module in this package that defines an Adapter subclass.
 
 Adding a framework means adding one module here; no list of adapter names exists elsewhere.
-Modules whose name starts with an underscore are helpers, not adapters. Two more sources:
+Modules whose name starts with an underscore are helpers, not adapters, and so are ``base``
+(the contract) and ``kit`` (the adapter-author API). Two more sources:
 
 - the entry-point group ``dlcompare.adapters``: an installed package outside this repository
   registers ``name = "package.module"`` (a module holding Adapter subclasses) in it;
@@ -44,7 +45,7 @@ def discover() -> dict[str, AdapterInfo]:
     sources = [
         (f"{__name__}.{m.name}", "built-in")
         for m in pkgutil.iter_modules(__path__)
-        if not m.name.startswith("_") and m.name != "base"
+        if not m.name.startswith("_") and m.name not in ("base", "kit")
     ]
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist else "?"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
+from adapters.kit import swap_rz_gates
 from workloads import Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
 
@@ -45,10 +45,8 @@ def fit_data(spec: Workload, batch: Any) -> tuple[Any, Any, Any]:
     return batch["x"], batch["y"], None
 
 
-def _gates_to_keras(a: np.ndarray) -> np.ndarray:
-    """Canonical (r, z, n) column blocks -> Keras (z, r, n); the swap is its own inverse."""
-    r, z, n = np.split(a, 3, axis=-1)
-    return np.concatenate([z, r, n], axis=-1)
+# Canonical (r, z, n) column blocks <-> Keras (z, r, n); the swap is its own inverse.
+_gates_to_keras = swap_rz_gates
 
 
 def load_params(layers: dict[str, Any], p: Params, spec: Workload) -> None:
@@ -115,12 +113,6 @@ def optimizer_kernel(spec: Workload, adam_note: str) -> str:
     if spec.optimizer == "adam":
         return f"keras.optimizers.Adam, Keras's own update ({adam_note})"
     return "keras.optimizers.SGD"
-
-
-def eager_epsilon(step: int) -> float:
-    """Keras's eager torch Adam reads ``epsilon`` as a Python float each step; this value makes
-    its update the workloads' Algorithm-1 one at step ``step`` (1-based)."""
-    return ADAM_EPS * math.sqrt(1.0 - ADAM_BETA2**step)
 
 
 def compile_model(keras: Any, model: Any, spec: Workload, adam: Any, jit_compile: bool) -> None:

@@ -62,9 +62,13 @@ class Adapter(abc.ABC):
     graph: ClassVar[str]
     """``dynamic`` (eager, graph rebuilt every step) or ``static`` (traced once, compiled)."""
     requires: ClassVar[tuple[str, ...]]
-    """Importable module names this adapter needs."""
-    extra: ClassVar[str]
-    """The pip extra of this project that installs them."""
+    """Importable module names this adapter needs (``env.json`` lists their packages)."""
+    extra: ClassVar[str | None] = None
+    """The pip extra of this project that installs them (built-in adapters)."""
+    install_hint: ClassVar[str | None] = None
+    """The command that installs what ``requires`` names, shown when a module is missing. A
+    built-in adapter may leave it None (then ``pip install 'dlcompare[<extra>]'``); an adapter
+    from another package should name its own, e.g. ``pip install 'my-package[flax]'``."""
     families: ClassVar[tuple[str, ...]] = ("mlp", "cnn", "rnn-caption")
     """Workload families this adapter implements."""
     loader_kind: ClassVar[str | None] = None
@@ -76,18 +80,26 @@ class Adapter(abc.ABC):
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
-        """None if the framework can be imported, else the reason with the pip command."""
+        """None if the framework can be imported, else the reason with the install command."""
         missing = [m for m in cls.requires if importlib.util.find_spec(m) is None]
         if not missing:
             return None
-        return f"{', '.join(missing)} not installed: pip install 'dlcompare[{cls.extra}]'"
+        if cls.install_hint:
+            hint = cls.install_hint
+        elif cls.__module__.startswith("adapters.") and cls.extra:
+            hint = f"pip install 'dlcompare[{cls.extra}]'"
+        else:  # a plugin that names no command: dlcompare's extras would be the wrong advice
+            hint = f"install the package that provides it ({cls.__module__}.{cls.__name__} sets no install_hint)"
+        return f"{', '.join(missing)} not installed: {hint}"
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
         """Environment for the worker process, applied before the framework is imported:
         thread-pool sizes and backend/platform selection that a framework reads only at
         start-up. ``device`` is the cell's requested device ("cpu", "cuda" or "auto")."""
-        return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        from adapters.kit import threads_env
+
+        return threads_env(threads)
 
     def supports(self, spec: Workload) -> str | None:
         """None if this adapter can run ``spec``, else the reason (the cell is skipped)."""

@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import collections
 import itertools
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from adapters import _jax_common
-from adapters._jax_common import CompileEvents, jax_env, peak_bytes
+from adapters import kit
 from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
@@ -44,7 +42,7 @@ class JaxJit(Adapter):
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
-        return {**super().worker_env(threads, device), **jax_env(threads, device)}
+        return {**super().worker_env(threads, device), **kit.jax_env(threads, device)}
 
     def version(self) -> dict[str, str]:
         import jax
@@ -54,23 +52,21 @@ class JaxJit(Adapter):
         return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "optax": optax.__version__}
 
     def resolve_device(self, device: str) -> str:
-        return _jax_common.resolve_device(device, "jax")
+        return kit.jax_resolve_device(device, "jax")
 
     def build_info(self) -> dict[str, Any]:
-        return _jax_common.build_info()
+        return kit.jax_build_info()
 
     def device_busy(self) -> bool | None:
-        return _jax_common.device_busy(self._params, self._opt_state)
+        return kit.jax_device_busy(self._params, self._opt_state)
 
     def setup(self, spec: Workload, params: Params, device: str, options: Options) -> None:
         import jax
         import jax.numpy as jnp
         import optax
 
-        # "highest" keeps float32 matmuls and convolutions in full precision on GPU (TF32 off);
-        # "tensorfloat32" allows TF32, as --precision tf32 does in every framework.
-        jax.config.update("jax_default_matmul_precision", "tensorfloat32" if options.tf32 else "highest")
-        self._events = CompileEvents()
+        kit.jax_precision(options.tf32)
+        self._events = kit.JaxCompileEvents()
         self.spec = spec
         self.device = jax.devices(device)[0]
         if spec.optimizer == "sgd":
@@ -85,8 +81,8 @@ class JaxJit(Adapter):
             return optax.apply_updates(p, updates), opt_state, loss
 
         self._step = self._compile(step, donate_argnums=(0, 1))
-        self._params = jax.device_put({k: jnp.asarray(v) for k, v in params.items()}, self.device)
-        self._opt_state = jax.device_put(tx.init(self._params), self.device)
+        self._params = kit.jax_place({k: jnp.asarray(v) for k, v in params.items()}, self.device)
+        self._opt_state = kit.jax_place(tx.init(self._params), self.device)
         if spec.family == "rnn-caption":
             self._decode = self._compile(_decoder(jax, jnp, spec, self.python_loop))
 
@@ -119,7 +115,7 @@ class JaxJit(Adapter):
         return stream()
 
     def device_memory_peak(self) -> int | None:
-        return peak_bytes(self.device)
+        return kit.jax_peak_bytes(self.device)
 
     def train_step(self, batch: Any) -> Any:
         self._params, self._opt_state, loss = self._step(self._params, self._opt_state, batch)
@@ -144,14 +140,10 @@ class JaxJit(Adapter):
         return self._events.stats()
 
     def settings(self) -> dict[str, Any]:
-        import jax
-
         return {
-            "matmul_precision": jax.config.jax_default_matmul_precision,
+            **kit.jax_settings(),
             "donate_buffers": True,
             "optimizer_kernel": f"optax.{self.spec.optimizer} (inside the jitted step, fused by XLA)",
-            "xla_flags": os.environ.get("XLA_FLAGS", ""),
-            "gpu_autotune_level": _jax_common.gpu_autotune_level(),
         }
 
 

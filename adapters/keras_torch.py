@@ -29,11 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from adapters import _torch_common
+from adapters import kit
 from adapters._keras_common import (
     build_model,
     compile_model,
-    eager_epsilon,
     fit_data,
     load_params,
     optimizer_kernel,
@@ -56,7 +55,7 @@ class KerasTorch(Adapter):
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
-        return {**super().worker_env(threads, device), "KERAS_BACKEND": "torch"}
+        return {**super().worker_env(threads, device), **kit.keras_env("torch", threads, device)}
 
     def version(self) -> dict[str, str]:
         import keras
@@ -65,10 +64,10 @@ class KerasTorch(Adapter):
         return {"keras": keras.__version__, "torch": torch.__version__, "keras_backend": keras.backend.backend()}
 
     def resolve_device(self, device: str) -> str:
-        return _torch_common.resolve_device(device, "keras (torch backend)")
+        return kit.torch_resolve_device(device, "keras (torch backend)")
 
     def build_info(self) -> dict[str, Any]:
-        return _torch_common.build_info()
+        return kit.torch_build_info()
 
     def setup(self, spec: Workload, params: Params, device: str, options: Options) -> None:
         import keras
@@ -77,7 +76,7 @@ class KerasTorch(Adapter):
         if keras.backend.backend() != "torch":
             raise RuntimeError(f"Keras backend is {keras.backend.backend()!r}; KERAS_BACKEND=torch must be set first")
         torch.set_num_threads(options.threads)
-        _torch_common.apply_settings(torch, options.tf32)
+        kit.torch_precision(torch, options.tf32)
         self._torch, self._keras = torch, keras
         self._device = device
         self.spec = spec
@@ -103,12 +102,12 @@ class KerasTorch(Adapter):
         return ({k: v.to(self._device, non_blocking=cuda) for k, v in b.items()} for b in stream)
 
     def device_memory_peak(self) -> int | None:
-        return self._torch.cuda.max_memory_allocated() if self._device == "cuda" else None
+        return kit.torch_peak_bytes(self._torch, self._device)
 
     def train_step(self, batch: Any) -> Any:
         self._t += 1
         if self._adam:
-            self.model.optimizer.epsilon = eager_epsilon(self._t)
+            self.model.optimizer.epsilon = kit.adam_eps_hat(self._t)
         data = fit_data(self.spec, batch)
         model = self.model
         with self._keras.device(self._device):
@@ -155,8 +154,8 @@ class KerasTorch(Adapter):
             "train_path": "fit's train_function",
             "steps_per_execution": self.model.steps_per_execution,
             "optimizer_kernel": optimizer_kernel(self.spec, "epsilon set per step from Python"),
-            **_torch_common.settings(self._torch),
+            **kit.torch_settings(self._torch),
         }
 
     def device_busy(self) -> bool | None:
-        return _torch_common.device_busy(self._torch, self._device)
+        return kit.torch_device_busy(self._torch, self._device)

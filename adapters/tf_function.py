@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from adapters.base import Adapter, Options, pick_device
+from adapters import kit
+from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
 from workloads.rnn import BOS, EOS, PAD
@@ -51,17 +52,7 @@ class TfFunction(Adapter):
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
-        env = super().worker_env(threads, device)
-        env.update(
-            TF_NUM_INTRAOP_THREADS=str(threads),
-            # Warnings stay visible on a GPU cell: they name the CUDA library TF could not load.
-            TF_CPP_MIN_LOG_LEVEL="2" if device == "cpu" else "1",
-            # Allocate GPU memory as needed, so memory figures mean something.
-            TF_FORCE_GPU_ALLOW_GROWTH="true",
-            # cuDNN autotuning on (TF's default, stated), as in every framework's GPU cells.
-            TF_CUDNN_USE_AUTOTUNE="1",
-        )
-        return env
+        return {**super().worker_env(threads, device), **kit.tf_env(threads, device)}
 
     def version(self) -> dict[str, str]:
         import tensorflow as tf
@@ -69,33 +60,15 @@ class TfFunction(Adapter):
         return {"tensorflow": tf.__version__}
 
     def resolve_device(self, device: str) -> str:
-        if device == "cpu":
-            return "cpu"
-        build = self.build_info()
-        cpu_only = f"tensorflow {self.version()['tensorflow']} is a CPU-only build"
-        why = build["error"] or (None if build["cuda"] else cpu_only)
-        return pick_device(device, bool(build["gpus"]), "tensorflow", why)
+        return kit.tf_resolve_device(device, "tensorflow")
 
     def build_info(self) -> dict[str, Any]:
-        import tensorflow as tf
-
-        build = tf.sysconfig.get_build_info()
-        cuda = build.get("cuda_version") if build.get("is_cuda_build") else None
-        gpus = tf.config.list_physical_devices("GPU")
-        names = [tf.config.experimental.get_device_details(g).get("device_name", g.name) for g in gpus]
-        error = None
-        if cuda and not gpus:
-            error = "TensorFlow's CUDA build found no usable GPU; its log (stderr) names what it could not load"
-        return {"cuda": cuda, "cudnn": build.get("cudnn_version"), "gpus": names, "error": error}
+        return kit.tf_build_info()
 
     def setup(self, spec: Workload, params: Params, device: str, options: Options) -> None:
         import tensorflow as tf
 
-        tf.config.experimental.enable_tensor_float_32_execution(options.tf32)
-        try:  # also set through the environment (worker_env); this makes it readable back
-            tf.config.threading.set_intra_op_parallelism_threads(options.threads)
-        except RuntimeError:
-            pass  # the runtime is already initialised with TF_NUM_INTRAOP_THREADS
+        kit.tf_precision(tf, options.tf32, options.threads)
         self._tf = tf
         self.spec = spec
         self._device = "/GPU:0" if device == "cuda" else "/CPU:0"
@@ -188,9 +161,7 @@ class TfFunction(Adapter):
         return iter(dataset)
 
     def device_memory_peak(self) -> int | None:
-        if self._device == "/CPU:0":
-            return None
-        return int(self._tf.config.experimental.get_memory_info("GPU:0")["peak"])
+        return kit.tf_peak_bytes(self._tf, "cpu" if self._device == "/CPU:0" else "cuda")
 
     def train_step(self, batch: Any) -> Any:
         with self._tf.device(self._device):
@@ -213,8 +184,7 @@ class TfFunction(Adapter):
         return {k: np.asarray(v.numpy(), dtype=np.float32) for k, v in self._vars.items()}
 
     def compile_stats(self) -> dict[str, Any]:
-        traces = sum(int(f.experimental_get_tracing_count()) for f in self._functions)
-        return {"traces": traces, "compile_s": self._trace_s}
+        return kit.tf_compile_stats(self._functions, self._trace_s)
 
     def settings(self) -> dict[str, Any]:
         tf = self._tf

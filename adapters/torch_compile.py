@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from adapters import kit
 from adapters.torch_eager import TorchEager
 
 
@@ -27,14 +28,7 @@ class TorchCompile(TorchEager):
         return self.torch.compile(fn, dynamic=dynamic, mode="default")
 
     def compile_stats(self) -> dict[str, Any]:
-        from torch._dynamo.utils import compilation_time_metrics, counters
-
-        seconds = compilation_time_metrics.get("_compile.compile_inner", [])
-        return {
-            "traces": int(counters["frames"].get("ok", 0)),
-            "compiles": int(counters["stats"].get("unique_graphs", 0)),
-            "compile_s": float(sum(seconds)),
-        }
+        return kit.torch_compile_stats()
 
     def settings(self) -> dict[str, Any]:
         from torch._dynamo.utils import counters

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import _torch_common
+from adapters import kit
 from adapters._torch_data import LOADER_KIND, data_loader
 from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
@@ -48,16 +48,16 @@ class TorchEager(Adapter):
         return {"torch": torch.__version__}
 
     def resolve_device(self, device: str) -> str:
-        return _torch_common.resolve_device(device, "torch")
+        return kit.torch_resolve_device(device, "torch")
 
     def build_info(self) -> dict[str, Any]:
-        return _torch_common.build_info()
+        return kit.torch_build_info()
 
     def setup(self, spec: Workload, params: Params, device: str, options: Options) -> None:
         import torch
 
         torch.set_num_threads(options.threads)
-        _torch_common.apply_settings(torch, options.tf32)
+        kit.torch_precision(torch, options.tf32)
         self.torch = torch
         self.device = torch.device(device)
         self.spec = spec
@@ -98,7 +98,7 @@ class TorchEager(Adapter):
         return (self._place(b, non_blocking=cuda) for b in data_loader(self.torch, batches, cuda))
 
     def device_memory_peak(self) -> int | None:
-        return self.torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None
+        return kit.torch_peak_bytes(self.torch, self.device)
 
     def train_step(self, batch: Any) -> Any:
         self.opt.zero_grad(set_to_none=True)
@@ -126,12 +126,12 @@ class TorchEager(Adapter):
         d = self.opt.defaults
         kind = "fused" if d.get("fused") else "foreach" if d.get("foreach") else "for-loop"
         return {
-            **_torch_common.settings(self.torch),
+            **kit.torch_settings(self.torch),
             "optimizer_kernel": f"torch.optim.{type(self.opt).__name__} ({kind})",
         }
 
     def device_busy(self) -> bool | None:
-        return _torch_common.device_busy(self.torch, self.device)
+        return kit.torch_device_busy(self.torch, self.device)
 
 
 def _build(torch, spec: Workload, compile_fn: Any):
@@ -201,13 +201,13 @@ def _build(torch, spec: Workload, compile_fn: Any):
             super().load_canonical(p)
             with torch.no_grad():
                 for i, conv in enumerate(self.convs):
-                    conv.weight.copy_(t(p[f"conv{i}/kernel"].transpose(3, 2, 0, 1)))
+                    conv.weight.copy_(t(kit.hwio_to_oihw(p[f"conv{i}/kernel"])))
                     conv.bias.copy_(t(p[f"conv{i}/bias"]))
 
         def canonical(self) -> Params:
             out = super().canonical()
             for i, conv in enumerate(self.convs):
-                out[f"conv{i}/kernel"] = conv.weight.detach().cpu().numpy().transpose(2, 3, 1, 0).copy()
+                out[f"conv{i}/kernel"] = kit.oihw_to_hwio(conv.weight.detach().cpu().numpy())
                 out[f"conv{i}/bias"] = conv.bias.detach().cpu().numpy().copy()
             return out
 

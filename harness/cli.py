@@ -15,7 +15,7 @@ from tabulate import tabulate
 
 from adapters import discover
 from adapters.base import PRECISIONS
-from harness import conformance, env, fidelity, floors, peak, records, rounds, runner, timing
+from harness import conformance, devices, env, fidelity, floors, peak, records, rounds, runner, timing
 from harness.install import doctor, variant
 from harness.plan import DATA_MODES, DEVICES, PlanError, plan, select_adapters, select_workloads
 from harness.progress import MatrixProgress
@@ -116,19 +116,21 @@ def _resumed_run(run_dir: Path, adapters) -> Run:
 
 
 def _dry_run(run: Run, adapters) -> None:
+    """The planned cells, each with the reason it will be skipped where that is known without
+    starting a framework (not installed, declined by ``supports``, no input pipeline, no GPU)."""
     cells = run.cells
-    rows = [
-        [
-            c["adapter"] + (" (script)" if c.get("script") else ""),
-            c["workload"],
-            c["device_requested"],
-            " ".join(c["overrides"]) or "-",
-            adapters[records.base_adapter(c)].unavailable or "",
-        ]
-        for c in cells
-    ]
-    print(tabulate(rows, ["adapter", "workload", "device", "overrides", "will skip: reason"], tablefmt="simple"))
-    print(f"{len(cells)} cells planned, {run.rounds} rounds each; nothing was run.")
+    rows, skipped = [], 0
+    for c in cells:
+        strategy = next((o.split("=", 1)[1] for o in c["overrides"] if o.startswith("strategy=")), "-")
+        others = [o for o in c["overrides"] if not o.startswith("strategy=")]
+        device = c["device_requested"]
+        reason = runner.skip_reason(adapters[records.base_adapter(c)], c) or devices.no_gpu_reason(device)
+        skipped += bool(reason)
+        label = c["adapter"] + (" (script)" if c.get("script") else "")
+        rows.append([label, c["workload"], strategy, c.get("data", "-"), device, " ".join(others) or "-", reason or ""])
+    headers = ["adapter", "workload", "strategy", "data", "device", "overrides", "will skip: reason"]
+    print(tabulate(rows, headers, tablefmt="simple"))
+    print(f"{len(cells)} cells planned ({skipped} will be skipped), {run.rounds} rounds each; nothing was run.")
 
 
 def _peak_devices(cells: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
@@ -187,7 +189,7 @@ def _run(args: argparse.Namespace, adapters, run_dir: Path, run: Run) -> int:
     if not args.resume:
         threads = cells[0]["threads"] if cells else env.default_threads()
         command = ["python -m harness", *sys.argv[1:]]
-        info = env.capture(threads, command)
+        info = env.capture(threads, command, [m for a in adapters.values() for m in a.cls.requires])
         info["precision"] = cells[0]["precision"] if cells else "fp32"
         print("asking each framework for its build (doctor) ...", flush=True)
         envs = {c["env"]: c["python"] for c in cells if c.get("env")}

@@ -382,6 +382,8 @@ def evaluate(spec: Workload, result: dict[str, np.ndarray]) -> list[Check]:
     )
     passed = found.step_error <= allowed.step and tensors_ok
     checks.append(Check(f"parameter updates of the first {SNAPSHOT} steps", passed, detail))
+    if "step_compiles" in result:
+        checks.append(compile_check(spec, np.asarray(result["step_compiles"])))
     if not falls_checked(spec):
         return checks
     first, last = float(losses[:5].mean()), float(losses[-5:].mean())
@@ -393,6 +395,52 @@ def evaluate(spec: Workload, result: dict[str, np.ndarray]) -> list[Check]:
         )
     )
     return checks
+
+
+#: Why a static graph compiles again for inputs of a shape it has already compiled for.
+RECOMPILE_CAUSES = (
+    "the step's inputs differ between calls in something other than shape: in JAX, initial arrays "
+    "left uncommitted (jnp.asarray, a model's own initialisers) while the jitted step returns arrays "
+    "committed to a device, so step 2 sees new input types (place the initial state with "
+    "adapters.kit.jax_place), or a dtype, weak type or sharding the step's outputs do not keep; in "
+    "tf.function, a Python value passed as an argument or no input_signature"
+)
+
+
+def step_shapes(spec: Workload, steps: int) -> list[tuple]:
+    """The input shapes (and dtypes) of each training step a check runs, in order."""
+    data = spec.batches()
+    keys = [tuple(sorted((k, v.shape, v.dtype.str) for k, v in b.items())) for b in data]
+    return [keys[t % len(keys)] for t in range(steps)]
+
+
+def compile_check(spec: Workload, step_compiles: np.ndarray) -> Check:
+    """A static graph compiles only in the first step of each distinct input shape, never
+    later: in step 1 alone for mlp, cnn and the padded and graph-loop caption strategies, at each
+    new caption length under exact (4 on the check's batches), at each new bucket under bucketed
+    (3). ``step_compiles`` holds the (traces, compiles) accrued in each step; a first step may
+    hold several (eager ops compiled once, a forward and a backward graph)."""
+    shapes = step_shapes(spec, len(step_compiles))
+    seen: set[tuple] = set()
+    again: list[int] = []  # steps that compiled for a shape compiled before
+    for t, (key, counts) in enumerate(zip(shapes, step_compiles, strict=True)):
+        if key in seen and counts.sum() > 0:
+            again.append(t + 1)
+        seen.add(key)
+    traces, compiles = (int(n) for n in step_compiles.sum(axis=0))
+    first = sorted({t + 1 for t, key in enumerate(shapes) if shapes.index(key) == t})
+    counted = f"{traces} traces, {compiles} compiles over {len(step_compiles)} steps"
+    plural = "s" if len(seen) > 1 else ""
+    distinct = f"{len(seen)} distinct input shape{plural} (first at step{plural} {', '.join(map(str, first))})"
+    if not again:
+        detail = f"{counted}, none after the first step of each of {distinct}"
+        return Check("compiles once per input shape", True, detail)
+    where = ", ".join(map(str, again[:5])) + (" ..." if len(again) > 5 else "")
+    detail = (
+        f"{counted} with {distinct}: step{'s' if len(again) > 1 else ''} {where} compiled again for a shape "
+        f"already compiled. Likely cause: {RECOMPILE_CAUSES}"
+    )
+    return Check("compiles once per input shape", False, detail)
 
 
 def run_adapter(

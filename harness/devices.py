@@ -15,11 +15,22 @@ from typing import Any
 from harness.install import variant
 
 
+def no_gpu_reason(device: str) -> str | None:
+    """For a cell asking for ``device``: the skip reason when it is "cuda" and this machine has
+    no NVIDIA driver (nvidia-smi), as the worker would record it; None otherwise. Starts no
+    framework: whether a framework can use a GPU that is present is known only in its worker."""
+    if device != "cuda":
+        return None
+    machine = variant.detect()
+    return f"no NVIDIA GPU on this machine ({machine.reason})" if machine.driver is None else None
+
+
 def verdict(adapter: Any, message: str) -> tuple[str, str]:
     """(status, reason) for a cell whose adapter raised DeviceUnavailable with ``message``."""
+    no_gpu = no_gpu_reason("cuda")
+    if no_gpu:
+        return "skipped", no_gpu
     machine = variant.detect()
-    if machine.driver is None:
-        return "skipped", f"no NVIDIA GPU on this machine ({machine.reason})"
     try:
         build = adapter.build_info()
     except Exception as exc:  # noqa: BLE001 - the build query itself may fail to start

@@ -5,9 +5,11 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +47,19 @@ def gpus() -> list[dict[str, str]]:
     return [{"name": r[0], "driver": r[1], "memory": r[2]} for r in rows if len(r) == 3]
 
 
-def package_versions() -> dict[str, str]:
-    versions = {}
-    for name in PACKAGES:
+def package_versions(modules: Iterable[str] = ()) -> dict[str, str]:
+    """Versions of PACKAGES and of the distributions that provide ``modules`` (every adapter's
+    ``requires``, so a plugin's framework is listed too), by distribution name; what is not
+    installed is left out."""
+    provided = importlib.metadata.packages_distributions()
+    names = list(PACKAGES) + [dist for m in modules for dist in provided.get(m.split(".")[0], [])]
+    versions: dict[str, str] = {}
+    seen: set[str] = set()
+    for name in names:
+        key = re.sub(r"[-_.]+", "-", name).lower()  # tensorflow_cpu and tensorflow-cpu are one
+        if key in seen:
+            continue
+        seen.add(key)
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
@@ -55,7 +67,9 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def capture(threads: int, argv: list[str]) -> dict[str, Any]:
+def capture(threads: int, argv: list[str], modules: Iterable[str] = ()) -> dict[str, Any]:
+    """The run's environment; ``modules`` are the adapters' ``requires``, whose packages'
+    versions go into ``packages``."""
     repo = Path(__file__).resolve().parent.parent
     return {
         "python": sys.version.split()[0],
@@ -68,7 +82,7 @@ def capture(threads: int, argv: list[str]) -> dict[str, Any]:
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "gpus": gpus(),
         "threads": threads,
-        "packages": package_versions(),
+        "packages": package_versions(modules),
         "git_sha": _run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"]),
         "git_dirty": bool(_run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"])),
         "command": " ".join(argv),

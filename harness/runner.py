@@ -93,18 +93,26 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.communicate()
 
 
-def run_cell(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    """One cell's record; never raises for anything the cell itself does."""
+def skip_reason(info: AdapterInfo, cell: dict[str, Any]) -> str | None:
+    """Why the cell will be skipped, known in the parent without starting a framework: the
+    framework is not installed, the adapter declines the spec (``supports``), or has no native
+    input pipeline for ``--data loader``. None if none of these. Raises SpecError."""
     if not info.available and not cell.get("python"):  # another environment may have it
-        return records.new_record(cell, "skipped", info.unavailable)
-    try:
-        unsupported = info.cls().supports(override(get_workload(cell["workload"]), cell["overrides"]))
-    except SpecError as exc:
-        return records.new_record(cell, "failed", f"SpecError: {exc}")
+        return info.unavailable
+    unsupported = info.cls().supports(override(get_workload(cell["workload"]), cell["overrides"]))
     if not unsupported and cell.get("data") == "loader" and info.cls.loader_kind is None:
         unsupported = f"{info.name} has no native input pipeline"
-    if unsupported:
-        return records.new_record(cell, "skipped", unsupported)
+    return unsupported
+
+
+def run_cell(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """One cell's record; never raises for anything the cell itself does."""
+    try:
+        reason = skip_reason(info, cell)
+    except SpecError as exc:
+        return records.new_record(cell, "failed", f"SpecError: {exc}")
+    if reason:
+        return records.new_record(cell, "skipped", reason)
     return _run_once(info, cell, timeout_s)
 
 

@@ -291,7 +291,8 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
 
 def check(cell: dict[str, Any], steps: int, snapshot: int) -> dict[str, np.ndarray]:
     """Losses of ``steps`` steps, the parameters before the first and after each of the first
-    ``snapshot`` steps (``param{t}:{name}``) and the adapter's settings (JSON); for inference
+    ``snapshot`` steps (``param{t}:{name}``), the adapter's settings (JSON) and, for a static-graph
+    adapter that counts them, the traces and compiles of each step (``step_compiles``); for inference
     workloads, the outputs of ``infer_step`` on every batch, stacked. A skip is returned as ``skipped``, a GPU the
     framework cannot use as ``device_failed``."""
     try:
@@ -304,13 +305,26 @@ def check(cell: dict[str, Any], steps: int, snapshot: int) -> dict[str, np.ndarr
     if getattr(spec, "task", "train") != "train":
         return {"outputs": np.stack([adapter.fetch(adapter.infer_step(batch)) for batch in placed])}
     snaps = {f"param0:{k}": v for k, v in adapter.params().items()}
-    losses = []
+    # A static graph's traces and compiles in each step, read around the step alone (params()
+    # between steps is the check's doing, not the step's): harness.conformance checks them.
+    counted = cell.get("graph") == "static" and compile_count(adapter) is not None
+    losses, compiled = [], []
     for step in range(steps):
+        before = _counters(adapter) if counted else None
         losses.append(adapter.sync(adapter.train_step(placed[step % len(placed)])))
+        if counted:
+            compiled.append([a - b for a, b in zip(_counters(adapter), before, strict=True)])
         if step < snapshot:
             snaps.update({f"param{step + 1}:{k}": v for k, v in adapter.params().items()})
     settings = np.asarray(json.dumps(writable(adapter.settings())))  # as a bench record keeps them
-    return {"losses": np.asarray(losses, dtype=np.float64), "settings": settings, **snaps}
+    extra = {"step_compiles": np.asarray(compiled, dtype=np.int64)} if counted else {}
+    return {"losses": np.asarray(losses, dtype=np.float64), "settings": settings, **snaps, **extra}
+
+
+def _counters(adapter) -> tuple[int, int]:
+    """The adapter's cumulative (traces, compiles); a counter it does not report reads 0."""
+    stats = adapter.compile_stats()
+    return int(stats.get("traces") or 0), int(stats.get("compiles") or 0)
 
 
 def main(argv: list[str] | None = None) -> int:

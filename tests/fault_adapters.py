@@ -161,7 +161,7 @@ class FaultGpuNoSync(Adapter):
         return {"torch": torch.__version__}
 
     def resolve_device(self, device):
-        from adapters._torch_common import resolve_device
+        from adapters.kit import torch_resolve_device as resolve_device
 
         return resolve_device(device, "torch")
 
@@ -187,6 +187,6 @@ class FaultGpuNoSync(Adapter):
         return {}
 
     def device_busy(self):
-        from adapters._torch_common import device_busy
+        from adapters.kit import torch_device_busy as device_busy
 
         return device_busy(self.torch, self.device)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -160,3 +161,20 @@ def test_a_record_json_cannot_hold_becomes_a_failed_record_and_the_file_stays_re
     assert first["status"] == "failed" and second["status"] == "skipped"
     assert "spec.learning_rate=nan" in first["reason"] and "loss_first=inf" in first["reason"]
     assert first["median_s"] == 0.001, "what was measured is kept"
+
+
+def test_dry_run_says_which_cells_will_be_skipped_and_why(python, tmp_path):
+    """Reasons known without starting a framework: supports() (an eager adapter under
+    graph-loop), no GPU on this machine for cuda cells; the strategy and data mode are listed."""
+    from tests.test_gpu_setup import no_driver_path
+
+    cmd = [python, "-m", "harness", "bench", "--framework", "jax-eager,jax-jit", "--workload", "rnn-caption",
+           "--strategy", "graph-loop", "--device", "cpu,cuda", "--dry-run", "--out", str(tmp_path)]  # fmt: skip
+    env = {**os.environ, "PATH": no_driver_path(tmp_path)}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    rows = {tuple(line.split()[:5]): line for line in proc.stdout.splitlines()[2:-1]}
+    assert "has no loop inside a graph" in rows["jax-eager", "rnn-caption", "graph-loop", "resident", "cpu"]
+    assert "no NVIDIA GPU on this machine" in rows["jax-jit", "rnn-caption", "graph-loop", "resident", "cuda"]
+    assert rows["jax-jit", "rnn-caption", "graph-loop", "resident", "cpu"].split()[5:] == ["-"]
+    assert "4 cells planned (3 will be skipped)" in proc.stdout
+    assert not list(tmp_path.iterdir())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from harness import conformance
@@ -57,6 +58,15 @@ def test_loss_falls_on_learnable_data(spec, trained):
     check(spec, trained, "loss falls")
 
 
+@training_variants
+def test_static_graph_compiles_once_per_input_shape(spec, trained, adapter_name):
+    """A static-graph adapter compiles in the first step of each distinct input shape only:
+    step 1 alone for a fixed-shape workload, never again for a shape it has compiled."""
+    if "step_compiles" not in trained:
+        pytest.skip(f"{adapter_name}: a dynamic graph, or an adapter that counts no compiles")
+    check(spec, trained, "compiles once per input shape")
+
+
 #: The framework's own optimiser kernel each built-in adapter runs (README, "Adapters").
 OWN_KERNELS = {
     "adam": {
@@ -68,12 +78,15 @@ OWN_KERNELS = {
         "jax-eager": "optax.adam (op by op)",
         "keras-jax": "keras.optimizers.Adam, Keras's own update",
         "keras-torch": "keras.optimizers.Adam, Keras's own update",
+        "flax-nnx": "optax.adam via nnx.Optimizer",
+        "flax-nnx-cached": "optax.adam via nnx.Optimizer",
     },
     "sgd": {
         "torch-eager": "torch.optim.SGD (foreach)",
         "tf-function": "ResourceApplyGradientDescent (fused)",
         "jax-jit": "optax.sgd",
         "keras-jax": "keras.optimizers.SGD",
+        "flax-nnx": "optax.sgd via nnx.Optimizer",
     },
 }
 
@@ -102,3 +115,21 @@ def test_evaluate_reports_a_wrong_adapter_in_plain_words():
     assert not verdicts["step-0 loss"].passed and "relative error 1.0e-02" in verdicts["step-0 loss"].detail
     assert verdicts["parameter updates of the first 5 steps"].passed
     assert verdicts["initial parameters"].passed
+
+
+def test_compile_check_fails_a_recompile_with_the_counts_and_the_cause():
+    """The newcomer's Flax adapter: "1 traces, 2 compiles" on a fixed-shape workload (step 2
+    compiled again for its own committed outputs) fails; compiles at new caption lengths pass."""
+    mlp = conformance.spec_of(("mlp", tuple(conformance.CHECK_OVERRIDES)))
+    recompiled = np.zeros((30, 2), dtype=np.int64)
+    recompiled[0], recompiled[1] = (1, 1), (0, 1)
+    found = conformance.compile_check(mlp, recompiled)
+    assert not found.passed
+    assert "1 traces, 2 compiles over 30 steps" in found.detail and "step 2 compiled again" in found.detail
+    assert "uncommitted" in found.detail and "kit.jax_place" in found.detail
+    exact = conformance.spec_of(("rnn-caption", (*conformance.CHECK_OVERRIDES, "strategy=exact")))
+    firsts = np.zeros((20, 2), dtype=np.int64)
+    firsts[:4] = 1  # four batches of four lengths: one compile each, at its first step
+    assert conformance.compile_check(exact, firsts).passed
+    firsts[4] = (0, 1)  # step 5 reruns step 1's length
+    assert not conformance.compile_check(exact, firsts).passed

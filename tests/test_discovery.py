@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import re
+
 import pytest
 
 from adapters import discover
@@ -9,19 +12,36 @@ from adapters.base import Adapter, DeviceUnavailable, pick_device
 from tests.fakes import FakeAdapter
 
 
-def test_the_four_adapters_are_discovered_with_their_metadata():
+def test_the_built_in_adapters_are_discovered_with_their_metadata():
+    """Built-in adapters come from adapters/; any other (an installed plugin's entry point, or
+    DLCOMPARE_EXTRA_ADAPTERS) says where it came from: the suite passes with plugins present."""
     found = discover()
-    assert {"torch-eager", "tf-function", "keras-torch", "jax-jit"} <= set(found)
+    assert {"torch-eager", "tf-function", "keras-torch", "jax-jit", "flax-nnx"} <= set(found)
     for info in found.values():
         assert info.graph in ("static", "dynamic")
-        assert issubclass(info.cls, Adapter) and info.module.startswith("adapters.")
+        assert issubclass(info.cls, Adapter) and info.cls.name == info.name
+        if info.source == "built-in":
+            assert info.module.startswith("adapters.")
+        else:
+            assert info.source.startswith(("entry point of ", "DLCOMPARE_EXTRA_ADAPTERS")), info.source
+        assert info.available or "not installed: " in info.unavailable
 
 
-def test_missing_framework_names_the_pip_extra():
+def test_missing_framework_names_the_install_command():
     class Ghost(FakeAdapter):
         name, requires, extra = "ghost", ("surely_not_a_module_xyz",), "ghost"
 
-    assert Ghost.unavailable_reason() == "surely_not_a_module_xyz not installed: pip install 'dlcompare[ghost]'"
+    class BuiltIn(Ghost):
+        pass
+
+    class Plugin(Ghost):
+        install_hint = "pip install 'ghost-adapter[gpu]'"
+
+    BuiltIn.__module__ = "adapters.ghost"  # as if it lived in adapters/
+    assert BuiltIn.unavailable_reason() == "surely_not_a_module_xyz not installed: pip install 'dlcompare[ghost]'"
+    assert Plugin.unavailable_reason() == "surely_not_a_module_xyz not installed: pip install 'ghost-adapter[gpu]'"
+    # a plugin without a hint is not told to install one of dlcompare's extras
+    assert "dlcompare[" not in Ghost.unavailable_reason() and "sets no install_hint" in Ghost.unavailable_reason()
     assert FakeAdapter.unavailable_reason() is None
 
 
@@ -39,3 +59,20 @@ def test_worker_env_sets_threads_before_import():
     assert env["OMP_NUM_THREADS"] == "3" and "intra_op_parallelism_threads=3" in env["XLA_FLAGS"]
     assert discover()["keras-torch"].cls.worker_env(1)["KERAS_BACKEND"] == "torch"
     assert discover()["tf-function"].cls.worker_env(2)["TF_NUM_INTRAOP_THREADS"] == "2"
+
+
+def test_env_json_lists_every_adapters_framework_packages():
+    """``env.json``'s packages come from each adapter's ``requires`` (module -> distribution), so
+    a plugin's framework is listed with its version, not only in its cells' settings."""
+    from harness import env
+
+    adapters = discover()
+    found = env.package_versions([m for info in adapters.values() for m in info.cls.requires])
+    provided = importlib.metadata.packages_distributions()
+    listed = {re.sub(r"[-_.]+", "-", name).lower() for name in found}
+    for info in adapters.values():
+        if info.available:  # the package behind every module it requires is listed
+            for module in info.cls.requires:
+                assert {re.sub(r"[-_.]+", "-", d).lower() for d in provided[module]} & listed, (info.name, module)
+    assert "flax" in found or not adapters["flax-nnx"].available
+    assert "PyYAML" in env.package_versions(["yaml"])  # the module's name is not the package's

@@ -64,7 +64,10 @@ def test_strict_exits_nonzero_only_when_a_cell_failed(python, tmp_path):
 def test_dry_run_plans_without_running_or_writing(python, tmp_path):
     proc = bench(python, tmp_path, "--framework", "fault-ok,fault-nan", "--dry-run", *FAST)
     assert proc.returncode == 0
-    assert "fault-nan" in proc.stdout and "2 cells planned, 2 rounds each; nothing was run." in proc.stdout
+    assert (
+        "fault-nan" in proc.stdout
+        and "2 cells planned (0 will be skipped), 2 rounds each; nothing was run." in proc.stdout
+    )
     assert not list(tmp_path.iterdir())
 
 

@@ -128,7 +128,7 @@ def test_each_variant_has_a_lock_that_pins_what_its_in_file_asks_for(name):
     assert options == [ln for ln in inputs if ln.startswith("--")]
     wanted = {lock.requirement_name(ln) for ln in inputs if not ln.startswith(("-", "#"))}
     assert wanted <= set(names)
-    frameworks = {"torch", "keras", "jax", "jaxlib", "optax", "numpy", "pandas", "pytest", "ruff"}
+    frameworks = {"torch", "keras", "jax", "jaxlib", "optax", "flax", "numpy", "pandas", "pytest", "ruff"}
     assert frameworks <= set(names)
     assert ("tensorflow-cpu" if name == "cpu" else "tensorflow") in names
     if name != "cpu":
@@ -153,7 +153,7 @@ def test_cpu_lock_installs_what_this_environment_runs():
 
     lines = (REPO / "locks" / "cpu.txt").read_text().splitlines()
     pins = {lock.requirement_name(ln): ln.split("==")[1] for ln in lines if "==" in ln and not ln.startswith("#")}
-    for dist in ("torch", "tensorflow-cpu", "jax", "keras", "numpy"):
+    for dist in ("torch", "tensorflow-cpu", "jax", "keras", "flax", "numpy"):
         assert version(dist).split("+")[0] == pins[dist]
 
 

@@ -6,7 +6,7 @@ import subprocess
 
 from tests.conftest import REPO
 
-FRAMEWORKS = ("torch", "tensorflow", "jax", "keras", "optax")
+FRAMEWORKS = ("torch", "tensorflow", "jax", "keras", "optax", "flax")
 
 
 def test_harness_and_workloads_import_no_framework(python):

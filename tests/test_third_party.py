@@ -3,51 +3,34 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import textwrap
 
 from harness import records
 from tests.conftest import REPO
+from tests.test_guide import example_adapter
 
-ADAPTER = '''
-"""A third-party adapter: NumPy float64 training of the MLP workloads."""
-import numpy as np
+ADAPTER = example_adapter()  # the guide's own example, so the guide cannot drift from what works
 
-from adapters.base import Adapter
+# A second plugin whose framework is missing: listed as unavailable with its own install command.
+GHOST = """
+from adapters import kit
 
 
-class NumpyReference(Adapter):
-    name = "numpy-ref"
-    framework = "numpy"
-    graph = "dynamic"
-    requires = ("numpy",)
-    extra = "numpy"
-    families = ("mlp",)
+class Ghost(kit.Adapter):
+    name, framework, graph = "ghost-plugin", "ghost", "static"
+    requires = ("surely_not_installed_xyz",)
+    install_hint = "pip install 'dlcompare-numpy-ref[ghost]'"
 
-    def version(self):
-        return {"numpy": np.__version__}
-
-    def resolve_device(self, device):
-        return "cpu"
-
-    def setup(self, spec, params, device, options):
-        self.spec, self.p = spec, {k: v.astype(np.float64) for k, v in params.items()}
-
-    def to_device(self, batch):
-        return batch
-
-    def train_step(self, batch):
-        loss, grads = self.spec.reference_loss_and_grads(self.p, batch)
-        for k in self.p:
-            self.p[k] -= self.spec.learning_rate * grads[k]
-        return loss
-
-    def sync(self, handle):
-        return float(handle)
-
-    def params(self):
-        return {k: v.astype(np.float32) for k, v in self.p.items()}
-'''
+    def version(self): ...
+    def resolve_device(self, device): ...
+    def setup(self, spec, params, device, options): ...
+    def to_device(self, batch): ...
+    def train_step(self, batch): ...
+    def sync(self, handle): ...
+    def params(self): ...
+"""
 
 PYPROJECT = """
 [build-system]
@@ -60,9 +43,10 @@ version = "0.1"
 
 [project.entry-points."dlcompare.adapters"]
 numpy-ref = "dlc_numpy_ref"
+ghost-plugin = "dlc_ghost"
 
 [tool.setuptools]
-py-modules = ["dlc_numpy_ref"]
+py-modules = ["dlc_numpy_ref", "dlc_ghost"]
 """
 
 
@@ -71,6 +55,7 @@ def test_an_installed_package_adds_an_adapter(python, tmp_path):
     pkg.mkdir()
     (pkg / "pyproject.toml").write_text(textwrap.dedent(PYPROJECT))
     (pkg / "dlc_numpy_ref.py").write_text(ADAPTER)
+    (pkg / "dlc_ghost.py").write_text(GHOST)
     install = [
         python,
         "-m",
@@ -92,6 +77,8 @@ def test_an_installed_package_adds_an_adapter(python, tmp_path):
     listed = harness("list")
     line = next(line for line in listed.stdout.splitlines() if line.startswith("numpy-ref"))
     assert "entry point of dlcompare-numpy-ref 0.1" in line and "available" in line
+    ghost = next(line for line in listed.stdout.splitlines() if line.startswith("ghost-plugin"))
+    assert "surely_not_installed_xyz not installed: pip install 'dlcompare-numpy-ref[ghost]'" in ghost
     run = harness(
         "bench", "--framework", "numpy", "--workload", "mlp", "--device", "cpu", "--data", "resident",
         "--set", "num_batches=2", "--rounds", "1", "--out", str(tmp_path / "out"), "--run-id", "r",
@@ -103,3 +90,12 @@ def test_an_installed_package_adds_an_adapter(python, tmp_path):
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "PASS  numpy-ref / mlp: step-0 loss" in checked.stdout
     assert "numpy-ref: all checks passed" in checked.stdout
+    # The suite with the plugins installed: discovery's tests, and the conformance suite on the
+    # plugin (the built-in adapters' conformance is the same code, run by the suite itself).
+    suite = [python, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/test_discovery.py",
+             "tests/test_conformance.py", "-k", "test_discovery or numpy-ref or ghost-plugin"]  # fmt: skip
+    tests = subprocess.run(suite, cwd=REPO, env=env, capture_output=True, text=True)
+    assert tests.returncode == 0, tests.stdout[-3000:]
+    for workload in ("mlp", "mlp-wide"):  # SGD and Adam, both the workloads' own update
+        assert re.search(rf"test_params_after_updates_match_reference\[numpy-ref-cpu-{workload}\] PASSED", tests.stdout)
+    assert re.search(r"test_discovery.py::\w+ PASSED", tests.stdout)
