@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters import AdapterInfo
+from harness import env as machine_env
 from harness import limits_cache, records
 from harness.contention import CONTENDED_CORES, OtherLoad
 from harness.progress import MatrixProgress
@@ -94,7 +96,15 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def run_cell(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    """One cell's record; never raises for anything the cell itself does."""
+    """One cell's record, with the node and machine fingerprint it ran on (the worker's own where
+    it wrote one); never raises for anything the cell itself does."""
+    record = _run_cell(info, cell, timeout_s)
+    record.setdefault("node", platform.node())
+    record.setdefault("fingerprint", machine_env.fingerprint())
+    return record
+
+
+def _run_cell(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     if not info.available and not cell.get("python"):  # another environment may have it
         return records.new_record(cell, "skipped", info.unavailable)
     try:

@@ -80,8 +80,11 @@ def _steps(rec: dict[str, Any]) -> str:
 
 
 def workload_table(recs: list[dict[str, Any]]) -> str:
-    ok = [r for r in recs if r["status"] == "ok"]
-    fastest = min(ok, key=lambda r: r["median_s"], default=None)
+    fastest: dict[Any, dict[str, Any]] = {}  # per machine: cells of two machines are never compared
+    for r in recs:
+        best = fastest.get(r.get("machine"))
+        if r["status"] == "ok" and (best is None or r["median_s"] < best["median_s"]):
+            fastest[r.get("machine")] = r
     with_strategy = any(strategy(r) for r in recs)
     with_tokens = any(r.get("tokens_per_s") for r in recs)
     with_floors = any(r.get("kernel_floor_s") or r.get("dispatch_floor_s") for r in recs)
@@ -101,7 +104,7 @@ def workload_table(recs: list[dict[str, Any]]) -> str:
                 iqr,
                 sig(r["samples_per_s"]) if good else DASH,
                 *([sig(r.get("tokens_per_s")) if good else DASH] if with_tokens else []),
-                _vs_fastest(r, fastest) if good else DASH,
+                _vs_fastest(r, fastest[r.get("machine")]) if good else DASH,
                 *([floor_text(r) if good else DASH] if with_floors else []),
                 compiles_text(r) if good else DASH,
                 _outcome(r) if good else DASH,
