@@ -1,0 +1,304 @@
+"""Where the cells of a run execute: on this machine (``local``, harness.runner.run_cells), on a
+Slurm cluster through submitit (``slurm``), or on a Ray cluster (``ray``).
+
+An executor has one job: hand a (cell, round) to somewhere that runs ``python -m harness.worker``
+and bring its record back. On a cluster the job is ``run_job``: the same ``runner.run_cell`` the
+local executor calls, run on the node, so the worker's timeout, its stderr tail, the other-load
+measurement and the machine fingerprint are all taken where the cell ran. ``run_rounds`` keeps
+the run's contract whatever the executor: round r of every cell is submitted and finished before
+round r + 1 of any; each record is appended to results.jsonl as its job ends; a cell that is not
+``ok`` runs no further round; Ctrl-C (KeyboardInterrupt) cancels every job in flight; a job the
+scheduler lost (killed, cancelled, past its time limit, its node gone) becomes a ``failed``
+record with the scheduler's reason.
+
+Timing cells never share a node with another timing cell unless the user asks: on Slurm a CPU
+cell's job is ``--exclusive``; on Ray it asks for every CPU of the largest node; a GPU cell asks
+for one GPU (GPU cells share a node, one GPU each). Slurm's local fallback (no ``sbatch`` here)
+and a Ray cluster of one machine therefore run one CPU cell at a time, as the local executor does.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import groupby
+from pathlib import Path
+from typing import Any
+
+from harness import records
+from harness.progress import MatrixProgress
+from harness.runner import REPO
+
+EXECUTORS = ("local", "slurm", "ray")
+#: Extra minutes a Slurm job gets beyond the worker's own timeout: start-up, imports, the report back.
+SLURM_SLACK_MIN = 10
+#: Seconds between polls of the scheduler for finished jobs.
+POLL_S = 0.5
+
+Record = dict[str, Any]
+
+
+class ExecutorError(RuntimeError):
+    """An executor that cannot start here (its package missing, no cluster at the address)."""
+
+
+def _need(module: str, extra: str):
+    """Import an optional dependency, or fail with the command that installs it."""
+    try:
+        return __import__(module)
+    except ImportError:
+        raise ExecutorError(
+            f"--executor {extra} needs the {module} package: pip install -e '.[{extra}]' (or make install)"
+        ) from None
+
+
+def run_job(cell: Record, timeout_s: float) -> Record:
+    """What a cluster job runs on its node: the cell's record, as ``runner.run_cell`` makes it.
+
+    SIGTERM (scancel, a preemption) ends the worker's process group before this job exits, as
+    Ctrl-C does in the local executor, so no worker outlives its job."""
+    from adapters import discover
+    from harness import runner
+
+    def _interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # tasks run in the main thread (Ray, submitit)
+    try:
+        return runner.run_cell(discover()[records.base_adapter(cell)], cell, timeout_s)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _job_env() -> dict[str, str]:
+    """Environment a job needs on its node: this repository importable, the harness's own
+    settings (DLCOMPARE_*: extra adapters, the limits cache) as here."""
+    found = {k: v for k, v in os.environ.items() if k.startswith("DLCOMPARE_")}
+    found["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return found
+
+
+def lost(cell: Record, reason: str) -> Record:
+    """The record of a job that ended without one (the scheduler's reason, in one line)."""
+    line = " ".join(str(reason).split())
+    return records.new_record(cell, "failed", f"job lost: {line[:400]}")
+
+
+# --- Slurm (submitit) --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """What ``--slurm-*`` sets: partition, GPUs per GPU cell, time limit in minutes (default: the
+    cell timeout plus SLURM_SLACK_MIN), the cap on tasks of a job array running at once, and
+    whether CPU cells may share a node."""
+
+    partition: str | None = None
+    gpus_per_task: int = 1
+    time_min: int | None = None
+    max_concurrent: int = 64
+    share_nodes: bool = False
+
+
+def slurm_parameters(device: str, threads: int, timeout_s: float, options: SlurmOptions) -> dict[str, Any]:
+    """The sbatch parameters (submitit's ``SlurmExecutor`` names) of the job array of one
+    device's cells: one task per cell, ``threads`` CPUs each; a CPU cell gets its node to itself
+    (``--exclusive``) unless ``share_nodes``; a GPU cell gets ``gpus_per_task`` GPUs."""
+    params: dict[str, Any] = {
+        "job_name": "dlcompare",
+        "time": options.time_min or math.ceil(timeout_s / 60) + SLURM_SLACK_MIN,
+        "nodes": 1,
+        "ntasks_per_node": 1,
+        "cpus_per_task": threads,
+        "array_parallelism": options.max_concurrent,
+    }
+    if options.partition:
+        params["partition"] = options.partition
+    if device == "cuda":
+        params["gpus_per_task"] = options.gpus_per_task
+    elif not options.share_nodes:
+        params["exclusive"] = True
+    return params
+
+
+class SlurmBackend:
+    """Jobs through submitit's AutoExecutor: a job array per round and device on Slurm; where
+    there is no Slurm, submitit's local executor, one job at a time (this machine is one node)."""
+
+    def __init__(self, folder: Path, options: SlurmOptions) -> None:
+        self.submitit = _need("submitit", "slurm")
+        self.folder, self.options = folder, options
+        self.on_slurm = self.submitit.AutoExecutor(folder=folder).cluster == "slurm"
+        self.capacity = None if self.on_slurm else 1
+        self.name = "slurm" if self.on_slurm else "slurm (submitit's local mode: no Slurm here)"
+        # Jobs inherit this process's environment (sbatch's default --export=ALL, the local mode).
+        os.environ.update(_job_env())
+
+    def _executor(self, params: dict[str, Any]) -> Any:
+        """A fresh executor per job array: parameters of one device's array never leak into the next."""
+        executor = self.submitit.AutoExecutor(folder=self.folder)
+        if self.on_slurm:
+            executor.update_parameters(**{f"slurm_{k}": v for k, v in params.items()})
+        else:
+            executor.update_parameters(timeout_min=int(params["time"]), gpus_per_node=params.get("gpus_per_task", 0))
+        return executor
+
+    def submit(self, jobs: list[tuple[Record, float]]) -> list[Any]:
+        handles: dict[int, Any] = {}
+        for device in ("cpu", "cuda"):
+            mine = [(i, job) for i, job in enumerate(jobs) if job[0]["device_requested"] == device]
+            if not mine:
+                continue
+            timeout_s = max(t for _, (_, t) in mine)
+            executor = self._executor(slurm_parameters(device, mine[0][1][0]["threads"], timeout_s, self.options))
+            if self.on_slurm:
+                with executor.batch():  # one job array: the scheduler caps how many run at once
+                    submitted = [executor.submit(run_job, cell, t) for _, (cell, t) in mine]
+            else:
+                submitted = [executor.submit(run_job, cell, t) for _, (cell, t) in mine]
+            handles.update({i: job for (i, _), job in zip(mine, submitted, strict=True)})
+        return [handles[i] for i in range(len(jobs))]
+
+    def finished(self, handles: list[Any]) -> list[Any]:
+        done = [h for h in handles if h.done()]
+        if not done:
+            time.sleep(POLL_S)
+        return done
+
+    def result(self, handle: Any, cell: Record) -> Record:
+        try:
+            return handle.result()
+        except self.submitit.core.utils.UncompletedJobError as exc:  # FailedJobError too
+            return lost(cell, f"{self.name} job {handle.job_id} ({handle.state}): {_first_line(exc)}")
+
+    def cancel(self, handles: list[Any]) -> None:
+        for h in handles:
+            h.cancel(check=False)
+        deadline = time.monotonic() + 10  # the job ends its worker's process group first
+        while time.monotonic() < deadline and not all(h.done() for h in handles):
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        pass
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+# --- Ray ----------------------------------------------------------------------------------------
+
+
+class RayBackend:
+    """Tasks on the Ray cluster at ``address`` (None: start a local one, stopped at the end). A
+    GPU cell asks for one GPU; a CPU cell for ``cpus_per_cell`` CPUs (default: every CPU of the
+    largest node, so no other cell runs beside it; with ``share_nodes``, its thread count). Tasks
+    are never retried: a lost one is a failed record."""
+
+    def __init__(self, address: str | None, cpus_per_cell: int | None = None, share_nodes: bool = False) -> None:
+        self.ray = _need("ray", "ray")
+        runtime_env = {"env_vars": _job_env()}
+        try:
+            if address:
+                self.ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+            else:
+                self.ray.init(include_dashboard=False, runtime_env=runtime_env, log_to_driver=False)
+        except (ConnectionError, RuntimeError) as exc:
+            raise ExecutorError(f"no Ray cluster at {address!r}: {exc}") from None
+        cpus = [int(n["Resources"].get("CPU", 0)) for n in self.ray.nodes() if n.get("Alive")]
+        self.largest, self.cpus, self.share = max(cpus, default=1), cpus_per_cell, share_nodes
+        self.task = self.ray.remote(max_retries=0)(run_job)
+        self.capacity = None
+        self.name = f"ray ({address or 'a local cluster'})"
+
+    def submit(self, jobs: list[tuple[Record, float]]) -> list[Any]:
+        refs = []
+        for cell, timeout_s in jobs:
+            gpu = cell["device_requested"] == "cuda"
+            cpus = self.cpus or (min(cell["threads"], self.largest) if self.share else self.largest)
+            options = {"num_gpus": 1, "num_cpus": 1} if gpu else {"num_cpus": cpus}
+            refs.append(self.task.options(**options).remote(cell, timeout_s))
+        return refs
+
+    def finished(self, handles: list[Any]) -> list[Any]:
+        done, _ = self.ray.wait(handles, num_returns=1, timeout=POLL_S)
+        return done
+
+    def result(self, handle: Any, cell: Record) -> Record:
+        try:
+            return self.ray.get(handle)
+        except self.ray.exceptions.RayError as exc:
+            return lost(cell, f"ray task: {_first_line(exc)}")
+
+    def cancel(self, handles: list[Any]) -> None:
+        for ref in handles:
+            self.ray.cancel(ref)  # not force: KeyboardInterrupt in the task ends its worker group
+        try:
+            self.ray.wait(handles, num_returns=len(handles), timeout=10)
+        except self.ray.exceptions.RayError:
+            pass
+
+    def close(self) -> None:
+        self.ray.shutdown()
+
+
+def make(name: str, run_dir: Path, slurm: SlurmOptions, ray_address: str | None, ray_cpus: int | None):
+    """The backend of ``--executor name`` (not ``local``); raises ExecutorError."""
+    if name == "slurm":
+        return SlurmBackend(run_dir / "jobs", slurm)
+    if name == "ray":
+        return RayBackend(ray_address, ray_cpus, slurm.share_nodes)
+    raise ExecutorError(f"unknown executor {name!r}; valid: {', '.join(EXECUTORS)}")
+
+
+def _rounds(order: list[tuple[Record, int]]) -> Iterator[tuple[int, list[Record]]]:
+    for k, pairs in groupby(order, key=lambda pair: pair[1]):
+        yield k, [cell for cell, _ in pairs]
+
+
+def run_rounds(
+    backend: Any,
+    order: list[tuple[Record, int]],
+    rounds: int,
+    results: Path,
+    timeout_s: float,
+    progress: MatrixProgress,
+) -> None:
+    """Run (cell, round) pairs (harness.rounds.schedule) as jobs of ``backend``, a round at a
+    time, appending each record, with ``round`` and ``rounds``, to ``results`` as its job ends.
+
+    A KeyboardInterrupt cancels the jobs in flight, then propagates; records appended before it stay.
+    """
+    ended: set[str] = set()
+    for k, cells in _rounds(order):
+        queue = []
+        for cell in cells:
+            if cell["cell_id"] in ended:
+                progress.drop()
+            else:
+                queue.append({**cell, "round": k})  # the worker sees its round
+        running: list[tuple[Any, Record]] = []
+        try:
+            while queue or running:
+                free = len(queue) if backend.capacity is None else backend.capacity - len(running)
+                if free > 0 and queue:
+                    batch, queue = queue[:free], queue[free:]
+                    for handle, cell in zip(backend.submit([(c, timeout_s) for c in batch]), batch, strict=True):
+                        progress.start(cell, k)
+                        running.append((handle, cell))
+                done = backend.finished([h for h, _ in running])
+                for handle, cell in [(h, c) for h, c in running if h in done]:
+                    running = [(h, c) for h, c in running if h is not handle]
+                    record = {**backend.result(handle, cell), "rounds": rounds}
+                    records.append(results, record)
+                    progress.finish(record)
+                    if record["status"] != "ok":
+                        ended.add(cell["cell_id"])
+        except BaseException:
+            backend.cancel([h for h, _ in running])
+            raise
