@@ -22,12 +22,15 @@ from __future__ import annotations
 import math
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from harness import records
 from harness.progress import MatrixProgress
@@ -59,19 +62,48 @@ def _need(module: str, extra: str):
 def run_job(cell: Record, timeout_s: float) -> Record:
     """What a cluster job runs on its node: the cell's record, as ``runner.run_cell`` makes it.
 
-    SIGTERM (scancel, a preemption) ends the worker's process group before this job exits, as
-    Ctrl-C does in the local executor, so no worker outlives its job."""
+    A cancelled job ends its worker first: SIGTERM (scancel, a preemption), SIGINT (submitit's
+    local cancel), submitit's time-limit signal and Ray's cancel (a KeyboardInterrupt) all stop
+    this function, which then kills the worker's process group. ``run_cell`` runs on a thread and
+    the main thread waits in short steps because Ray raises its KeyboardInterrupt between Python
+    bytecodes, never inside the long wait for the worker."""
     from adapters import discover
     from harness import runner
+
+    found: dict[str, Any] = {}
+
+    def _run() -> None:
+        try:
+            found["record"] = runner.run_cell(discover()[records.base_adapter(cell)], cell, timeout_s)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            found["error"] = exc
 
     def _interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, _interrupt)  # tasks run in the main thread (Ray, submitit)
+    thread = threading.Thread(target=_run, daemon=True)
+    thread.start()
     try:
-        return runner.run_cell(discover()[records.base_adapter(cell)], cell, timeout_s)
+        while thread.is_alive():
+            thread.join(0.2)
+    except BaseException:
+        _kill_workers()
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if "error" in found:
+        raise found["error"]
+    return found["record"]
+
+
+def _kill_workers() -> None:
+    """Kill the process group of every child of this process (a worker leads its own group)."""
+    for child in psutil.Process().children():
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _job_env() -> dict[str, str]:
