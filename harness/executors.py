@@ -39,8 +39,10 @@ from harness.runner import REPO
 EXECUTORS = ("local", "slurm", "ray")
 #: Extra minutes a Slurm job gets beyond the worker's own timeout: start-up, imports, the report back.
 SLURM_SLACK_MIN = 10
-#: Seconds between polls of the scheduler for finished jobs.
+#: Seconds between polls for finished jobs: Slurm's (sacct, which submitit rate-limits itself),
+#: and submitit's local mode and Ray's, where a poll is cheap and every wait adds to each cell.
 POLL_S = 0.5
+LOCAL_POLL_S = 0.05
 
 Record = dict[str, Any]
 
@@ -166,6 +168,7 @@ class SlurmBackend:
         self.folder, self.options = folder, options
         self.on_slurm = self.submitit.AutoExecutor(folder=folder).cluster == "slurm"
         self.capacity = None if self.on_slurm else 1
+        self.poll_s = POLL_S if self.on_slurm else LOCAL_POLL_S
         self.name = "slurm" if self.on_slurm else "slurm (submitit's local mode: no Slurm here)"
         # Jobs inherit this process's environment (sbatch's default --export=ALL, the local mode).
         os.environ.update(_job_env())
@@ -198,7 +201,7 @@ class SlurmBackend:
     def finished(self, handles: list[Any]) -> list[Any]:
         done = [h for h in handles if h.done()]
         if not done:
-            time.sleep(POLL_S)
+            time.sleep(self.poll_s)
         return done
 
     def result(self, handle: Any, cell: Record) -> Record:
@@ -258,7 +261,7 @@ class RayBackend:
         return refs
 
     def finished(self, handles: list[Any]) -> list[Any]:
-        done, _ = self.ray.wait(handles, num_returns=1, timeout=POLL_S)
+        done, _ = self.ray.wait(handles, num_returns=1, timeout=POLL_S)  # returns as soon as one is
         return done
 
     def result(self, handle: Any, cell: Record) -> Record:
