@@ -116,10 +116,10 @@ def _job_env() -> dict[str, str]:
     return found
 
 
-def lost(cell: Record, reason: str) -> Record:
+def lost(cell: Record, reason: str, what: str = "job lost") -> Record:
     """The record of a job that ended without one (the scheduler's reason, in one line)."""
     line = " ".join(str(reason).split())
-    return records.new_record(cell, "failed", f"job lost: {line[:400]}")
+    return records.new_record(cell, "failed", f"{what}: {line[:400]}")
 
 
 # --- Slurm (submitit) --------------------------------------------------------------------------
@@ -208,7 +208,11 @@ class SlurmBackend:
         try:
             return handle.result()
         except self.submitit.core.utils.UncompletedJobError as exc:  # FailedJobError too
-            return lost(cell, f"{self.name} job {handle.job_id} ({handle.state}): {_first_line(exc)}")
+            try:
+                state = handle.state  # Slurm's word for it: TIMEOUT, NODE_FAIL, PREEMPTED, CANCELLED ...
+            except Exception:  # noqa: BLE001 - sacct unreachable: the exception still says what happened
+                state = "state unknown"
+            return lost(cell, f"{self.name} job {handle.job_id} ({state}): {_first_line(exc)}")
 
     def cancel(self, handles: list[Any]) -> None:
         for h in handles:
@@ -247,6 +251,9 @@ class RayBackend:
             raise ExecutorError(f"no Ray cluster at {address!r}: {exc}") from None
         cpus = [int(n["Resources"].get("CPU", 0)) for n in self.ray.nodes() if n.get("Alive")]
         self.largest, self.cpus, self.share = max(cpus, default=1), cpus_per_cell, share_nodes
+        # A GPU cell on a cluster without GPUs would wait forever for one; it runs as it would on
+        # a machine without a GPU instead (its worker records why it was skipped).
+        self.gpus = self.ray.cluster_resources().get("GPU", 0) > 0
         self.task = self.ray.remote(max_retries=0)(run_job)
         self.capacity = None
         self.name = f"ray ({address or 'a local cluster'})"
@@ -256,7 +263,7 @@ class RayBackend:
         for cell, timeout_s in jobs:
             gpu = cell["device_requested"] == "cuda"
             cpus = self.cpus or (min(cell["threads"], self.largest) if self.share else self.largest)
-            options = {"num_gpus": 1, "num_cpus": 1} if gpu else {"num_cpus": cpus}
+            options = {"num_gpus": int(self.gpus), "num_cpus": 1} if gpu else {"num_cpus": cpus}
             refs.append(self.task.options(**options).remote(cell, timeout_s))
         return refs
 
@@ -323,17 +330,28 @@ def run_rounds(
                 free = len(queue) if backend.capacity is None else backend.capacity - len(running)
                 if free > 0 and queue:
                     batch, queue = queue[:free], queue[free:]
-                    for handle, cell in zip(backend.submit([(c, timeout_s) for c in batch]), batch, strict=True):
+                    try:
+                        handles = backend.submit([(c, timeout_s) for c in batch])
+                    except Exception as exc:  # noqa: BLE001 - sbatch refused (a bad partition): data, not a crash
+                        for cell in batch:
+                            _finish(lost(cell, _first_line(exc), "job not submitted"), rounds, results, progress, ended)
+                        continue
+                    for handle, cell in zip(handles, batch, strict=True):
                         progress.start(cell, k)
                         running.append((handle, cell))
                 done = backend.finished([h for h, _ in running])
                 for handle, cell in [(h, c) for h, c in running if h in done]:
                     running = [(h, c) for h, c in running if h is not handle]
-                    record = {**backend.result(handle, cell), "rounds": rounds}
-                    records.append(results, record)
-                    progress.finish(record)
-                    if record["status"] != "ok":
-                        ended.add(cell["cell_id"])
+                    _finish(backend.result(handle, cell), rounds, results, progress, ended)
         except BaseException:
             backend.cancel([h for h, _ in running])
             raise
+
+
+def _finish(record: Record, rounds: int, results: Path, progress: MatrixProgress, ended: set[str]) -> None:
+    """Append a job's record; a cell whose round is not ``ok`` runs no further round."""
+    record = {**record, "rounds": rounds}
+    records.append(results, record)
+    progress.finish(record)
+    if record["status"] != "ok":
+        ended.add(record["cell_id"])

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from harness import cli, env, executors, records
+from harness.progress import MatrixProgress
 from harness.reporting import report
 from tests.fakes import record as fake_record
 from tests.test_faults import FAST, bench
@@ -173,6 +174,22 @@ def test_a_missing_extra_is_a_clear_error_with_the_install_command(tmp_path, mon
     assert cli.main([*argv, "--run-id", "r", "--executor", "ray"]) == 2
     assert "error: --executor ray needs the ray package" in capsys.readouterr().err
     assert not (tmp_path / "r" / records.ENV).exists(), "it fails before anything is measured"
+
+
+def test_a_submission_the_scheduler_refuses_fails_its_cells_and_the_run_goes_on(tmp_path):
+    class Refusing:  # as sbatch answers an unknown partition
+        capacity = None
+
+        def submit(self, jobs):
+            raise RuntimeError("sbatch: error: invalid partition specified: nope")
+
+    cells = [{"cell_id": c, "adapter": c, "workload": "mlp", "device_requested": "cpu"} for c in ("a", "b")]
+    order = [(c, k) for k in (1, 2) for c in cells]
+    with MatrixProgress(len(order), live=False) as progress:
+        executors.run_rounds(Refusing(), order, 2, tmp_path / records.RESULTS, 10.0, progress)
+    recs = records.load(tmp_path / records.RESULTS)
+    assert [(r["cell_id"], r["round"]) for r in recs] == [("a", 1), ("b", 1)], "no round 2 after a failed round"
+    assert recs[0]["reason"] == "job not submitted: RuntimeError: sbatch: error: invalid partition specified: nope"
 
 
 def test_cells_of_unlike_machines_are_never_compared_and_the_report_groups_by_machine(tmp_path):
