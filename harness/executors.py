@@ -205,6 +205,10 @@ class SlurmBackend:
         return done
 
     def result(self, handle: Any, cell: Record) -> Record:
+        if not self.on_slurm and not handle.paths.result_pickle.exists():
+            # Here the job's files are on a local disk: no point in submitit's 15 s wait for a
+            # result pickle that a slow shared filesystem might still deliver.
+            return lost(cell, f"{self.name} job {handle.job_id} ({handle.state}): ended without a result")
         try:
             return handle.result()
         except self.submitit.core.utils.UncompletedJobError as exc:  # FailedJobError too

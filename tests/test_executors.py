@@ -92,7 +92,7 @@ def test_a_job_lost_to_the_scheduler_is_a_failed_record_with_its_reason(runs, ex
     if executor == "ray":
         assert lost["reason"].startswith("job lost: ray task: WorkerCrashedError: The worker died unexpectedly")
     else:
-        pattern = r"job lost: slurm \(submitit's local mode: no Slurm here\) job \d+ \(\w+\): UncompletedJobError: "
+        pattern = r"job lost: slurm \(submitit's local mode: no Slurm here\) job \d+ \(\w+\): ended without a result$"
         assert re.match(pattern, lost["reason"]), lost["reason"]
     assert "fault-lost" in (runs[executor] / "report.md").read_text()
 
