@@ -19,6 +19,7 @@ and a Ray cluster of one machine therefore run one CPU cell at a time, as the lo
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -116,6 +117,21 @@ def _job_env() -> dict[str, str]:
     return found
 
 
+@contextlib.contextmanager
+def _exported(env: dict[str, str]) -> Iterator[None]:
+    """``env`` in this process's environment for the duration, as it was afterwards."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def lost(cell: Record, reason: str, what: str = "job lost") -> Record:
     """The record of a job that ended without one (the scheduler's reason, in one line)."""
     line = " ".join(str(reason).split())
@@ -170,8 +186,6 @@ class SlurmBackend:
         self.capacity = None if self.on_slurm else 1
         self.poll_s = POLL_S if self.on_slurm else LOCAL_POLL_S
         self.name = "slurm" if self.on_slurm else "slurm (submitit's local mode: no Slurm here)"
-        # Jobs inherit this process's environment (sbatch's default --export=ALL, the local mode).
-        os.environ.update(_job_env())
 
     def _executor(self, params: dict[str, Any]) -> Any:
         """A fresh executor per job array: parameters of one device's array never leak into the next."""
@@ -183,6 +197,10 @@ class SlurmBackend:
         return executor
 
     def submit(self, jobs: list[tuple[Record, float]]) -> list[Any]:
+        with _exported(_job_env()):  # jobs inherit it: sbatch's default --export=ALL, the local mode's Popen
+            return self._submit(jobs)
+
+    def _submit(self, jobs: list[tuple[Record, float]]) -> list[Any]:
         handles: dict[int, Any] = {}
         for device in ("cpu", "cuda"):
             mine = [(i, job) for i, job in enumerate(jobs) if job[0]["device_requested"] == device]

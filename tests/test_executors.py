@@ -6,6 +6,7 @@ checked in the script submitit itself writes for them."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -163,6 +164,21 @@ def test_sbatch_script_asks_for_what_the_cells_need(tmp_path):
     assert not any(f.startswith(("--gpus", "--partition")) for f in flags)
     shared = executors.slurm_parameters("cpu", 8, 600, executors.SlurmOptions(share_nodes=True))
     assert "--exclusive" not in _make_sbatch_string(command="x", folder=tmp_path, **shared)
+
+
+def test_the_slurm_backend_hands_submitit_those_parameters(tmp_path, monkeypatch):
+    """Through AutoExecutor as on a cluster: submitit picks Slurm where ``srun`` exists (this
+    stand-in is never run: nothing is submitted), and its sbatch text carries our parameters."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "srun").write_text("#!/bin/sh\nexit 1\n")
+    (tmp_path / "bin" / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    backend = executors.SlurmBackend(tmp_path / "jobs", executors.SlurmOptions(partition="cpu-long"))
+    assert backend.on_slurm and backend.capacity is None
+    params = executors.slurm_parameters("cpu", threads=4, timeout_s=60, options=backend.options)
+    text = backend._executor(params)._executor._make_submission_file_text("python -m x", "uid")
+    flags = set(re.findall(r"^#SBATCH (\S+)$", text, re.M))
+    assert {"--partition=cpu-long", "--exclusive", "--cpus-per-task=4", "--time=11", "--job-name=dlcompare"} <= flags
 
 
 def test_a_missing_extra_is_a_clear_error_with_the_install_command(tmp_path, monkeypatch, capsys):
