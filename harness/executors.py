@@ -152,6 +152,9 @@ class SlurmOptions:
     time_min: int | None = None
     max_concurrent: int = 64
     share_nodes: bool = False
+    #: Seconds before the time limit that the job is warned (submitit's USR2; it then ends the
+    #: job: a cell cannot be checkpointed). submitit's default; the tests shorten it.
+    signal_delay_s: int = 90
 
 
 def slurm_parameters(device: str, threads: int, timeout_s: float, options: SlurmOptions) -> dict[str, Any]:
@@ -165,6 +168,7 @@ def slurm_parameters(device: str, threads: int, timeout_s: float, options: Slurm
         "ntasks_per_node": 1,
         "cpus_per_task": threads,
         "array_parallelism": options.max_concurrent,
+        "signal_delay_s": options.signal_delay_s,
     }
     if options.partition:
         params["partition"] = options.partition
@@ -189,11 +193,16 @@ class SlurmBackend:
 
     def _executor(self, params: dict[str, Any]) -> Any:
         """A fresh executor per job array: parameters of one device's array never leak into the next."""
-        executor = self.submitit.AutoExecutor(folder=self.folder)
         if self.on_slurm:
-            executor.update_parameters(**{f"slurm_{k}": v for k, v in params.items()})
+            executor = self.submitit.SlurmExecutor(folder=self.folder)
+            executor.update_parameters(**params)
         else:
-            executor.update_parameters(timeout_min=int(params["time"]), gpus_per_node=params.get("gpus_per_task", 0))
+            executor = self.submitit.LocalExecutor(folder=self.folder)
+            executor.update_parameters(
+                timeout_min=params["time"],
+                gpus_per_node=params.get("gpus_per_task", 0),
+                signal_delay_s=params["signal_delay_s"],
+            )
         return executor
 
     def submit(self, jobs: list[tuple[Record, float]]) -> list[Any]:
@@ -248,8 +257,15 @@ class SlurmBackend:
 
 
 def _first_line(exc: BaseException) -> str:
+    """An exception in one line: its first, or for submitit's FailedJobError (the job's own
+    traceback between dashed lines) the exception the job ended with, the trace's last line."""
+    parts = str(exc).split("-" * 22)
+    if type(exc).__name__ == "FailedJobError" and len(parts) >= 3:
+        trace = [ln.strip() for ln in parts[1].splitlines() if ln.strip()]
+        if trace:
+            return trace[-1]
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 # --- Ray ----------------------------------------------------------------------------------------

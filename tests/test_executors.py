@@ -17,7 +17,9 @@ import uuid
 import psutil
 import pytest
 
+from adapters import discover
 from harness import cli, env, executors, records
+from harness.plan import plan
 from harness.progress import MatrixProgress
 from harness.reporting import report
 from tests.fakes import record as fake_record
@@ -156,6 +158,7 @@ def test_sbatch_script_asks_for_what_the_cells_need(tmp_path):
     script = _make_sbatch_string(command="python -m x", folder=tmp_path, map_count=5, **cuda)
     flags = set(re.findall(r"^#SBATCH (\S+)$", script, re.M))
     assert {"--partition=gpu", "--gpus-per-task=1", "--cpus-per-task=8", "--array=0-4%3", "--time=20"} <= flags
+    assert "--signal=USR2@90" in flags, "warned 90 s before the limit: the job ends its worker itself"
     assert "--exclusive" not in flags, "GPU cells share a node, one GPU each"
     cpu = executors.slurm_parameters("cpu", threads=8, timeout_s=600, options=executors.SlurmOptions(time_min=45))
     script = _make_sbatch_string(command="python -m x", folder=tmp_path, map_count=2, **cpu)
@@ -164,6 +167,27 @@ def test_sbatch_script_asks_for_what_the_cells_need(tmp_path):
     assert not any(f.startswith(("--gpus", "--partition")) for f in flags)
     shared = executors.slurm_parameters("cpu", 8, 600, executors.SlurmOptions(share_nodes=True))
     assert "--exclusive" not in _make_sbatch_string(command="x", folder=tmp_path, **shared)
+
+
+def test_a_job_past_its_time_limit_is_a_failed_record_with_the_reason(tmp_path, monkeypatch):
+    """submitit's local mode enforces the time limit as Slurm does: a warning signal (here 57 s
+    before a 1-minute limit), then the job ends, its worker's process group with it."""
+    monkeypatch.setenv("DLCOMPARE_EXTRA_ADAPTERS", "tests.fault_adapters")
+    monkeypatch.setenv("DLCOMPARE_TEST_TAG", tag := uuid.uuid4().hex)
+    cells = plan(discover(), "fault-hang", "mlp", "cpu", FAST[1:6:2], "quick", 1, "t")
+    backend = executors.SlurmBackend(tmp_path / "jobs", executors.SlurmOptions(time_min=1, signal_delay_s=57))
+    assert not backend.on_slurm
+    with MatrixProgress(1, live=False) as progress:
+        executors.run_rounds(backend, [(cells[0], 1)], 1, tmp_path / records.RESULTS, 120.0, progress)
+    (rec,) = records.load(tmp_path / records.RESULTS)
+    assert rec["status"] == "failed"
+    assert re.fullmatch(
+        r"job lost: slurm \(submitit's local mode: no Slurm here\) job \d+ \(FINISHED\): "
+        r"submitit\.core\.utils\.UncompletedJobError: Job not requeued because: timed-out and not checkpointable\.",
+        rec["reason"],
+    ), rec["reason"]
+    assert rec["round"] == 1 and rec["rounds"] == 1
+    assert not _workers(tag), "the hung worker ended with its job"
 
 
 def test_the_slurm_backend_hands_submitit_those_parameters(tmp_path, monkeypatch):
@@ -176,7 +200,7 @@ def test_the_slurm_backend_hands_submitit_those_parameters(tmp_path, monkeypatch
     backend = executors.SlurmBackend(tmp_path / "jobs", executors.SlurmOptions(partition="cpu-long"))
     assert backend.on_slurm and backend.capacity is None
     params = executors.slurm_parameters("cpu", threads=4, timeout_s=60, options=backend.options)
-    text = backend._executor(params)._executor._make_submission_file_text("python -m x", "uid")
+    text = backend._executor(params)._make_submission_file_text("python -m x", "uid")
     flags = set(re.findall(r"^#SBATCH (\S+)$", text, re.M))
     assert {"--partition=cpu-long", "--exclusive", "--cpus-per-task=4", "--time=11", "--job-name=dlcompare"} <= flags
 
