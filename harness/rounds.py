@@ -113,6 +113,7 @@ def combine(runs: list[Record]) -> Record:
         round_medians_s=medians,
         round_steps=[len(t) for t in per_round],
         round_cold_s=[r["cold_s"] for r in runs],
+        nodes=sorted({r["node"] for r in runs if r.get("node")}),
         host_peak_rss_bytes=max(r.get("host_peak_rss_bytes") or 0 for r in runs),
         wall_s=sum(r.get("wall_s", 0.0) for r in runs),
         other_cpu_cores=max(r.get("other_cpu_cores", 0.0) for r in runs),

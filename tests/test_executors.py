@@ -191,8 +191,8 @@ def test_a_job_past_its_time_limit_is_a_failed_record_with_the_reason(tmp_path, 
 
 
 def test_the_slurm_backend_hands_submitit_those_parameters(tmp_path, monkeypatch):
-    """Through AutoExecutor as on a cluster: submitit picks Slurm where ``srun`` exists (this
-    stand-in is never run: nothing is submitted), and its sbatch text carries our parameters."""
+    """As on a cluster: submitit picks Slurm where ``srun`` exists (this stand-in is never run:
+    nothing is submitted), and the sbatch text of the backend's executor carries our parameters."""
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "srun").write_text("#!/bin/sh\nexit 1\n")
     (tmp_path / "bin" / "srun").chmod(0o755)
@@ -245,7 +245,7 @@ def test_cells_of_unlike_machines_are_never_compared_and_the_report_groups_by_ma
     recs = [
         record("torch-eager", median_ms=1.0, fingerprint=a, cell_id="t", round=1),
         record("jax-jit", median_ms=3.0, fingerprint=a, cell_id="j", round=1),
-        record("torch-eager", median_ms=9.0, fingerprint=b, cell_id="t", round=2),
+        record("torch-eager", median_ms=9.0, fingerprint=b, cell_id="t", round=2, node="n2"),
         record("jax-jit", median_ms=2.0, fingerprint=b, cell_id="j", round=2),
         record("tf-eager", status="failed", reason="job lost: NODE_FAIL", cell_id="x", round=1),
         record("tf-eager", median_ms=5.0, fingerprint=b, cell_id="x", round=2),
@@ -267,6 +267,7 @@ def test_cells_of_unlike_machines_are_never_compared_and_the_report_groups_by_ma
     lost = next(r for r in combined if r["adapter"] == "tf-eager")
     assert lost["status"] == "failed", "the lost round decides its cell, on its cell's machine"
     text = report.build(run)
+    assert "## Machines" in text and "| EPYC B, 16 cores, 1x NVIDIA H100 (driver 580.1) | n2      |" in text
     assert "On Xeon A, 64 cores: cpu, the fastest" in text and "torch-eager on mlp" in text
     assert "On EPYC B, 16 cores, 1x NVIDIA H100 (driver 580.1): cpu, the fastest" in text
     assert "jax-jit on mlp (2 ms/step, 4.50x ahead of torch-eager)" in text

@@ -21,7 +21,7 @@ from harness.reporting.formatting import fingerprint_name, machine_name, slug
 from harness.reporting.hardware import hardware, memory, peak_gflops, same_machine
 from harness.reporting.sections import banner, failures, input_pipeline, method
 from harness.reporting.sweeps import sweep_section
-from harness.reporting.tables import env_table, settings_table, table_title, workload_table
+from harness.reporting.tables import env_table, machines_table, settings_table, table_title, workload_table
 
 
 def load_runs(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
@@ -95,6 +95,10 @@ def build(run_dirs: Path | list[Path], plot_dir: Path | None = None) -> str:
     settings = settings_table(recs)
     if settings:
         out += ["## Framework settings", "", settings, ""]
+    machines = machines_table(recs)
+    if machines:
+        intro = "Cells are compared only with cells of the same machine (CPU, cores, GPUs, driver)."
+        out += ["## Machines", "", intro, "", machines, ""]
     for name, env in envs.items():
         if env:
             heading = "## Environment" + (f": {name}" if len(envs) > 1 else "")

@@ -151,6 +151,23 @@ def settings_table(recs: list[dict[str, Any]]) -> str:
     return tabulate(rows, ["adapter", "workloads", "versions", "settings"], tablefmt="github")
 
 
+def machines_table(recs: list[dict[str, Any]]) -> str:
+    """Where a report's cells ran, one row per machine (fingerprint): its nodes and cells; empty
+    where every cell ran on one machine."""
+    found: dict[str, tuple[set[str], list[dict[str, Any]]]] = {}
+    for r in recs:
+        nodes, cells = found.setdefault(r.get("machine") or DASH, (set(), []))
+        nodes.update(n for n in r.get("nodes") or [r.get("node")] if n)
+        cells.append(r)
+    if len(found) < 2:
+        return ""
+    rows = [
+        [machine, ", ".join(sorted(nodes)) or DASH, len(cells), sum(c["status"] == "ok" for c in cells)]
+        for machine, (nodes, cells) in sorted(found.items())
+    ]
+    return tabulate(rows, ["machine", "nodes", "cells", "ok"], tablefmt="github")
+
+
 def env_table(env: dict[str, Any]) -> str:
     gpus = "; ".join(f"{g['name']} (driver {g['driver']}, {g['memory']})" for g in env.get("gpus", [])) or "none"
     packages = ", ".join(f"{k} {v}" for k, v in sorted(env.get("packages", {}).items()))
