@@ -15,7 +15,7 @@ from tabulate import tabulate
 
 from adapters import discover
 from adapters.base import PRECISIONS
-from harness import conformance, devices, env, fidelity, floors, peak, records, rounds, runner, timing
+from harness import conformance, devices, env, executors, fidelity, floors, peak, records, rounds, runner, timing
 from harness.install import doctor, variant
 from harness.plan import DATA_MODES, DEVICES, PlanError, plan, select_adapters, select_workloads
 from harness.progress import MatrixProgress
@@ -184,7 +184,36 @@ def _lock(run_dir: Path) -> IO[str] | None:
     return handle
 
 
+def _backend(args: argparse.Namespace, run_dir: Path):
+    """The cluster executor's backend, None for the local one; raises ExecutorError."""
+    if args.executor == "local":
+        return None
+    for flag, value in (("--slurm-time", args.slurm_time), ("--slurm-max-concurrent", args.slurm_max_concurrent)):
+        if value is not None and value < 1:
+            raise executors.ExecutorError(f"{flag} must be >= 1, got {value}")
+    slurm = executors.SlurmOptions(
+        partition=args.slurm_partition,
+        gpus_per_task=args.slurm_gpus_per_task,
+        time_min=args.slurm_time,
+        max_concurrent=args.slurm_max_concurrent or executors.SlurmOptions.max_concurrent,
+        share_nodes=args.share_nodes,
+    )
+    return executors.make(args.executor, run_dir, slurm, args.ray_address, args.ray_cpus_per_cell)
+
+
 def _run(args: argparse.Namespace, adapters, run_dir: Path, run: Run) -> int:
+    try:  # before anything is measured: a missing extra or an unreachable cluster fails at once
+        backend = _backend(args, run_dir)
+    except executors.ExecutorError as exc:
+        return _fail(str(exc))
+    try:
+        return _run_with(args, adapters, run_dir, run, backend)
+    finally:
+        if backend is not None:
+            backend.close()
+
+
+def _run_with(args: argparse.Namespace, adapters, run_dir: Path, run: Run, backend) -> int:
     cells = run.cells
     if not args.resume:
         threads = cells[0]["threads"] if cells else env.default_threads()
@@ -206,8 +235,9 @@ def _run(args: argparse.Namespace, adapters, run_dir: Path, run: Run) -> int:
         (run_dir / PLAN).write_text(json.dumps(plan_json, indent=1) + "\n")
     results = run_dir / records.RESULTS
     todo = run.todo(results)
+    where = f" on {backend.name}" if backend is not None else ""
     print(
-        f"run {run_dir.name}: {len(cells)} cells x {run.rounds} rounds, {len(todo)} to run, writing {run_dir}",
+        f"run {run_dir.name}: {len(cells)} cells x {run.rounds} rounds, {len(todo)} to run{where}, writing {run_dir}",
         flush=True,
     )
 
@@ -215,7 +245,10 @@ def _run(args: argparse.Namespace, adapters, run_dir: Path, run: Run) -> int:
     interrupted = False
     try:
         with MatrixProgress(len(todo)) as progress:
-            runner.run_cells(todo, run.rounds, adapters, results, run.timeout_s, progress)
+            if backend is None:
+                runner.run_cells(todo, run.rounds, adapters, results, run.timeout_s, progress)
+            else:
+                executors.run_rounds(backend, todo, run.rounds, results, run.timeout_s, progress)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -340,6 +373,41 @@ def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> No
     b.add_argument("--run-id", default=None, help="run folder name (default: a timestamp)")
     b.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="run only the missing cells of a run")
     b.add_argument("--strict", action="store_true", help="exit 1 if any cell failed or broke the physics check")
+    b.add_argument(
+        "--executor",
+        default="local",
+        choices=executors.EXECUTORS,
+        help="where cells run: this machine, a Slurm cluster (submitit; its local mode without Slurm) or Ray",
+    )
+    b.add_argument("--slurm-partition", default=None, help="Slurm partition of the jobs")
+    b.add_argument("--slurm-gpus-per-task", type=int, default=1, help="GPUs per GPU cell's job (default: 1)")
+    b.add_argument(
+        "--slurm-time",
+        type=int,
+        default=None,
+        metavar="MINUTES",
+        help=f"time limit per job (default: the cell timeout + {executors.SLURM_SLACK_MIN} min)",
+    )
+    b.add_argument(
+        "--slurm-max-concurrent",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"tasks of a job array running at once (default: {executors.SlurmOptions.max_concurrent})",
+    )
+    b.add_argument("--ray-address", default=None, help="Ray cluster to use (default: start a local one)")
+    b.add_argument(
+        "--ray-cpus-per-cell",
+        type=int,
+        default=None,
+        metavar="N",
+        help="CPUs a CPU cell asks of Ray (default: all of the largest node, so cells never share one)",
+    )
+    b.add_argument(
+        "--share-nodes",
+        action="store_true",
+        help="let CPU timing cells share a cluster node (Slurm: no --exclusive); faster, timings less clean",
+    )
     b.add_argument("--dry-run", action="store_true", help="print the planned cells and exit")
     b.set_defaults(func=cmd_bench)
 

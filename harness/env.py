@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import platform
@@ -47,6 +48,21 @@ def gpus() -> list[dict[str, str]]:
     return [{"name": r[0], "driver": r[1], "memory": r[2]} for r in rows if len(r) == 3]
 
 
+@functools.cache
+def fingerprint() -> dict[str, Any]:
+    """The hardware a timing depends on, of the machine this process runs on: CPU model, logical
+    cores, GPU models (all of the node's, whatever CUDA_VISIBLE_DEVICES says) and NVIDIA driver.
+    Records with equal fingerprints ran on comparable machines; the host name is not part of it,
+    so the identical nodes of a cluster compare with each other."""
+    found = gpus()
+    return {
+        "cpu": cpu_model(),
+        "cores": psutil.cpu_count(logical=True),
+        "gpus": [g["name"] for g in found],
+        "driver": found[0]["driver"] if found else None,
+    }
+
+
 def package_versions(modules: Iterable[str] = ()) -> dict[str, str]:
     """Versions of PACKAGES and of the distributions that provide ``modules`` (every adapter's
     ``requires``, so a plugin's framework is listed too), by distribution name; what is not
@@ -81,6 +97,7 @@ def capture(threads: int, argv: list[str], modules: Iterable[str] = ()) -> dict[
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "gpus": gpus(),
+        "fingerprint": fingerprint(),
         "threads": threads,
         "packages": package_versions(modules),
         "git_sha": _run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"]),

@@ -15,6 +15,7 @@ between processes they can differ by tens of percent. So:
 
 from __future__ import annotations
 
+import json
 import random
 import zlib
 from collections.abc import Iterable
@@ -54,12 +55,32 @@ def schedule(cells: list[Record], rounds: int, run_id: str, done: Iterable[Recor
     return order
 
 
+def fingerprint_key(rec: Record) -> str | None:
+    """The record's machine fingerprint (harness.env.fingerprint) as one comparable string."""
+    fp = rec.get("fingerprint")
+    return json.dumps(fp, sort_keys=True) if fp else None
+
+
 def combine_all(recs: list[Record]) -> list[Record]:
-    """One record per cell (per machine, in merged reports) from its rounds, in first-seen order."""
+    """One record per cell and machine from its rounds, in first-seen order: rounds of one cell
+    that ran on machines with different fingerprints (a mixed cluster) are never pooled. A round
+    without a fingerprint (a job the scheduler lost with its node) joins its cell's machine where
+    the cell has one."""
+    machines: dict[tuple, set[str]] = {}
+    for r in recs:
+        if fingerprint_key(r):
+            machines.setdefault((r.get("machine"), r.get("run_id"), r.get("cell_id")), set()).add(fingerprint_key(r))
     groups: dict[tuple, list[Record]] = {}
     for r in recs:
-        groups.setdefault((r.get("machine"), r.get("run_id"), r.get("cell_id") or id(r)), []).append(r)
-    return [combine(g) for g in groups.values()]
+        cell = (r.get("machine"), r.get("run_id"), r.get("cell_id"))
+        known = machines.get(cell, set())
+        fp = fingerprint_key(r) or (next(iter(known)) if len(known) == 1 else None)
+        groups.setdefault((*cell[:2], fp, r.get("cell_id") or id(r)), []).append(r)
+    out = []
+    for (_, _, fp, _), group in groups.items():
+        rec = combine(group)
+        out.append(rec if rec.get("fingerprint") or not fp else {**rec, "fingerprint": json.loads(fp)})
+    return out
 
 
 def combine(runs: list[Record]) -> Record:
@@ -92,6 +113,7 @@ def combine(runs: list[Record]) -> Record:
         round_medians_s=medians,
         round_steps=[len(t) for t in per_round],
         round_cold_s=[r["cold_s"] for r in runs],
+        nodes=sorted({r["node"] for r in runs if r.get("node")}),
         host_peak_rss_bytes=max(r.get("host_peak_rss_bytes") or 0 for r in runs),
         wall_s=sum(r.get("wall_s", 0.0) for r in runs),
         other_cpu_cores=max(r.get("other_cpu_cores", 0.0) for r in runs),

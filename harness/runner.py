@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters import AdapterInfo
+from harness import env as machine_env
 from harness import limits_cache, records
 from harness.contention import CONTENDED_CORES, OtherLoad
 from harness.progress import MatrixProgress
@@ -106,7 +108,15 @@ def skip_reason(info: AdapterInfo, cell: dict[str, Any]) -> str | None:
 
 
 def run_cell(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    """One cell's record; never raises for anything the cell itself does."""
+    """One cell's record, with the node and machine fingerprint it ran on (the worker's own where
+    it wrote one); never raises for anything the cell itself does."""
+    record = _run_cell(info, cell, timeout_s)
+    record.setdefault("node", platform.node())
+    record.setdefault("fingerprint", machine_env.fingerprint())
+    return record
+
+
+def _run_cell(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     try:
         reason = skip_reason(info, cell)
     except SpecError as exc:

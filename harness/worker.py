@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import resource
 import time
 import traceback
@@ -27,7 +28,7 @@ import numpy as np
 
 from adapters import DeviceUnavailable, discover
 from adapters.base import Options
-from harness import devices, timing
+from harness import devices, env, timing
 from harness.gpu_util import UtilSampler
 from harness.records import base_adapter, new_record, writable
 from harness.rounds import step_time
@@ -353,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         tail = traceback.format_exc().strip().splitlines()[-12:]
         record = new_record(cell, "failed", f"{type(exc).__name__}: {exc}".strip(), stderr_tail="\n".join(tail))
     record["worker_s"] = time.perf_counter() - t0
+    # Taken here, outside the timed window, on the node that ran the cell (a cluster's nodes differ).
+    record.update(node=platform.node(), fingerprint=env.fingerprint())
     args.out.write_text(json.dumps(writable(record), allow_nan=False))
     return 0
 

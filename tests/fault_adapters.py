@@ -87,6 +87,18 @@ class FaultKill(FaultOk):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class FaultLost(FaultOk):
+    """Kills the process that started its worker, as a cluster loses a job (its node fails, the
+    job is OOM-killed or cancelled with SIGKILL). For cluster executors only: under the local
+    executor that process is the bench itself."""
+
+    name, fault_step = "fault-lost", 2
+
+    def fault(self):
+        os.kill(os.getppid(), signal.SIGKILL)
+        os._exit(1)
+
+
 class FaultHang(FaultOk):
     name, fault_step = "fault-hang", 1
 

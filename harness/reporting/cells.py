@@ -47,15 +47,23 @@ def requested_device(rec: Record) -> str:
 
 
 def axes(rec: Record) -> tuple:
-    """Every axis of the plan but the adapter and its loop strategy: cells that differ in any
-    of these (batch size, precision, data mode, ...) are never compared in one sentence."""
+    """Every axis of the plan but the adapter and its loop strategy, and the machine: cells that
+    differ in any of these (batch size, precision, data mode, machine, ...) are never compared in
+    one sentence."""
     setting = tuple(sorted(o for o in rec.get("overrides", []) if not o.startswith("strategy=")))
-    return rec["workload"], rec.get("device"), setting, rec.get("precision", "fp32"), rec.get("data", "resident")
+    return (
+        rec["workload"],
+        rec.get("device"),
+        setting,
+        rec.get("precision", "fp32"),
+        rec.get("data", "resident"),
+        rec.get("machine"),
+    )
 
 
 def what(key: tuple) -> str:
     """``mlp`` or ``mlp (batch_size=16, tf32)``: the workload and what sets it apart."""
-    workload, _, setting, precision, _ = key
+    workload, _, setting, precision, *_ = key
     extra = [*setting, *([precision] if precision != "fp32" else [])]
     return f"{workload} ({', '.join(extra)})" if extra else workload
 

@@ -14,7 +14,7 @@ from tabulate import tabulate
 from harness import records, rounds
 from harness.fidelity import is_idiomatic
 from harness.reporting import cells, report
-from harness.reporting.formatting import machine_name, sig, status_text
+from harness.reporting.formatting import fingerprint_name, machine_name, sig, status_text
 
 Record = dict[str, Any]
 
@@ -41,6 +41,10 @@ def build(run_a: Path, run_b: Path) -> str:
     # Idiomatic scripts of a fidelity run are not cells of the matrix (harness.fidelity).
     recs_a = rounds.combine_all([r for r in records.load(run_a / records.RESULTS) if not is_idiomatic(r)])
     recs_b = rounds.combine_all([r for r in records.load(run_b / records.RESULTS) if not is_idiomatic(r)])
+    for recs in (recs_a, recs_b):  # a run over unlike cluster nodes: its verdicts stay within a machine
+        if len({rounds.fingerprint_key(r) for r in recs if r.get("fingerprint")}) > 1:
+            for r in recs:
+                r["machine"] = fingerprint_name(r["fingerprint"]) if r.get("fingerprint") else None
     env_a, env_b = report.load_env(run_a), report.load_env(run_b)
     pairs, unmatched = match(recs_a, recs_b)
     rows = []

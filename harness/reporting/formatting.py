@@ -66,6 +66,17 @@ def machine_name(env: dict[str, Any]) -> str:
     return f"{env.get('hostname', '?')} ({gpus or env.get('cpu', 'CPU')})"
 
 
+def fingerprint_name(fp: dict[str, Any]) -> str:
+    """A machine fingerprint (harness.env.fingerprint) in words: CPU, cores, GPUs and driver."""
+    gpus: dict[str, int] = {}
+    for name in fp.get("gpus") or []:
+        gpus[name] = gpus.get(name, 0) + 1
+    text = f"{fp.get('cpu', '?')}, {fp.get('cores', '?')} cores"
+    if gpus:
+        text += ", " + ", ".join(f"{n}x {name}" for name, n in gpus.items()) + f" (driver {fp.get('driver')})"
+    return text
+
+
 def slug(*parts: Any) -> str:
     text = "-".join(str(p) for p in parts if p)
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:80]

@@ -13,7 +13,17 @@ from harness.reporting.formatting import DASH, row_label, sig
 PEAK_SLACK = 1.10
 
 
+def same_machine(env: dict[str, Any], rec: dict[str, Any]) -> bool:
+    """False where the record ran on another machine than the one ``env`` describes (a cluster
+    node unlike the submitting host): that machine's peaks and floors say nothing about it."""
+    here, there = env.get("fingerprint"), rec.get("fingerprint")
+    return not (here and there) or here == there
+
+
 def peak_gflops(env: dict[str, Any], rec: dict[str, Any]) -> float | None:
+    """The matmul peak ``env`` measured on the record's device, None where it ran elsewhere."""
+    if not same_machine(env, rec):
+        return None
     peak = (env.get("peaks") or {}).get(rec.get("device") or "", {})
     return peak.get("matmul_gflops")
 
@@ -24,7 +34,7 @@ def physics_violations(recs: list[dict[str, Any]], env: dict[str, Any]) -> list[
     record's own ``peak_gflops`` (merged runs) wins over ``env``'s."""
     problems = []
     for r in recs:
-        peak = r.get("peak_gflops") or peak_gflops(env, r)
+        peak = r["peak_gflops"] if "peak_gflops" in r else peak_gflops(env, r)
         if r["status"] != "ok" or not peak:
             continue
         for field, what in (("gflops_max_step", "a step"), ("pipelined_gflops_max", "a pipelined block")):
@@ -48,7 +58,7 @@ def hardware(recs: list[dict[str, Any]], envs: dict[str, dict[str, Any]]) -> lis
     for r in recs:
         if r["status"] != "ok" or r.get("data", "resident") != "resident" or r.get("gflops") is None:
             continue
-        peak = r.get("peak_gflops") or peak_gflops(next(iter(envs.values())), r)
+        peak = r["peak_gflops"] if "peak_gflops" in r else peak_gflops(next(iter(envs.values())), r)
         pct = f"{r['gflops'] / peak:.1%}" if peak else DASH
         best = f"{r['gflops_max_step'] / peak:.1%}" if peak else DASH
         rows.append([*row_label(r), sig(r["flops_per_step"] / 1e9), sig(r["gflops"]), pct, best])

@@ -17,16 +17,21 @@ from harness.records import load_env
 from harness.reporting import fidelity, html, overview, plots, static_dynamic, summary
 from harness.reporting.breakeven import cumulative_s
 from harness.reporting.cells import strategy
-from harness.reporting.formatting import machine_name, slug
-from harness.reporting.hardware import hardware, memory, peak_gflops
+from harness.reporting.formatting import fingerprint_name, machine_name, slug
+from harness.reporting.hardware import hardware, memory, peak_gflops, same_machine
 from harness.reporting.sections import banner, failures, input_pipeline, method
 from harness.reporting.sweeps import sweep_section
-from harness.reporting.tables import env_table, settings_table, table_title, workload_table
+from harness.reporting.tables import env_table, machines_table, settings_table, table_title, workload_table
 
 
 def load_runs(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """Records of one or several runs, each annotated with its machine and the measured peak of
-    its device; with several machines, device labels name the machine."""
+    its device; with several machines, device labels name the machine.
+
+    A run's machine is the one its env.json describes, unless its records carry several machine
+    fingerprints (a cluster run over unlike nodes): then each record's machine is its fingerprint.
+    The peaks and kernel floors measured on the submitting host stay with the cells that ran on
+    a machine like it."""
     recs, envs = [], {}
     for run_dir in run_dirs:
         env = load_env(run_dir)
@@ -35,11 +40,18 @@ def load_runs(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, dic
             name = f"{name} [{run_dir.name}]"
         envs[name] = env
         adapter_recs = [r for r in records.load(run_dir / records.RESULTS) if not is_idiomatic(r)]
-        for r in rounds.combine_all(adapter_recs):
+        combined = rounds.combine_all(adapter_recs)
+        mixed = len({rounds.fingerprint_key(r) for r in combined if r.get("fingerprint")}) > 1
+        for r in combined:
             r["machine"] = name
+            if mixed and r.get("fingerprint"):
+                suffix = f" [{run_dir.name}]" if len(run_dirs) > 1 else ""
+                r["machine"] = fingerprint_name(r["fingerprint"]) + suffix
             r["peak_gflops"] = peak_gflops(env, r)
+            if not same_machine(env, r):
+                r.pop("kernel_floor_s", None)
             recs.append(r)
-    if len(envs) > 1:
+    if len(envs) > 1 or len({r["machine"] for r in recs}) > 1:
         for r in recs:
             r["machine_label"] = r["machine"]
     return recs, envs
@@ -83,6 +95,10 @@ def build(run_dirs: Path | list[Path], plot_dir: Path | None = None) -> str:
     settings = settings_table(recs)
     if settings:
         out += ["## Framework settings", "", settings, ""]
+    machines = machines_table(recs)
+    if machines:
+        intro = "Cells are compared only with cells of the same machine (CPU, cores, GPUs, driver)."
+        out += ["## Machines", "", intro, "", machines, ""]
     for name, env in envs.items():
         if env:
             heading = "## Environment" + (f": {name}" if len(envs) > 1 else "")

@@ -68,7 +68,8 @@ def winner_sentences(recs: list[Record]) -> list[str]:
     and the workloads where the first two are tied."""
     by_device: dict[str, tuple[list[str], list[str]]] = {}
     for key, (first, second, apart) in sorted(leaders(recs).items(), key=lambda kv: _order(kv[0])):
-        clear, tied = by_device.setdefault(str(key[1]), ([], []))
+        where = f"{first['machine_label']}: {key[1]}" if first.get("machine_label") else str(key[1])
+        clear, tied = by_device.setdefault(where, ([], []))
         if apart:
             ratio = second["median_s"] / first["median_s"]
             clear.append(f"{name(first)} on {what(key)} ({_ms(first)}, {_x(ratio)} ahead of {name(second)})")

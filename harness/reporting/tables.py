@@ -80,8 +80,11 @@ def _steps(rec: dict[str, Any]) -> str:
 
 
 def workload_table(recs: list[dict[str, Any]]) -> str:
-    ok = [r for r in recs if r["status"] == "ok"]
-    fastest = min(ok, key=lambda r: r["median_s"], default=None)
+    fastest: dict[Any, dict[str, Any]] = {}  # per machine: cells of two machines are never compared
+    for r in recs:
+        best = fastest.get(r.get("machine"))
+        if r["status"] == "ok" and (best is None or r["median_s"] < best["median_s"]):
+            fastest[r.get("machine")] = r
     with_strategy = any(strategy(r) for r in recs)
     with_tokens = any(r.get("tokens_per_s") for r in recs)
     with_floors = any(r.get("kernel_floor_s") or r.get("dispatch_floor_s") for r in recs)
@@ -101,7 +104,7 @@ def workload_table(recs: list[dict[str, Any]]) -> str:
                 iqr,
                 sig(r["samples_per_s"]) if good else DASH,
                 *([sig(r.get("tokens_per_s")) if good else DASH] if with_tokens else []),
-                _vs_fastest(r, fastest) if good else DASH,
+                _vs_fastest(r, fastest[r.get("machine")]) if good else DASH,
                 *([floor_text(r) if good else DASH] if with_floors else []),
                 compiles_text(r) if good else DASH,
                 _outcome(r) if good else DASH,
@@ -146,6 +149,23 @@ def settings_table(recs: list[dict[str, Any]]) -> str:
     if not rows:
         return ""
     return tabulate(rows, ["adapter", "workloads", "versions", "settings"], tablefmt="github")
+
+
+def machines_table(recs: list[dict[str, Any]]) -> str:
+    """Where a report's cells ran, one row per machine (fingerprint): its nodes and cells; empty
+    where every cell ran on one machine."""
+    found: dict[str, tuple[set[str], list[dict[str, Any]]]] = {}
+    for r in recs:
+        nodes, cells = found.setdefault(r.get("machine") or DASH, (set(), []))
+        nodes.update(n for n in r.get("nodes") or [r.get("node")] if n)
+        cells.append(r)
+    if len(found) < 2:
+        return ""
+    rows = [
+        [machine, ", ".join(sorted(nodes)) or DASH, len(cells), sum(c["status"] == "ok" for c in cells)]
+        for machine, (nodes, cells) in sorted(found.items())
+    ]
+    return tabulate(rows, ["machine", "nodes", "cells", "ok"], tablefmt="github")
 
 
 def env_table(env: dict[str, Any]) -> str:
