@@ -35,7 +35,7 @@ import psutil
 
 from harness import records
 from harness.progress import MatrixProgress
-from harness.runner import REPO
+from harness.runner import REPO, finish_round
 
 EXECUTORS = ("local", "slurm", "ray")
 #: Extra minutes a Slurm job gets beyond the worker's own timeout: start-up, imports, the report back.
@@ -372,7 +372,9 @@ def run_rounds(
                         handles = backend.submit([(c, timeout_s) for c in batch])
                     except Exception as exc:  # noqa: BLE001 - sbatch refused (a bad partition): data, not a crash
                         for cell in batch:
-                            _finish(lost(cell, _first_line(exc), "job not submitted"), rounds, results, progress, ended)
+                            finish_round(
+                                lost(cell, _first_line(exc), "job not submitted"), rounds, results, progress, ended
+                            )
                         continue
                     for handle, cell in zip(handles, batch, strict=True):
                         progress.start(cell, k)
@@ -380,16 +382,7 @@ def run_rounds(
                 done = backend.finished([h for h, _ in running])
                 for handle, cell in [(h, c) for h, c in running if h in done]:
                     running = [(h, c) for h, c in running if h is not handle]
-                    _finish(backend.result(handle, cell), rounds, results, progress, ended)
+                    finish_round(backend.result(handle, cell), rounds, results, progress, ended)
         except BaseException:
             backend.cancel([h for h, _ in running])
             raise
-
-
-def _finish(record: Record, rounds: int, results: Path, progress: MatrixProgress, ended: set[str]) -> None:
-    """Append a job's record; a cell whose round is not ``ok`` runs no further round."""
-    record = {**record, "rounds": rounds}
-    records.append(results, record)
-    progress.finish(record)
-    if record["status"] != "ok":
-        ended.add(record["cell_id"])

@@ -68,8 +68,8 @@ def combine_all(recs: list[Record]) -> list[Record]:
     the cell has one."""
     machines: dict[tuple, set[str]] = {}
     for r in recs:
-        if fingerprint_key(r):
-            machines.setdefault((r.get("machine"), r.get("run_id"), r.get("cell_id")), set()).add(fingerprint_key(r))
+        if key := fingerprint_key(r):
+            machines.setdefault((r.get("machine"), r.get("run_id"), r.get("cell_id")), set()).add(key)
     groups: dict[tuple, list[Record]] = {}
     for r in recs:
         cell = (r.get("machine"), r.get("run_id"), r.get("cell_id"))

@@ -176,11 +176,19 @@ def run_cells(
         progress.start(cell, k)
         # The worker sees its round: some measurements (the dispatch floor) are taken in round 1 only.
         cell_round = {**cell, "round": k}
-        record = {**run_cell(adapters[records.base_adapter(cell)], cell_round, timeout_s), "rounds": rounds}
-        records.append(results, record)
-        progress.finish(record)
-        if record["status"] != "ok":
-            ended.add(cell["cell_id"])
+        finish_round(
+            run_cell(adapters[records.base_adapter(cell)], cell_round, timeout_s), rounds, results, progress, ended
+        )
+
+
+def finish_round(record: dict[str, Any], rounds: int, results: Path, progress: MatrixProgress, ended: set[str]) -> None:
+    """Append a round's record (with the run's ``rounds``) as soon as it exists; a cell whose round
+    is not ``ok`` joins ``ended`` and runs no further round. Every executor ends a round here."""
+    record = {**record, "rounds": rounds}
+    records.append(results, record)
+    progress.finish(record)
+    if record["status"] != "ok":
+        ended.add(record["cell_id"])
 
 
 def measure_peaks(devices: list[str], threads: int, precision: str = "fp32") -> dict[str, Any]:

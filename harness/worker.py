@@ -168,7 +168,7 @@ def compile_count(adapter) -> Callable[[], int] | None:
     """The adapter's cumulative traces + compiles, for the timing protocol; None if it counts neither."""
     if not {"traces", "compiles"} & set(adapter.compile_stats()):
         return None
-    return lambda: sum(int(adapter.compile_stats().get(k) or 0) for k in ("traces", "compiles"))
+    return lambda: sum(_counters(adapter))
 
 
 #: The dispatch floor's timing: the tiny step is cheap, so a short window settles.
