@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import os
 import shutil
 import sys
@@ -30,7 +31,36 @@ TRAIN_VARIANTS = [v for v in VARIANTS if conformance.is_training(conformance.spe
 INFER_VARIANTS = [v for v in VARIANTS if v not in TRAIN_VARIANTS]
 # Conformance runs on every device this machine has: the CPU, and the GPU where there is one.
 DEVICES = ["cpu", "cuda"] if variant.detect().driver else ["cpu"]
-_results: dict[tuple[str, str], dict] = {}
+# Conformance worker processes, two at a time (one per core): each runs every variant of one
+# adapter on one device and is mostly framework import and compilation, so two overlap well.
+# Only the (adapter, device) pairs the collected tests use are started, at the first one's use.
+_pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+_wanted: list[tuple[str, str]] = []
+_results: dict[tuple[str, str], concurrent.futures.Future] = {}
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected what will not run
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "trained" in getattr(item, "fixturenames", ()) and "adapter_name" in params:
+            key = (params["adapter_name"], params.get("device", "cpu"))
+            if key not in _wanted:
+                _wanted.append(key)
+
+
+def pytest_sessionfinish() -> None:
+    _pool.shutdown(wait=False, cancel_futures=True)  # an aborted session (-x) waits for none
+
+
+def _conformance(adapter: str, device: str) -> dict:
+    """The adapter's results for every variant on the device; starts every wanted worker once."""
+    if (adapter, device) not in _results:
+        for key in [(adapter, device), *_wanted]:
+            info = ADAPTERS[key[0]]
+            if key not in _results and info.available:
+                _results[key] = _pool.submit(conformance.run_adapter, info, VARIANTS, device=key[1])
+    return _results[adapter, device].result()
 
 
 def check_cell(adapter: str, workload: str, device: str = "cpu", overrides: tuple[str, ...] = ()) -> dict:
@@ -65,9 +95,7 @@ def trained(adapter_name, variant, device) -> dict:
     info = ADAPTERS[adapter_name]
     if not info.available:
         pytest.skip(info.unavailable)
-    if (adapter_name, device) not in _results:
-        _results[adapter_name, device] = conformance.run_adapter(info, VARIANTS, device=device)
-    result = _results[adapter_name, device][variant]
+    result = _conformance(adapter_name, device)[variant]
     if "device_failed" in result:
         pytest.fail(result["device_failed"])
     if "skipped" in result:
