@@ -15,12 +15,15 @@ from tabulate import tabulate
 
 from adapters import discover
 from adapters.base import PRECISIONS
-from harness import conformance, devices, env, executors, fidelity, floors, peak, records, rounds, runner, timing
+from harness import env, records
+from harness.checks import conformance, fidelity
 from harness.install import doctor, variant
-from harness.plan import DATA_MODES, DEVICES, PlanError, plan, select_adapters, select_workloads
-from harness.progress import MatrixProgress
+from harness.measuring import floors, peak, timing
 from harness.reporting import compare, report
 from harness.reporting.hardware import physics_violations
+from harness.running import devices, executors, rounds, runner
+from harness.running.plan import DATA_MODES, DEVICES, PlanError, plan, select_adapters, select_workloads
+from harness.running.progress import MatrixProgress
 from workloads import STRATEGIES, WORKLOADS
 
 DEFAULT_OUT = Path("reports")

@@ -13,15 +13,16 @@ from pathlib import Path
 import pytest
 
 from adapters import discover
-from harness import conformance, limits_cache
+from harness.checks import conformance
 from harness.install import variant
+from harness.measuring import limits_cache
 
 REPO = Path(__file__).resolve().parent.parent
-# Runs started by tests measure the device's limits briefly (harness.peak, harness.floors): the
+# Runs started by tests measure the device's limits briefly (harness.measuring.peak, harness.measuring.floors): the
 # code paths are the same, and tests assert no timing against them.
 os.environ["DLCOMPARE_QUICK_LIMITS"] = "1"
 # ... and measure them once per test session: a later run with the same inputs reuses what an
-# earlier one measured (harness.limits_cache), instead of about 20 s of peaks and floors per run.
+# earlier one measured (harness.measuring.limits_cache), instead of about 20 s of peaks and floors per run.
 if limits_cache.ENV not in os.environ:
     os.environ[limits_cache.ENV] = tempfile.mkdtemp(prefix="dlcompare-limits-")
     atexit.register(shutil.rmtree, os.environ[limits_cache.ENV], True)

@@ -10,8 +10,9 @@ import subprocess
 import pytest
 
 from adapters import discover
-from harness import records, rounds, runner
+from harness import records
 from harness.reporting import hardware
+from harness.running import rounds, runner
 from tests.conftest import REPO, check_cell
 
 TORCH = discover()["torch-eager"]

@@ -1,6 +1,6 @@
 """Every discovered adapter x every workload variant must compute the workload's reference.
 
-A new adapter module is picked up with no edit here. The checks live in harness.conformance
+A new adapter module is picked up with no edit here. The checks live in harness.checks.conformance
 (shared with ``python -m harness check``); each test asserts one of them. For the caption
 decoder every loop strategy is held to the reference of the ``exact`` strategy: padding and
 masking may change the cost, never the result.
@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from harness import conformance
+from harness.checks import conformance
 from tests.conftest import INFER_VARIANTS, TRAIN_VARIANTS
 
 training_variants = pytest.mark.parametrize("variant", TRAIN_VARIANTS, ids=conformance.variant_id, indirect=True)

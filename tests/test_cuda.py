@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from harness import runner
+from harness.running import runner
 from tests.conftest import ADAPTERS, check_cell
 from workloads import get_workload
 

@@ -11,7 +11,7 @@ import pytest
 
 from harness import records
 from harness.install import environments
-from harness.plan import PlanError, parse_envs
+from harness.running.plan import PlanError, parse_envs
 from tests.conftest import REPO
 
 FAST = ["--workload", "mlp", "--device", "cpu", "--set", "hidden=8", "--set", "input_shape=4,4"]

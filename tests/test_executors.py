@@ -18,10 +18,11 @@ import psutil
 import pytest
 
 from adapters import discover
-from harness import cli, env, executors, records
-from harness.plan import plan
-from harness.progress import MatrixProgress
+from harness import cli, env, records
 from harness.reporting import report
+from harness.running import executors
+from harness.running.plan import plan
+from harness.running.progress import MatrixProgress
 from tests.fakes import record as fake_record
 from tests.test_faults import FAST, bench
 
@@ -120,7 +121,7 @@ def _workers(tag: str) -> list[psutil.Process]:
     for proc in psutil.process_iter(["cmdline"]):
         try:
             cmdline = proc.info["cmdline"] or []
-            bench_worker = "harness.worker" in cmdline and "bench" in cmdline  # not doctor's probes
+            bench_worker = "harness.running.worker" in cmdline and "bench" in cmdline  # not doctor's probes
             if bench_worker and proc.environ().get("DLCOMPARE_TEST_TAG") == tag:
                 found.append(proc)
         except (psutil.Error, OSError):

@@ -1,4 +1,4 @@
-"""The fidelity check (harness.fidelity): every in-tree adapter has an idiomatic script, each
+"""The fidelity check (harness.checks.fidelity): every in-tree adapter has an idiomatic script, each
 script trains the workload's own model (its step-0 loss is the float64 reference's), and the page
 gives adapter / script ratios paired by round."""
 
@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 from adapters import discover
-from harness import fidelity, records, runner
+from harness import records
+from harness.checks import fidelity
 from harness.reporting import fidelity as page
+from harness.running import runner
 from tests.conftest import REPO
 from tests.fakes import record
 from workloads import get_workload, override

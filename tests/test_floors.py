@@ -1,4 +1,4 @@
-"""Speed of light per cell (harness.floors): the kernel floor's arithmetic and its measuring
+"""Speed of light per cell (harness.measuring.floors): the kernel floor's arithmetic and its measuring
 process (real NumPy/PyTorch, in a subprocess: no framework in the pytest process), and how the
 report shows a cell against the larger of its two floors."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import floors, peak
+from harness.measuring import floors, peak
 from harness.reporting.formatting import DASH
 from harness.reporting.tables import floor_text
 from tests.fakes import record

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import records, runner
-from harness.gpu_util import cell_gpu
+from harness import records
 from harness.install import doctor, lock, variant
-from harness.plan import select_devices
+from harness.measuring.gpu_util import cell_gpu
 from harness.reporting import cells, sections, summary
+from harness.running import runner
+from harness.running.plan import select_devices
 from tests.conftest import ADAPTERS, REPO, check_cell
 
 STAND_IN = """#!/bin/sh
@@ -326,7 +327,7 @@ def test_tensorflow_places_integer_inputs_as_int64(python):
 
 def test_peak_is_measured_in_the_runs_precision(python, tmp_path):
     out = tmp_path / "peak.json"
-    proc = subprocess.run([python, "-m", "harness.peak", "cpu", str(out), "tf32"], cwd=REPO, timeout=300)
+    proc = subprocess.run([python, "-m", "harness.measuring.peak", "cpu", str(out), "tf32"], cwd=REPO, timeout=300)
     assert proc.returncode == 0
     assert json.loads(out.read_text())["precision"] == "tf32"
 

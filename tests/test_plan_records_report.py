@@ -8,8 +8,8 @@ import math
 import pytest
 
 from harness import records
-from harness.plan import PlanError, plan, select_adapters, select_devices, select_workloads
 from harness.reporting import breakeven, formatting, hardware, report, sections, tables
+from harness.running.plan import PlanError, plan, select_adapters, select_devices, select_workloads
 from tests.fakes import fake_info, record
 
 ADAPTERS = {
@@ -285,7 +285,7 @@ def test_input_pipeline_section_explains_how_to_get_it_when_one_mode_ran():
 
 
 def test_method_describes_the_protocol_each_record_was_timed_with():
-    from harness.timing import PROFILES, protocol
+    from harness.measuring.timing import PROFILES, protocol
 
     old = dict(protocol(PROFILES["quick"]), budget_s=2.0)
     recs = [

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness import rounds
 from harness.reporting import compare, summary
+from harness.running import rounds
 from tests.fakes import record
 
 
@@ -116,7 +116,7 @@ def test_compare_between_runs_resamples_rounds_unpaired():
 
 
 def test_variable_length_steps_are_timed_per_pass_never_by_a_median_of_mixed_lengths():
-    from harness.stats import pass_mean, summarize
+    from harness.measuring.stats import pass_mean, summarize
 
     # batch 0 is short (1 ms), batch 1 long (9 ms); a window that saw batch 0 three times as often
     times = [0.001] * 30 + [0.009] * 10

@@ -17,7 +17,7 @@ def timed(adapter, median_ms, spread=0.02, device="cpu", n=201, seed=0, **extra)
     """Step times spread evenly (and shuffled) around an exact median."""
     rng = np.random.default_rng(seed)
     times = list(rng.permutation(median_ms * 1e-3 * (1 + spread * np.linspace(-1, 1, n))))
-    from harness.stats import summarize
+    from harness.measuring.stats import summarize
 
     return record(adapter, device=device, step_times_s=times, **{**summarize(times, 32), **extra})
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from harness.stats import summarize
-from harness.timing import Diverged, Profile, measure
+from harness.measuring.stats import summarize
+from harness.measuring.timing import Diverged, Profile, measure
 from tests.fakes import FakeAdapter, FakeClock
 
 PROFILE = Profile("t", 3, 10, 1000, budget_s=1.0, target_rel_iqr=0.0, rounds=1, timeout_s=10)
@@ -108,7 +108,7 @@ def test_steady_context_wraps_only_the_steady_window():
 
 
 def test_median_ci_brackets_the_median():
-    from harness.stats import median_ci
+    from harness.measuring.stats import median_ci
 
     rng = np.random.default_rng(1)
     times = rng.normal(1.0, 0.1, 500)
@@ -164,7 +164,7 @@ def test_an_adapter_that_never_stops_compiling_is_bounded_and_said_so():
 
 
 def test_pipelined_blocks_sync_once_and_are_long_enough_to_hide_the_sync():
-    from harness.timing import BLOCK_S, MIN_BLOCKS
+    from harness.measuring.timing import BLOCK_S, MIN_BLOCKS
 
     clock = FakeClock()
     adapter = FakeAdapter(clock, [0.01])  # the fake's cost lands in sync: a block pays its last step
@@ -202,7 +202,7 @@ def test_a_non_finite_loss_in_a_pipelined_block_is_divergence():
 
 
 def test_quantiles_of_the_sorted_window_match_numpy():
-    from harness.timing import quantile
+    from harness.measuring.timing import quantile
 
     values = sorted(np.random.default_rng(4).lognormal(size=137).tolist())
     for q in (0.0, 0.25, 0.5, 0.75, 1.0):
@@ -210,7 +210,7 @@ def test_quantiles_of_the_sorted_window_match_numpy():
 
 
 def test_bootstrap_memory_is_bounded_and_the_interval_unchanged_in_substance(monkeypatch):
-    from harness import stats
+    from harness.measuring import stats
 
     times = np.random.default_rng(5).lognormal(-5, 0.2, size=4000)
     whole = stats.median_ci(times)

@@ -1,4 +1,4 @@
-"""The derived tolerances of harness.conformance pass float32 arithmetic and fail wrong models.
+"""The derived tolerances of harness.checks.conformance pass float32 arithmetic and fail wrong models.
 
 Each mutation is a model that is slightly not the one the spec describes, trained in float32
 by the NumPy reference as an adapter would train it: the conformance checks must reject every
@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from harness import conformance
+from harness.checks import conformance
 from workloads import Params, Workload, optim
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
 

@@ -221,7 +221,7 @@ def test_decode_spec_stops_at_the_designed_varied_lengths():
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
 def test_kernel_lists_add_up_to_the_stated_flops(name):
-    """The kernel floor (harness.floors) times exactly the work ``flops`` counts, batch by batch,
+    """The kernel floor (harness.measuring.floors) times exactly the work ``flops`` counts, batch by batch,
     under every loop strategy (padding is waste, in neither)."""
     from workloads.spec import kernel_flops
 

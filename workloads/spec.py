@@ -134,7 +134,7 @@ class Workload(abc.ABC):
 
     def kernels(self, batch: Batch) -> list[tuple[Kernel, int]] | None:
         """The step's matmuls and convolutions on ``batch``, each with how many times it runs,
-        for the kernel floor (harness.floors); None where the workload states none. Each is
+        for the kernel floor (harness.measuring.floors); None where the workload states none. Each is
         ``("matmul", m, k, n)`` (an (m, k) @ (k, n) product) or ``("conv3x3", b, h, w, cin,
         cout, role)`` ('same' padding, NHWC; role ``forward``, ``input_grad`` or ``kernel_grad``).
         Their FLOPs add up to ``flops(batch)`` (kernel_flops; a test holds every workload to it)."""

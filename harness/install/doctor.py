@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from adapters import AdapterInfo
-from harness import env, runner
+from harness import env
 from harness.install import variant
+from harness.running import runner
 
 PROBE_TIMEOUT_S = 300
 

@@ -14,7 +14,7 @@ import sysconfig
 import venv
 from pathlib import Path
 
-from harness.plan import ENV_NAME
+from harness.running.plan import ENV_NAME
 
 REPO = Path(__file__).resolve().parents[2]
 LAYER = "dlcompare-base.pth"

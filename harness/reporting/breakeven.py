@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from harness.rounds import relative, separated
+from harness.running.rounds import relative, separated
 
 Record = dict[str, Any]
 

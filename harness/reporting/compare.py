@@ -11,10 +11,11 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness import records, rounds
-from harness.fidelity import is_idiomatic
+from harness import records
+from harness.checks.fidelity import is_idiomatic
 from harness.reporting import cells, report
 from harness.reporting.formatting import fingerprint_name, machine_name, sig, status_text
+from harness.running import rounds
 
 Record = dict[str, Any]
 
@@ -38,7 +39,7 @@ def match(recs_a: list[Record], recs_b: list[Record]) -> tuple[list[tuple[Record
 
 
 def build(run_a: Path, run_b: Path) -> str:
-    # Idiomatic scripts of a fidelity run are not cells of the matrix (harness.fidelity).
+    # Idiomatic scripts of a fidelity run are not cells of the matrix (harness.checks.fidelity).
     recs_a = rounds.combine_all([r for r in records.load(run_a / records.RESULTS) if not is_idiomatic(r)])
     recs_b = rounds.combine_all([r for r in records.load(run_b / records.RESULTS) if not is_idiomatic(r)])
     for recs in (recs_a, recs_b):  # a run over unlike cluster nodes: its verdicts stay within a machine

@@ -1,9 +1,9 @@
-"""fidelity.md: each adapter against its framework's idiomatic script (harness.fidelity).
+"""fidelity.md: each adapter against its framework's idiomatic script (harness.checks.fidelity).
 
 Per adapter and batch size: latency (synced steps) and throughput (per step in pipelined
 blocks) of the adapter's cell and of the script, and their ratio adapter / script. The latency
 ratio is paired by round with a 95% interval (rounds resampled, then steps within them,
-harness.rounds.ratio); the throughput ratio is the mean of the per-round ratios with their range.
+harness.running.rounds.ratio); the throughput ratio is the mean of the per-round ratios with their range.
 A ratio above TARGET means the adapter costs more than the framework does.
 """
 
@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 from tabulate import tabulate
 
-from harness import records, rounds
-from harness.fidelity import IDIOMATIC, is_idiomatic
+from harness import records
+from harness.checks.fidelity import IDIOMATIC, is_idiomatic
 from harness.records import load_env
 from harness.reporting.formatting import machine_name
+from harness.running import rounds
 
 TARGET = 1.10
 #: Step-0 losses of adapter and script must agree this closely: they start from one model.
@@ -26,7 +27,7 @@ LOSS_RTOL = 1e-4
 
 
 def _pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """A cell's rounds as one record that harness.rounds.ratio reads."""
+    """A cell's rounds as one record that harness.running.rounds.ratio reads."""
     runs = sorted(runs, key=rounds.round_of)
     return {
         "cell_id": runs[0]["cell_id"],
@@ -93,7 +94,7 @@ def _ms(seconds: float | None) -> str:
 def _verdict(row: dict[str, Any]) -> str:
     over = [name for name in ("latency", "throughput") if row.get(name) and row[name][0] > TARGET]
     if row.get("contended"):
-        return "not judged: another process used the CPU meanwhile (harness.contention)"
+        return "not judged: another process used the CPU meanwhile (harness.measuring.contention)"
     if row.get("same_start") is False:
         return "different model (step-0 loss differs)"
     return f"over {TARGET:.2f}x: {', '.join(over)}" if over else f"within {TARGET:.2f}x"

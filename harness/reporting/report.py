@@ -11,8 +11,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness import records, rounds
-from harness.fidelity import is_idiomatic
+from harness import records
+from harness.checks.fidelity import is_idiomatic
 from harness.records import load_env
 from harness.reporting import fidelity, html, overview, plots, static_dynamic, summary
 from harness.reporting.breakeven import cumulative_s
@@ -22,6 +22,7 @@ from harness.reporting.hardware import hardware, memory, peak_gflops, same_machi
 from harness.reporting.sections import banner, failures, input_pipeline, method
 from harness.reporting.sweeps import sweep_section
 from harness.reporting.tables import env_table, machines_table, settings_table, table_title, workload_table
+from harness.running import rounds
 
 
 def load_runs(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:

@@ -7,10 +7,10 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness.contention import CONTENDED_CORES
+from harness.measuring.contention import CONTENDED_CORES
+from harness.measuring.stats import NOISY_IQR_RATIO
 from harness.reporting.cells import missing_pairs, strategy
 from harness.reporting.formatting import DASH, row_label, sig
-from harness.stats import NOISY_IQR_RATIO
 
 
 def banner(recs: list[dict[str, Any]]) -> list[str]:
@@ -149,7 +149,8 @@ def method(recs: list[dict[str, Any]]) -> str:
         )
     if any(r.get("kernel_floor_s") or r.get("dispatch_floor_s") for r in ok):
         lines.append(
-            "- `vs its floor`: the steady step as a multiple of the larger of two floors (harness/floors.py). "
+            "- `vs its floor`: the steady step as a multiple of the larger of two floors "
+            "(harness/measuring/floors.py). "
             "Kernel floor: the step's own matmuls and convolutions (counted from the spec, the recurrent "
             "model's projections over all steps as one matmul each), each timed alone at the fastest "
             "library's speed on the device (NumPy's BLAS or PyTorch on CPU), summed; `kernels`: the cell is "

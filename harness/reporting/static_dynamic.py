@@ -10,7 +10,7 @@ from tabulate import tabulate
 from harness.reporting.breakeven import break_even, break_even_range, cumulative_s, steps_text
 from harness.reporting.cells import axes, comparable, name, strategy, what
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig
-from harness.rounds import separated
+from harness.running.rounds import separated
 
 Record = dict[str, Any]
 

@@ -8,7 +8,7 @@ from tabulate import tabulate
 
 from harness.reporting.cells import overlap, strategy
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig, status_text
-from harness.rounds import separated
+from harness.running.rounds import separated
 
 
 def table_title(rec: dict[str, Any]) -> str:
@@ -65,7 +65,7 @@ def _pipelined(rec: dict[str, Any]) -> str:
 
 def floor_text(rec: dict[str, Any]) -> str:
     """``2.1x kernels``: the steady step as a multiple of the larger of its two floors
-    (harness.floors), named: ``kernels`` (compute-bound) or ``dispatch`` (overhead-bound)."""
+    (harness.measuring.floors), named: ``kernels`` (compute-bound) or ``dispatch`` (overhead-bound)."""
     floors = {"kernels": rec.get("kernel_floor_s"), "dispatch": rec.get("dispatch_floor_s")}
     known = {k: v for k, v in floors.items() if v}
     if not known:

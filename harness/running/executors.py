@@ -1,7 +1,7 @@
-"""Where the cells of a run execute: on this machine (``local``, harness.runner.run_cells), on a
+"""Where the cells of a run execute: on this machine (``local``, harness.running.runner.run_cells), on a
 Slurm cluster through submitit (``slurm``), or on a Ray cluster (``ray``).
 
-An executor has one job: hand a (cell, round) to somewhere that runs ``python -m harness.worker``
+An executor has one job: hand a (cell, round) to somewhere that runs ``python -m harness.running.worker``
 and bring its record back. On a cluster the job is ``run_job``: the same ``runner.run_cell`` the
 local executor calls, run on the node, so the worker's timeout, its stderr tail, the other-load
 measurement and the machine fingerprint are all taken where the cell ran. ``run_rounds`` keeps
@@ -34,8 +34,8 @@ from typing import Any
 import psutil
 
 from harness import records
-from harness.progress import MatrixProgress
-from harness.runner import REPO, finish_round
+from harness.running.progress import MatrixProgress
+from harness.running.runner import REPO, finish_round
 
 EXECUTORS = ("local", "slurm", "ray")
 #: Extra minutes a Slurm job gets beyond the worker's own timeout: start-up, imports, the report back.
@@ -71,7 +71,7 @@ def run_job(cell: Record, timeout_s: float) -> Record:
     the main thread waits in short steps because Ray raises its KeyboardInterrupt between Python
     bytecodes, never inside the long wait for the worker."""
     from adapters import discover
-    from harness import runner
+    from harness.running import runner
 
     found: dict[str, Any] = {}
 
@@ -349,7 +349,7 @@ def run_rounds(
     timeout_s: float,
     progress: MatrixProgress,
 ) -> None:
-    """Run (cell, round) pairs (harness.rounds.schedule) as jobs of ``backend``, a round at a
+    """Run (cell, round) pairs (harness.running.rounds.schedule) as jobs of ``backend``, a round at a
     time, appending each record, with ``round`` and ``rounds``, to ``results`` as its job ends.
 
     A KeyboardInterrupt cancels the jobs in flight, then propagates; records appended before it stay.

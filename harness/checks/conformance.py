@@ -58,8 +58,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from adapters import AdapterInfo
-from harness import runner
-from harness.plan import variants
+from harness.running import runner
+from harness.running.plan import variants
 from workloads import STRATEGIES, WORKLOADS, Batch, Params, Workload, get_workload, optim, override
 from workloads.rnn import decoded_lengths
 

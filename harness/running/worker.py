@@ -1,4 +1,4 @@
-"""The per-cell worker process: ``python -m harness.worker MODE CELL.json OUT``.
+"""The per-cell worker process: ``python -m harness.running.worker MODE CELL.json OUT``.
 
 One fresh process per cell, so framework thread pools, GPU memory and Keras's backend choice
 never leak between cells. The parent sets the adapter's ``worker_env`` before this process
@@ -9,7 +9,7 @@ the cell are written as ``failed`` records; skips as ``skipped``.
 ``probe``: write the adapter's versions and build (``build_info``) as JSON to OUT; for doctor.
 ``check``: CELL.json holds {"cells": [...]}, cells of one adapter; for each, train ``--steps``
 steps and write OUT/<i>.npz with the losses and the parameters before and after each of the
-first ``--snapshot`` steps (inference: the outputs of every batch), for harness.conformance.
+first ``--snapshot`` steps (inference: the outputs of every batch), for harness.checks.conformance.
 """
 
 from __future__ import annotations
@@ -28,11 +28,13 @@ import numpy as np
 
 from adapters import DeviceUnavailable, discover
 from adapters.base import Options
-from harness import devices, env, timing
-from harness.gpu_util import UtilSampler
+from harness import env
+from harness.measuring import timing
+from harness.measuring.gpu_util import UtilSampler
+from harness.measuring.stats import summarize
 from harness.records import base_adapter, new_record, writable
-from harness.rounds import step_time
-from harness.stats import summarize
+from harness.running import devices
+from harness.running.rounds import step_time
 from workloads import get_workload, override
 from workloads.rnn import decoded_lengths
 
@@ -47,7 +49,7 @@ class DeviceFailure(Exception):
 
 def prepare(cell: dict[str, Any]):
     """Instantiate adapter and spec, resolve the device and set up; raises Skip, or DeviceFailure
-    for a GPU this machine has that the framework cannot use (harness.devices tells them apart)."""
+    for a GPU this machine has that the framework cannot use (harness.running.devices tells them apart)."""
     adapter = discover()[base_adapter(cell)].cls()
     spec = override(get_workload(cell["workload"]), cell.get("overrides", []))
     reason = adapter.supports(spec)
@@ -176,7 +178,7 @@ FLOOR_PROFILE = timing.Profile("floor", 5, 30, 2000, budget_s=0.3, target_rel_iq
 
 
 def dispatch_floor(cell: dict[str, Any], spec, device: str) -> dict[str, Any]:
-    """The adapter's step time on ``spec.tiny()`` (harness.floors): a second adapter instance,
+    """The adapter's step time on ``spec.tiny()`` (harness.measuring.floors): a second adapter instance,
     set up and warmed up like the first (its compiles are not the cell's), its steady step time
     as the cell's is taken. Measured in a cell's first round only; a failure is recorded, not raised."""
     tiny = spec.tiny()
@@ -307,7 +309,7 @@ def check(cell: dict[str, Any], steps: int, snapshot: int) -> dict[str, np.ndarr
         return {"outputs": np.stack([adapter.fetch(adapter.infer_step(batch)) for batch in placed])}
     snaps = {f"param0:{k}": v for k, v in adapter.params().items()}
     # A static graph's traces and compiles in each step, read around the step alone (params()
-    # between steps is the check's doing, not the step's): harness.conformance checks them.
+    # between steps is the check's doing, not the step's): harness.checks.conformance checks them.
     counted = cell.get("graph") == "static" and compile_count(adapter) is not None
     losses, compiled = [], []
     for step in range(steps):
@@ -329,7 +331,7 @@ def _counters(adapter) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.worker")
+    parser = argparse.ArgumentParser(prog="python -m harness.running.worker")
     parser.add_argument("mode", choices=("bench", "check", "probe"))
     parser.add_argument("cell", type=Path)
     parser.add_argument("out", type=Path)

@@ -1,6 +1,6 @@
 """The device's measured limits: a large float32 matmul (GFLOP/s) and a large copy (GB/s).
 
-Run once per device per run, in its own process (``python -m harness.peak DEVICE OUT [PRECISION]``)
+Run once per device per run, in its own process (``python -m harness.measuring.peak DEVICE OUT [PRECISION]``)
 so the parent imports no framework. On CPU the best of NumPy's BLAS and PyTorch (oneDNN/MKL)
 counts; on CUDA PyTorch, else JAX, in the run's precision (``tf32`` runs are bounded by the TF32
 matmul peak, ``fp32`` runs by the full-precision one). The matmul is timed after a warm-up, best

@@ -16,12 +16,13 @@ from typing import Any
 
 from adapters import AdapterInfo
 from harness import env as machine_env
-from harness import limits_cache, records
-from harness.contention import CONTENDED_CORES, OtherLoad
-from harness.progress import MatrixProgress
+from harness import records
+from harness.measuring import limits_cache
+from harness.measuring.contention import CONTENDED_CORES, OtherLoad
+from harness.running.progress import MatrixProgress
 from workloads import SpecError, get_workload, override
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 STDERR_TAIL_LINES = 20
 
 
@@ -50,7 +51,7 @@ def run_worker(
     extra: list[str] = (),
     load: OtherLoad | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run ``python -m harness.worker`` for one cell in its own process group (and session);
+    """Run ``python -m harness.running.worker`` for one cell in its own process group (and session);
     ``load``, if given, measures what other processes used meanwhile.
 
     Raises subprocess.TimeoutExpired past ``timeout_s``. On a timeout or any interruption
@@ -60,8 +61,8 @@ def run_worker(
         json.dump(cell, f)
     first = cell["cells"][0] if "cells" in cell else cell
     # A cell of a named environment (--env) runs under that environment's interpreter; an
-    # idiomatic-script cell (harness.fidelity) runs its script, which takes a worker's arguments.
-    module = first.get("script") or "harness.worker"
+    # idiomatic-script cell (harness.checks.fidelity) runs its script, which takes a worker's arguments.
+    module = first.get("script") or "harness.running.worker"
     args = [first.get("python") or sys.executable, "-m", module, mode, f.name, str(out), *extra]
     if load is not None:
         load.start()
@@ -161,7 +162,7 @@ def run_cells(
     timeout_s: float,
     progress: MatrixProgress,
 ) -> None:
-    """Run (cell, round) pairs in order (harness.rounds.schedule), appending each round's
+    """Run (cell, round) pairs in order (harness.running.rounds.schedule), appending each round's
     record, with ``round`` and ``rounds``, to ``results`` as soon as it exists. A cell that is
     skipped or fails runs no further round.
 
@@ -193,7 +194,7 @@ def finish_round(record: dict[str, Any], rounds: int, results: Path, progress: M
 
 def measure_peaks(devices: list[str], threads: int, precision: str = "fp32") -> dict[str, Any]:
     """The measured matmul and copy limits of each device in the run's precision, keyed by
-    device (see harness.peak). A device whose measurement fails maps to {"error": reason}."""
+    device (see harness.measuring.peak). A device whose measurement fails maps to {"error": reason}."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     peaks: dict[str, Any] = {}
@@ -206,7 +207,7 @@ def measure_peaks(devices: list[str], threads: int, precision: str = "fp32") -> 
 def _measure_peak(device: str, env: dict[str, str], precision: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "peak.json"
-        cmd = [sys.executable, "-m", "harness.peak", device, str(out), precision]
+        cmd = [sys.executable, "-m", "harness.measuring.peak", device, str(out), precision]
         proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
         if proc.returncode == 0 and out.is_file():
             return json.loads(out.read_text())

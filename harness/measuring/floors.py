@@ -2,7 +2,7 @@
 
 kernel floor: the step's own matmuls and convolutions (``Workload.kernels``), each timed alone
     at the fastest library's speed, summed with their counts. Measured once per run and device,
-    each library in a fresh process of its own (``python -m harness.floors LIBRARY DEVICE
+    each library in a fresh process of its own (``python -m harness.measuring.floors LIBRARY DEVICE
     KERNELS.json OUT PRECISION``, with the worker environment of an adapter of that framework):
     NumPy's BLAS (CPU matmuls), PyTorch, JAX (XLA) and TensorFlow, whichever are installed; a
     kernel's floor is the fastest of them. Each kernel is timed after a warm-up, best of REPEATS
@@ -10,7 +10,7 @@ kernel floor: the step's own matmuls and convolutions (``Workload.kernels``), ea
     cost is included, so for the smallest kernels the floor errs high. A step whose batches differ
     (caption lengths) gets the mean over its batches, as its steady time is a mean over a pass.
 dispatch floor: the same step structure on tiny tensors (``Workload.tiny``), timed by the worker
-    through the adapter itself (harness.worker): what the framework and adapter cost per step
+    through the adapter itself (harness.running.worker): what the framework and adapter cost per step
     when there is no arithmetic to speak of.
 
 A cell's limit is the larger of the two: compute-bound when it is the kernel floor,
@@ -30,10 +30,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import limits_cache
+from harness.measuring import limits_cache
 from workloads import get_workload, override
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 REPEATS = 2 if os.environ.get("DLCOMPARE_QUICK_LIMITS") else 5  # the test suite's runs are tiny
 MIN_TIME_S = 0.002
 
@@ -242,7 +242,7 @@ def _run_library(library: str, device: str, shapes: list, threads: int, precisio
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "kernels.json", Path(tmp) / "floors.json"
         src.write_text(json.dumps(shapes))
-        cmd = [sys.executable, "-m", "harness.floors", library, device, str(src), str(out), precision]
+        cmd = [sys.executable, "-m", "harness.measuring.floors", library, device, str(src), str(out), precision]
         proc = subprocess.run(
             cmd, env=_library_env(library, device, threads), cwd=REPO, capture_output=True, text=True, timeout=1200
         )

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import scipy.stats
 
-from harness.stats import (
+from harness.measuring.stats import (
     BOOTSTRAP_SAMPLES,
     bootstrap_medians,
     pass_bootstrap,

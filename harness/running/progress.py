@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 def cell_line(rec: dict[str, Any]) -> str:
     """The one-line summary of a finished cell."""
     variant = " ".join(filter(None, [rec["workload"], *rec.get("overrides", []), rec.get("data", "")]))
-    name = rec["adapter"] + (" (script)" if rec.get("script") else "")  # an idiomatic script (harness.fidelity)
+    name = rec["adapter"] + (" (script)" if rec.get("script") else "")  # an idiomatic script (harness.checks.fidelity)
     what = f"{name:<12} {variant:<36} {rec['device_requested']:<5}"
     if (rec.get("rounds") or 1) > 1:
         what = f"round {rec['round']}/{rec['rounds']} {what}"

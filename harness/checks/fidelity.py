@@ -4,7 +4,7 @@ Each script in ``fidelity/`` is the shortest training loop its framework's docum
 for the ``mlp`` workload, and names the adapters it stands beside (``ADAPTERS = (...)``). A
 fidelity run plans the adapters' ordinary bench cells and, for each, a twin cell that runs the
 script instead of the worker, in the adapter's worker environment; the rounds of all of them are
-interleaved (harness.rounds.schedule), so drift lands on adapter and script alike. The page
+interleaved (harness.running.rounds.schedule), so drift lands on adapter and script alike. The page
 (harness.reporting.fidelity) gives adapter / script ratios of latency and throughput.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from adapters import AdapterInfo
 
-FIDELITY_DIR = Path(__file__).resolve().parent.parent / "fidelity"
+FIDELITY_DIR = Path(__file__).resolve().parents[2] / "fidelity"
 WORKLOAD = "mlp"
 DEFAULT_BATCH_SIZES = "32,1024"
 IDIOMATIC = "idiomatic"

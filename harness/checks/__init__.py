@@ -1,0 +1,1 @@
+"""Checks that numbers mean something: conformance to the reference, fidelity to idiomatic code."""

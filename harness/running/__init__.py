@@ -1,0 +1,1 @@
+"""Running a benchmark: the plan of cells, rounds, worker processes and executors."""
