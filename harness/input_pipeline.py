@@ -30,10 +30,19 @@ class WaitMeter:
         self.clock = clock
         self.waits: list[float] = []
         self._window = (0, 0)
+        self._primed: list[Any] = []
+        self.start_s: float | None = None
+
+    def prime(self) -> None:
+        """Draw the first batch now, off the steps' clock: worker start-up (processes spawned,
+        modules imported) is the pipeline's set-up, timed as ``start_s``, not the first step's."""
+        t0 = self.clock()
+        self._primed.append(next(self.stream))
+        self.start_s = self.clock() - t0
 
     def next(self) -> Any:
         t0 = self.clock()
-        item = next(self.stream)
+        item = self._primed.pop() if self._primed else next(self.stream)
         self.waits.append(self.clock() - t0)
         return item
 

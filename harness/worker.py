@@ -111,6 +111,7 @@ def feed(
         if made is None:
             raise Skip(f"{adapter.name} has no native image input pipeline")
         meter = input_pipeline.WaitMeter(made[0])
+        meter.prime()
         info = {"meter": meter, "settings": settings, "knobs": made[1]}
         return (lambda _: step(meter.next())), list(range(len(batches))), copy_s, info
     stream = adapter.loader(batches)
@@ -338,6 +339,7 @@ def pipeline_fields(adapter, spec, pipe: dict[str, Any], cpu, m: timing.Measurem
         "pipeline": settings.as_dict(),
         "pipeline_knobs": pipe["knobs"],
         "pipeline_data": image_dataset(spec).settings(),
+        "pipeline_start_s": meter.start_s,
         **input_pipeline.wait_fields(meter, m.step_times_s, m.recompile_times_s),
         "cpu_cores_busy": cpu.cores,
         "cpu_worker_cores_busy": cpu.worker_cores,
