@@ -17,11 +17,13 @@ def image_stream(jax: Any, images: Any, settings: Any, device: Any) -> tuple[Ite
     """Placed batches of ``images`` (workloads.images.ImageDataset) through Grain, as the JAX
     ecosystem documents it, and the settings as the record keeps them. ``workers=0``: no
     worker processes, the samples made on the consuming thread."""
-    import grain
-    from absl import flags
-
     from workloads.images import PipelineSkip
 
+    try:
+        import grain
+        from absl import flags
+    except ImportError as exc:
+        raise PipelineSkip(f"{exc.name} not installed: pip install 'dlcompare[jax]'") from None
     if not flags.FLAGS.is_parsed():
         # Grain reads absl flags and expects an absl.app program; a plain script marks the
         # defaults as parsed, else its worker processes fail on the first flag they read.
