@@ -71,14 +71,26 @@ def _plot(groups: dict[str, list[Record]], field: str, title: str, path: Path, c
             right.plot(xs, gpu, "s-.", color=color, label=f"{label}: GPU util (scaled)")
     left.set_yscale("log")
     plots._log_ticks(left.yaxis)
-    left.set_ylabel("ms per batch (solid: step, dotted: step less wait, dashed: pipeline alone)")
+    left.set_ylabel("ms per batch")
+    kinds = [("-", "step"), (":", "step less its wait"), ("--", "pipeline alone (no training)")]
+    left.legend(
+        [plots.plt.Line2D([], [], color="grey", linestyle=ls) for ls, _ in kinds],
+        [text for _, text in kinds],
+        fontsize=8,
+        loc="lower left",
+        bbox_to_anchor=(0, 1.08),
+        frameon=False,
+        ncol=3,
+    )
     right.set_ylabel("CPU cores busy (training process + workers)")
     cores = max(r.get("cpu_count") or 0 for rs in groups.values() for r in rs)
     if cores:
         right.axhline(cores, color="grey", linewidth=0.8)
         right.set_ylim(0, cores * 1.1)
+    values = sorted({_x(r, field) for rs in groups.values() for r in rs})
     for ax in (left, right):
-        ax.set_xlabel(f"{field} ({_value(AUTOTUNE)} plotted at {AUTOTUNE})" if field == "workers" else field)
+        ax.set_xticks(values, [_value(v) for v in values])
+        ax.set_xlabel(field)
         ax.grid(True, which="both", alpha=0.3)
     left.set_title(f"{title}: step time vs {field}")
     right.set_title(f"{title}: utilisation vs {field}")
@@ -110,7 +122,8 @@ def section(recs: list[Record], plot_dir: Path | None, colors: plots.Colors | No
             "waits over the step times of the steady window. *CPU cores* is the CPU time of the cell's "
             "process and its worker processes over the steady window, per second. *Pipeline alone* "
             "is the batches/s it delivers with no training, after the steps: the ceiling it sets on "
-            f"the step rate. A step counts as input-bound while it waits {INPUT_BOUND:.0%} of it or more."
+            f"the step rate. A step counts as input-bound while it waits {INPUT_BOUND:.0%} of it or more. "
+            "tf.data's parallel calls are threads of the training process, so its workers' share reads 0."
         )
         out.append("")
         if first.get("device", "cpu") == "cpu":
