@@ -13,7 +13,9 @@ import pytest
 
 from harness import input_pipeline, timing
 from harness.plan import PlanError, plan
+from harness.reporting import pipelines, plots
 from tests.conftest import ADAPTERS
+from tests.fakes import record
 from workloads import get_workload
 from workloads.images import AUTOTUNE, PipelineSettings, PipelineSkip, image_dataset
 
@@ -234,3 +236,70 @@ def test_workers_sweep_plans_one_cell_per_value():
 def test_bad_pipeline_settings_are_plan_errors(kw, message):
     with pytest.raises(PlanError, match=message):
         _plan(**kw)
+
+
+# --- the report section -------------------------------------------------------------------
+
+
+def _pipeline_record(adapter: str, workers: int, step_ms: float, share: float, cores: float) -> dict:
+    return record(
+        adapter,
+        workload="cnn",
+        median_ms=step_ms,
+        data="loader",
+        pipeline={"workers": workers, "prefetch": 2},
+        sweep={"field": "workers", "value": float(workers)},
+        loader_kind=f"{adapter}'s pipeline",
+        pipeline_data={"samples": 512, "stored": "JPEG", "per_sample": "decode"},
+        wait_median_s=step_ms * share * 1e-3,
+        input_bound_share=share,
+        compute_median_s=step_ms * (1 - share) * 1e-3,
+        cpu_cores_busy=cores,
+        cpu_worker_cores_busy=max(cores - 1, 0.0),
+        cpu_count=2,
+        pipeline_batches_per_s=1e3 / (step_ms * share + 1),
+        pipeline_ceiling_s=(step_ms * share + 1) * 1e-3,
+    )
+
+
+def test_report_section_plots_and_names_the_crossover(tmp_path):
+    recs = [
+        _pipeline_record("torch-eager", 0, 40.0, 0.7, 1.0),
+        _pipeline_record("torch-eager", 1, 30.0, 0.6, 1.6),
+        _pipeline_record("torch-eager", 2, 20.0, 0.2, 1.9),
+        _pipeline_record("tf-function", 0, 15.0, 0.3, 1.2),
+        _pipeline_record("tf-function", 2, 12.0, 0.1, 1.8),
+        _pipeline_record("jax-jit", 0, 50.0, 0.8, 1.0),
+        _pipeline_record("jax-jit", 2, 45.0, 0.6, 2.0),
+        record("keras-jax", workload="cnn", status="skipped", data="loader", reason="no pipeline"),
+    ]
+    text = "\n".join(pipelines.section(recs, tmp_path, plots.palette(recs)))
+    assert "### cnn on cpu: workers" in text
+    assert "share the same 2 logical CPUs" in text
+    crossing = "stops being input-bound between workers=1 (waits 60% of the step) and workers=2 (20%)"
+    assert f"torch-eager's pipeline; {crossing}" in text
+    assert "tf-function's pipeline; compute-bound already at workers=0" in text
+    assert "jax-jit's pipeline; input-bound at every workers value tried" in text
+    assert "| torch-eager | 2         | 20" in text
+    assert (tmp_path / "cnn-cpu-pipeline-workers.png").stat().st_size > 0
+    assert pipelines.section([r for r in recs if r["adapter"] == "keras-jax"], tmp_path) == []
+
+
+def test_rounds_average_the_pipeline_measures_and_pool_the_waits():
+    from harness.rounds import combine
+
+    rounds = [
+        dict(
+            _pipeline_record("torch-eager", 2, step_ms, share, cores),
+            round=i + 1,
+            step_times_s=[step_ms * 1e-3] * 4,
+            wait_times_s=[step_ms * share * 1e-3] * 4,
+            batch_size=32,
+            cold_s=1.0,
+        )
+        for i, (step_ms, share, cores) in enumerate([(10.0, 0.2, 1.0), (20.0, 0.4, 2.0)])
+    ]
+    rec = combine(rounds)
+    assert rec["input_bound_share"] == pytest.approx(0.3)
+    assert rec["cpu_cores_busy"] == pytest.approx(1.5)
+    assert rec["wait_times_s"] == pytest.approx([0.002] * 4 + [0.008] * 4)
