@@ -3,6 +3,7 @@ the name starts with _): a ``keras.utils.PyDataset`` read the way ``fit`` reads 
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,4 +45,8 @@ def image_batches(keras: Any, images: Any, settings: Any) -> tuple[Iterator[dict
         "use_multiprocessing": settings.workers > 0,
         "max_queue_size": max(settings.prefetch, 1),
     }
-    return adapter.get_numpy_iterator(), knobs
+    batches = adapter.get_numpy_iterator()
+    # Closed while the interpreter is whole: finalised at shutdown instead, Keras's enqueuer
+    # generator reports a spurious TypeError (its `except queue.Empty` runs on torn-down modules).
+    atexit.register(batches.close)
+    return batches, knobs
