@@ -74,7 +74,7 @@ clean-venv:
 SWEEP ?= batch_size=16,32,64,128,256,512,1024
 
 sweep: $(STAMP)
-	$(PY) -m harness sweep --framework $(FRAMEWORK) --device $(DEVICE) --workload $(if $(filter all,$(WORKLOAD)),mlp,$(WORKLOAD)) --profile $(PROFILE) --sweep $(SWEEP) $(ARGS)
+	$(PY) -m harness sweep --framework $(FRAMEWORK) --device $(DEVICE) --workload $(if $(filter all,$(WORKLOAD)),mlp,$(WORKLOAD)) --profile $(PROFILE) --data $(DATA) --sweep $(SWEEP) $(ARGS)
 
 compare: $(STAMP)
 	$(PY) -m harness compare $(A) $(B) $(ARGS)

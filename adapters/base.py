@@ -16,6 +16,8 @@ Lifecycle in a worker process, one adapter instance per cell:
                               inference a finite summary of the outputs
     fetch(handle)          -> the outputs of infer_step as a NumPy array (parity checks)
     loader(batches)        -> the framework's native input pipeline (``--data loader``)
+    image_loader(images, settings) -> the same for the image workloads: per-sample decode and
+                              augmentation (workloads.images), with its settings as recorded
     device_memory_peak()   -> peak device bytes, where the framework reports them
     params()               -> canonical NumPy parameters (for parity checks)
     compile_stats()        -> trace/compile counters the framework exposes (may be empty)
@@ -74,6 +76,9 @@ class Adapter(abc.ABC):
     loader_kind: ClassVar[str | None] = None
     """The native input pipeline behind ``loader`` (e.g. ``tf.data with prefetch``); None
     when the adapter has none, which makes ``--data loader`` a skipped cell."""
+    image_loader_kind: ClassVar[str | None] = None
+    """The input pipeline behind ``image_loader`` (e.g. ``torch DataLoader ...``), named in the
+    record; None when the adapter has none (``--data loader`` on image workloads is skipped)."""
     graph_loop: ClassVar[str | None] = None
     """How the adapter runs the rnn-caption ``graph-loop`` strategy (e.g. ``tf.while_loop``);
     None when it has no loop inside a graph, which makes that strategy a skipped cell."""
@@ -154,6 +159,15 @@ class Adapter(abc.ABC):
     def loader(self, batches: list[Batch]) -> Iterator[Any] | None:
         """The framework's native input pipeline, as its users write it, yielding placed
         batches in order and cycling forever; None if the adapter has none (skipped cell)."""
+        return None
+
+    def image_loader(self, images: Any, settings: Any) -> tuple[Iterator[Any], dict[str, Any]] | None:
+        """The framework's own image pipeline as its users write it over ``images``
+        (workloads.images.ImageDataset: ``sample(g)`` is one decoded, augmented sample, batch
+        ``k`` is samples ``k*batch_size`` onwards, in order), tuned by ``settings``
+        (workloads.images.PipelineSettings): placed batches cycling forever, and the knobs it
+        set as the record keeps them. None if it has none; raises workloads.images.PipelineSkip
+        for a setting it has no counterpart for (both skip the cell)."""
         return None
 
     def device_memory_peak(self) -> int | None:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import kit
+from adapters import _grain_data, kit
 from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
 from workloads.rnn import BOS, EOS, PAD
@@ -44,6 +44,7 @@ class FlaxNnx(Adapter):
     requires = ("flax", "jax", "optax")
     extra = "flax"
     graph_loop = "lax.scan over max_len with lax.cond skipping steps past the batch length"
+    image_loader_kind = _grain_data.IMAGE_LOADER_KIND
 
     cached = False
     """Call the step through ``nnx.cached_partial`` (flax-nnx-cached) instead of plain ``nnx.jit``."""
@@ -103,6 +104,11 @@ class FlaxNnx(Adapter):
 
     def to_device(self, batch: Batch) -> Any:
         return kit.jax_place(dict(batch), self.device)
+
+    def image_loader(self, images: Any, settings: Any) -> tuple[Any, dict[str, Any]]:
+        import jax
+
+        return _grain_data.image_stream(jax, images, settings, self.device)
 
     def train_step(self, batch: Any) -> Any:
         return self._step(batch)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import kit
+from adapters import _grain_data, kit
 from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
@@ -38,6 +38,7 @@ class JaxJit(Adapter):
     requires = ("jax", "optax")
     extra = "jax"
     loader_kind = "double-buffered asynchronous jax.device_put (prefetch_to_device pattern)"
+    image_loader_kind = _grain_data.IMAGE_LOADER_KIND
     graph_loop = "lax.scan over max_len with lax.cond skipping steps past the batch length"
 
     @classmethod
@@ -113,6 +114,11 @@ class JaxJit(Adapter):
                 yield ahead.popleft()
 
         return stream()
+
+    def image_loader(self, images: Any, settings: Any) -> tuple[Iterator[Any], dict[str, Any]]:
+        import jax
+
+        return _grain_data.image_stream(jax, images, settings, self.device)
 
     def device_memory_peak(self) -> int | None:
         return kit.jax_peak_bytes(self.device)

@@ -21,8 +21,8 @@ arrays), so the logged loss is this step's loss rather than the running mean of 
 Adam is Keras's own (its update unchanged), with epsilon scaled per step inside the compiled
 update so that it runs the workloads' Algorithm-1 form (see ``algorithm1_adam``). Greedy
 decoding steps the GRU cell with Keras ops in a Python loop. Compile counts and seconds come
-from ``jax.monitoring``. Keras on JAX has no input pipeline of its own outside ``fit``, so
-``--data loader`` is skipped.
+from ``jax.monitoring``. ``--data loader``: on the image workloads, Keras's own PyDataset
+(adapters/_keras_data.py); on the caption workloads, which have no per-sample work, skipped.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from adapters._keras_common import (
     optimizer_kernel,
     save_params,
 )
+from adapters._keras_data import IMAGE_LOADER_KIND, image_batches
 from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
 from workloads.rnn import BOS, EOS, PAD
@@ -52,6 +53,7 @@ class KerasJax(Adapter):
     graph = "static"
     requires = ("keras", "jax")
     extra = "keras"
+    image_loader_kind = IMAGE_LOADER_KIND
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
@@ -90,6 +92,11 @@ class KerasJax(Adapter):
     def to_device(self, batch: Batch) -> Any:
         jax = self._jax
         return jax.block_until_ready(jax.device_put(dict(batch), self._device))
+
+    def image_loader(self, images: Any, settings: Any) -> tuple[Any, dict[str, Any]]:
+        jax = self._jax
+        stream, knobs = image_batches(self._keras, images, settings)
+        return (jax.device_put(b, self._device) for b in stream), knobs
 
     def train_step(self, batch: Any) -> Any:
         data = fit_data(self.spec, batch)

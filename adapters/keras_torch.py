@@ -38,6 +38,7 @@ from adapters._keras_common import (
     optimizer_kernel,
     save_params,
 )
+from adapters._keras_data import IMAGE_LOADER_KIND, image_batches
 from adapters._torch_data import LOADER_KIND, data_loader
 from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
@@ -52,6 +53,7 @@ class KerasTorch(Adapter):
     requires = ("keras", "torch")
     extra = "keras"
     loader_kind = LOADER_KIND + " (Keras on torch takes a torch DataLoader)"
+    image_loader_kind = IMAGE_LOADER_KIND
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
@@ -100,6 +102,11 @@ class KerasTorch(Adapter):
         cuda = self._device == "cuda"
         stream = data_loader(self._torch, batches, cuda)
         return ({k: v.to(self._device, non_blocking=cuda) for k, v in b.items()} for b in stream)
+
+    def image_loader(self, images: Any, settings: Any) -> tuple[Iterator[Any], dict[str, Any]]:
+        torch = self._torch
+        stream, knobs = image_batches(self._keras, images, settings)
+        return ({k: torch.from_numpy(v).to(self._device) for k, v in b.items()} for b in stream), knobs
 
     def device_memory_peak(self) -> int | None:
         return kit.torch_peak_bytes(self._torch, self._device)

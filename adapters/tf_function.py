@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import kit
+from adapters import _tf_data, kit
 from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
@@ -48,6 +48,7 @@ class TfFunction(Adapter):
     requires = ("tensorflow",)
     extra = "tensorflow"
     loader_kind = "tf.data (from_tensor_slices, or from_generator for ragged lengths) with prefetch"
+    image_loader_kind = _tf_data.IMAGE_LOADER_KIND
     graph_loop = "tf.while_loop via AutoGraph over tf.range(length)"
 
     @classmethod
@@ -159,6 +160,13 @@ class TfFunction(Adapter):
         if self._device != "/CPU:0":
             dataset = dataset.apply(tf.data.experimental.prefetch_to_device(self._device))
         return iter(dataset)
+
+    def image_loader(self, images: Any, settings: Any) -> tuple[Iterator[Any], dict[str, Any]]:
+        tf = self._tf
+        dataset, knobs = _tf_data.image_dataset(tf, images, settings)
+        if self._device != "/CPU:0":
+            dataset = dataset.apply(tf.data.experimental.prefetch_to_device(self._device))
+        return iter(dataset), knobs
 
     def device_memory_peak(self) -> int | None:
         return kit.tf_peak_bytes(self._tf, "cpu" if self._device == "/CPU:0" else "cuda")

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from adapters import kit
-from adapters._torch_data import LOADER_KIND, data_loader
+from adapters._torch_data import IMAGE_LOADER_KIND, LOADER_KIND, data_loader, image_loader
 from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
@@ -41,6 +41,7 @@ class TorchEager(Adapter):
     requires = ("torch",)
     extra = "torch"
     loader_kind = LOADER_KIND
+    image_loader_kind = IMAGE_LOADER_KIND
 
     def version(self) -> dict[str, str]:
         import torch
@@ -96,6 +97,11 @@ class TorchEager(Adapter):
     def loader(self, batches: list[Batch]) -> Iterator[Any]:
         cuda = self.device.type == "cuda"
         return (self._place(b, non_blocking=cuda) for b in data_loader(self.torch, batches, cuda))
+
+    def image_loader(self, images: Any, settings: Any) -> tuple[Iterator[Any], dict[str, Any]]:
+        cuda = self.device.type == "cuda"
+        stream, knobs = image_loader(self.torch, images, settings, cuda)
+        return (self._place(b, non_blocking=cuda) for b in stream), knobs
 
     def device_memory_peak(self) -> int | None:
         return kit.torch_peak_bytes(self.torch, self.device)

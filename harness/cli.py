@@ -126,6 +126,7 @@ def _dry_run(run: Run, adapters) -> None:
     for c in cells:
         strategy = next((o.split("=", 1)[1] for o in c["overrides"] if o.startswith("strategy=")), "-")
         others = [o for o in c["overrides"] if not o.startswith("strategy=")]
+        others += [f"{k}={v}" for k, v in sorted(c.get("pipeline", {}).items())]
         device = c["device_requested"]
         reason = runner.skip_reason(adapters[records.base_adapter(c)], c) or devices.no_gpu_reason(device)
         skipped += bool(reason)
@@ -362,7 +363,13 @@ def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> No
     b.add_argument(
         "--sweep", default=defaults["sweep"], metavar="FIELD=V1,V2,...", help="run every cell for each value"
     )
-    b.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="override a spec field")
+    b.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a spec field, or an input pipeline setting (--data loader): workers, prefetch",
+    )
     b.add_argument(
         "--env",
         action="append",

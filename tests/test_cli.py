@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
 from adapters import discover
@@ -139,16 +140,22 @@ def test_unavailable_adapter_is_skipped_with_the_pip_extra():
 
 
 def test_native_input_pipelines_feed_real_training(python, tmp_path):
-    """torch DataLoader workers, tf.data and JAX's prefetching device_put, end to end."""
+    """The image pipelines, one worker each (torch DataLoader, tf.data, Grain), end to end: real
+    training, the same first batch everywhere, the wait and the pipeline's own rate recorded."""
     names = [n for n in ("torch-eager", "tf-function", "jax-jit") if discover()[n].available]
     proc = harness(
-        python, "bench", "--framework", ",".join(names), "--workload", "mlp", "--device", "cpu",
-        "--data", "loader", "--set", "num_batches=2", "--rounds", "1", "--out", str(tmp_path), "--run-id", "loader",
+        python, "bench", "--framework", ",".join(names), "--workload", "mlp", "--device", "cpu", "--data", "loader",
+        "--set", "num_batches=2", "--set", "workers=1", "--rounds", "1", "--out", str(tmp_path), "--run-id", "loader",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     recs = records.load(tmp_path / "loader" / records.RESULTS)
     assert [r["status"] for r in recs] == ["ok"] * len(names), [r.get("reason") for r in recs]
-    assert all(r["data"] == "loader" and r["loss_last"] < r["loss_first"] for r in recs)
+    # Augmented batches make the last step's loss noisy: finite, not necessarily below the first.
+    assert all(r["data"] == "loader" and np.isfinite(r["loss_last"]) for r in recs)
+    assert all(r["pipeline"] == {"workers": 1, "prefetch": 2} and r["loader_kind"] for r in recs)
+    assert all(0 <= r["input_bound_share"] <= 1 and r["pipeline_batches_per_s"] > 0 for r in recs)
+    assert all(len(r["wait_times_s"]) == r["steps"] + r["steady_recompiles"] for r in recs)
+    assert max(r["loss_first"] for r in recs) - min(r["loss_first"] for r in recs) < 1e-4  # the same batch
 
 
 def test_a_record_json_cannot_hold_becomes_a_failed_record_and_the_file_stays_readable(tmp_path):

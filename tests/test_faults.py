@@ -136,7 +136,7 @@ def test_data_modes_host_runs_and_a_missing_loader_is_skipped(python, tmp_path):
     recs = {r["data"]: r for r in records.load(tmp_path / "r" / records.RESULTS)}
     assert recs["resident"]["status"] == recs["host"]["status"] == "ok"
     assert recs["loader"]["status"] == "skipped"
-    assert recs["loader"]["reason"] == "fault-ok has no native input pipeline"
+    assert recs["loader"]["reason"] == "fault-ok has no native image input pipeline"
     assert "## Input pipeline" in (tmp_path / "r" / "report.md").read_text()
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 from harness import records
 from harness.checks.fidelity import is_idiomatic
 from harness.records import load_env
-from harness.reporting import fidelity, html, overview, plots, static_dynamic, summary
+from harness.reporting import fidelity, html, overview, pipelines, plots, static_dynamic, summary
 from harness.reporting.breakeven import cumulative_s
 from harness.reporting.cells import strategy
 from harness.reporting.formatting import fingerprint_name, machine_name, slug
@@ -89,7 +89,10 @@ def build(run_dirs: Path | list[Path], plot_dir: Path | None = None) -> str:
             out += _plots(group, workload, key, plot_dir, colors)
     out += static_dynamic.section(resident)
     out += sweep_section(recs, plot_dir, colors)
-    out += input_pipeline(recs)
+    pipes = pipelines.section(recs, plot_dir, colors)
+    out += pipes
+    if not pipes or any(r.get("data", "resident") != "loader" for r in recs):
+        out += input_pipeline(recs)
     out += hardware(recs, envs)
     out += memory(recs)
     out += failures(recs)

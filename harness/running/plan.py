@@ -19,6 +19,8 @@ from adapters import AdapterInfo
 from adapters.base import PRECISIONS
 from harness.records import cell_id
 from workloads import STRATEGIES, WORKLOADS, SpecError, get_workload, override
+from workloads.images import PIPELINE_FIELDS, has_images, parse_setting
+from workloads.spec import overridable_fields
 
 DEVICES = ("auto", "cpu", "cuda", "all")
 DATA_MODES = ("resident", "host", "loader")
@@ -144,26 +146,35 @@ def plan(
         raise _bad("precision", precision, PRECISIONS)
     field, values = parse_sweep(sweep) if sweep else (None, [None])
     environments = parse_envs(envs)
+    overrides, pipeline = split_pipeline(overrides)
+    if field is not None:
+        check_sweep_field(field, workloads)
+    if pipeline or field in PIPELINE_FIELDS:
+        check_pipeline_cells(workloads, modes)
     planned = []
     for w in workloads:
         for ovr, value in itertools.product(variants(w, overrides, strategies), values):
-            if field is not None:
+            pipe = dict(pipeline)
+            if field in PIPELINE_FIELDS:
+                pipe[field] = parse_setting(field, value)
+            elif field is not None:
                 ovr = [*ovr, f"{field}={value}"]
             try:
-                planned.append((w, ovr, override(get_workload(w), ovr), value))
+                planned.append((w, ovr, override(get_workload(w), ovr), value, pipe))
             except SpecError as exc:
                 raise PlanError(str(exc)) from None
     cells = []
     runs_in = [(None, None), *environments.items()]  # this environment, then each named one
-    for (w, ovr, spec, value), mode, d, name, (env, python) in itertools.product(
+    for (w, ovr, spec, value, pipe), mode, d, name, (env, python) in itertools.product(
         planned, modes, devices, names, runs_in
     ):
         info = adapters[name]
         label = f"{name}@{env}" if env else name
+        settings = [f"{k}={v}" for k, v in sorted(pipe.items())]
         cells.append(
             {
                 "run_id": run_id,
-                "cell_id": cell_id(label, w, d, [*ovr, f"data={mode}", f"precision={precision}"]),
+                "cell_id": cell_id(label, w, d, [*ovr, f"data={mode}", f"precision={precision}", *settings]),
                 "adapter": label,
                 **({"base_adapter": name, "env": env, "python": python} if env else {}),
                 "framework": info.framework,
@@ -177,7 +188,8 @@ def plan(
                 "precision": precision,
                 "profile": profile,
                 "threads": threads,
-                **({"sweep": {"field": field, "value": float(value)}} if field else {}),
+                **({"pipeline": pipe} if pipe else {}),
+                **({"sweep": {"field": field, "value": float(_numeric(field, value))}} if field else {}),
             }
         )
     return cells
@@ -202,13 +214,67 @@ def parse_envs(exprs: Iterable[str]) -> dict[str, str]:
     return found
 
 
+def split_pipeline(overrides: Iterable[str]) -> tuple[list[str], dict[str, int]]:
+    """``--set`` items apart: spec overrides, and input pipeline settings (workloads.images)."""
+    spec, pipeline = [], {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if sep and key.strip() in PIPELINE_FIELDS:
+            try:
+                pipeline[key.strip()] = parse_setting(key.strip(), raw.strip())
+            except SpecError as exc:
+                raise PlanError(str(exc)) from None
+        else:
+            spec.append(item)
+    return spec, pipeline
+
+
+def check_sweep_field(field: str, workloads: list[str]) -> None:
+    """A swept field must be a spec field of every selected workload or a pipeline setting."""
+    if field in PIPELINE_FIELDS:
+        return
+    for w in workloads:
+        fields = overridable_fields(get_workload(w))
+        if field not in fields:
+            raise PlanError(
+                f"--sweep {field!r}: not a field of workload {w}; valid: spec fields {', '.join(fields)}; "
+                f"input pipeline settings (--data loader) {', '.join(PIPELINE_FIELDS)}"
+            )
+
+
+def check_pipeline_cells(workloads: list[str], modes: list[str]) -> None:
+    """Pipeline settings tune the image pipeline: only ``--data loader`` on image workloads."""
+    if modes != ["loader"]:
+        raise PlanError(
+            f"input pipeline settings ({', '.join(PIPELINE_FIELDS)}) apply to --data loader only; got --data "
+            f"{','.join(modes)}"
+        )
+    plain = [w for w in workloads if not has_images(get_workload(w))]
+    if plain:
+        images = [w for w in WORKLOADS if has_images(get_workload(w))]
+        raise PlanError(
+            f"input pipeline settings apply to the image workloads ({', '.join(images)}); "
+            f"{', '.join(plain)} feed pre-made batches"
+        )
+
+
+def _numeric(field: str, value: str) -> float:
+    return float(parse_setting(field, value)) if field in PIPELINE_FIELDS else float(value)
+
+
 def parse_sweep(expr: str) -> tuple[str, list[str]]:
-    """``FIELD=V1,V2,...`` with numeric values (the sweep's x axis)."""
+    """``FIELD=V1,V2,...`` with numeric values (the sweep's x axis); ``autotune`` for workers."""
     field, sep, raw = expr.partition("=")
     values = [v.strip() for v in raw.split(",") if v.strip()]
     if not sep or not field.strip() or len(values) < 2:
         raise PlanError(f"--sweep {expr!r}: expected FIELD=V1,V2,... with at least two values")
     for v in values:
+        if field.strip() in PIPELINE_FIELDS:
+            try:
+                parse_setting(field.strip(), v)
+            except SpecError as exc:
+                raise PlanError(f"--sweep {expr!r}: {exc}") from None
+            continue
         try:
             number = float(v)
         except ValueError:

@@ -83,6 +83,20 @@ def combine_all(recs: list[Record]) -> list[Record]:
     return out
 
 
+#: Per-round measures of an image pipeline cell that its record holds as the mean over rounds.
+PIPELINE_MEANS = (
+    "wait_median_s",
+    "input_bound_share",
+    "compute_median_s",
+    "cpu_cores_busy",
+    "cpu_worker_cores_busy",
+    "cpu_util",
+    "pipeline_batches_per_s",
+    "pipeline_ceiling_s",
+    "gpu_util_mean",
+)
+
+
 def combine(runs: list[Record]) -> Record:
     """A cell's record from its rounds. A round that did not end ``ok`` decides the status (its
     record is returned, with the number of rounds that did). Otherwise: the cold window and
@@ -123,6 +137,12 @@ def combine(runs: list[Record]) -> Record:
         cold_settled=None if runs[0].get("cold_settled") is None else all(r.get("cold_settled") for r in runs),
     )
     record["ci_low_s"], record["ci_high_s"] = interval(record)
+    # An image pipeline's measures (harness.measuring.input_pipeline): each round's, averaged; waits pooled.
+    for field in PIPELINE_MEANS:
+        if all(r.get(field) is not None for r in runs):
+            record[field] = float(np.mean([r[field] for r in runs]))
+    if all("wait_times_s" in r for r in runs):
+        record["wait_times_s"] = [t for r in runs for t in r["wait_times_s"]]
     for field in ("tokens_per_s", "gflops"):
         if record.get(field) is not None:
             record[field] = float(np.mean([r[field] for r in runs]))

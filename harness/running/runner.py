@@ -21,6 +21,7 @@ from harness.measuring import limits_cache
 from harness.measuring.contention import CONTENDED_CORES, OtherLoad
 from harness.running.progress import MatrixProgress
 from workloads import SpecError, get_workload, override
+from workloads.images import has_images
 
 REPO = Path(__file__).resolve().parents[2]
 STDERR_TAIL_LINES = 20
@@ -103,8 +104,12 @@ def skip_reason(info: AdapterInfo, cell: dict[str, Any]) -> str | None:
     if not info.available and not cell.get("python"):  # another environment may have it
         return info.unavailable
     unsupported = info.cls().supports(override(get_workload(cell["workload"]), cell["overrides"]))
-    if not unsupported and cell.get("data") == "loader" and info.cls.loader_kind is None:
-        unsupported = f"{info.name} has no native input pipeline"
+    if not unsupported and cell.get("data") == "loader":
+        spec = override(get_workload(cell["workload"]), cell["overrides"])
+        if has_images(spec) and info.cls.image_loader_kind is None:
+            unsupported = f"{info.name} has no native image input pipeline"
+        elif not has_images(spec) and info.cls.loader_kind is None:
+            unsupported = f"{info.name} has no native input pipeline"
     return unsupported
 
 

@@ -15,27 +15,30 @@ first ``--snapshot`` steps (inference: the outputs of every batch), for harness.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import resource
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 
 from adapters import DeviceUnavailable, discover
 from adapters.base import Options
 from harness import env
-from harness.measuring import timing
+from harness.measuring import input_pipeline, timing
 from harness.measuring.gpu_util import UtilSampler
 from harness.measuring.stats import summarize
 from harness.records import base_adapter, new_record, writable
 from harness.running import devices
 from harness.running.rounds import step_time
 from workloads import get_workload, override
+from workloads.images import PipelineSkip, has_images, image_dataset, pipeline_settings
 from workloads.rnn import decoded_lengths
 
 
@@ -82,24 +85,41 @@ def step_function(adapter, spec):
     return adapter.infer_step if getattr(spec, "task", "train") != "train" else adapter.train_step
 
 
-def feed(adapter, spec, mode: str, batches: list) -> tuple[Any, list, list[float]]:
+def feed(
+    adapter, spec, mode: str, batches: list, pipeline: dict[str, Any] | None = None
+) -> tuple[Any, list, list[float], dict[str, Any] | None]:
     """The step function and its per-step inputs for a data mode:
 
     ``resident``: the dataset is placed before timing; steps take placed batches.
     ``host``: batches stay in host memory; every step places its batch (copy inside the step).
-    ``loader``: the framework's native input pipeline feeds every step.
-    The third item is the seconds of copying single batches to the device, timed on their own.
+    ``loader``: the framework's native input pipeline feeds every step: on image workloads
+    its image pipeline (per-sample decode and augmentation, workloads.images, tuned by
+    ``pipeline``), on the others the pre-made batches.
+    The third item is the seconds of copying single batches to the device, timed on their own;
+    the fourth, for an image pipeline, its WaitMeter (``meter``), settings and knobs.
     """
     step = step_function(adapter, spec)
     if mode == "resident":
-        return (step, *place(adapter, batches))
+        return (step, *place(adapter, batches), None)
     _, copy_s = place(adapter, batches[:4])
     if mode == "host":
-        return (lambda batch: step(adapter.to_device(batch))), batches, copy_s
+        return (lambda batch: step(adapter.to_device(batch))), batches, copy_s, None
+    if has_images(spec):
+        settings = pipeline_settings(pipeline or {})
+        try:
+            made = adapter.image_loader(image_dataset(spec), settings)
+        except PipelineSkip as exc:
+            raise Skip(f"{adapter.name}: {exc}") from None
+        if made is None:
+            raise Skip(f"{adapter.name} has no native image input pipeline")
+        meter = input_pipeline.WaitMeter(made[0])
+        meter.prime()
+        info = {"meter": meter, "settings": settings, "knobs": made[1]}
+        return (lambda _: step(meter.next())), list(range(len(batches))), copy_s, info
     stream = adapter.loader(batches)
     if stream is None:
         raise Skip(f"{adapter.name} has no native input pipeline")
-    return (lambda _: step(next(stream))), list(range(len(batches))), copy_s
+    return (lambda _: step(next(stream))), list(range(len(batches))), copy_s, None
 
 
 def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -190,7 +210,11 @@ def dispatch_floor(cell: dict[str, Any], spec, device: str) -> dict[str, Any]:
             return {}
         adapter.setup(tiny, tiny.init_params(), device, Options(cell["threads"], cell.get("precision", "fp32")))
         batches = tiny.batches()
-        step, inputs, _ = feed(adapter, tiny, cell.get("data", "resident"), batches)
+        mode = cell.get("data", "resident")
+        # An image pipeline's per-sample work is not dispatch overhead (and its workers are
+        # expensive to start twice): the floor of an image pipeline cell is a resident one's.
+        mode = "resident" if mode == "loader" and has_images(tiny) else mode
+        step, inputs, _, _ = feed(adapter, tiny, mode, batches)
         pass_steps = len(batches) if len({tiny.flops(b) for b in batches}) > 1 else 1  # as bench() decides
         chained = getattr(tiny, "task", "train") == "train"
         m = timing.measure(
@@ -212,13 +236,14 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
     try:
         adapter, spec, device, setup_s = prepare(cell)
         batches = spec.batches()
-        step, inputs, place_s = feed(adapter, spec, cell.get("data", "resident"), batches)
+        step, inputs, place_s, pipe = feed(adapter, spec, cell.get("data", "resident"), batches, cell.get("pipeline"))
     except Skip as exc:
         return new_record(cell, "skipped", str(exc))
     except DeviceFailure as exc:
         return new_record(cell, "failed", str(exc))
     before = adapter.compile_stats()
     sampler = UtilSampler() if device == "cuda" else None
+    cpu = input_pipeline.CpuMeter() if pipe else None
     flops = [spec.flops(b) for b in batches]
     # Steps of different sizes: a pipelined block is whole passes, so every block does the same work.
     pass_steps = len(batches) if len(set(flops)) > 1 else 1
@@ -227,7 +252,7 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
         adapter.sync,
         inputs,
         profile,
-        steady=sampler,
+        steady=_steady_meters(sampler, cpu, pipe and pipe["meter"]),
         compiles=compile_count(adapter),
         pass_steps=pass_steps,
         chained=getattr(spec, "task", "train") == "train",
@@ -289,7 +314,42 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
         **({"step_batches": m.step_batches, "pass_s": steady["median_s"] * pass_steps} if pass_steps > 1 else {}),
         **steady,
     )
+    if pipe:
+        record.update(pipeline_fields(adapter, spec, pipe, cpu, m, profile))
     return {**record, **dispatch_floor(cell, spec, device)}  # last: nothing above sees the second adapter
+
+
+@contextlib.contextmanager
+def _steady_meters(*meters: Any) -> Iterator[None]:
+    """Every given meter (None ones left out) entered around the steady window."""
+    with contextlib.ExitStack() as stack:
+        for meter in filter(None, meters):
+            stack.enter_context(meter)
+        yield
+
+
+def pipeline_fields(adapter, spec, pipe: dict[str, Any], cpu, m: timing.Measurement, profile) -> dict[str, Any]:
+    """An image pipeline cell's record fields: what ran (kind, settings, knobs, data), the
+    steady window's waits and CPU use, and the pipeline's own throughput (no training), read
+    after the timing so it never competes with the steps."""
+    meter, settings = pipe["meter"], pipe["settings"]
+    # What it buffered while the steps ran comes out at once: drawn untimed first.
+    drain = (settings.prefetch + 2) * max(settings.workers, 1)
+    per_s = input_pipeline.throughput(meter.next, profile.budget_s, drain)
+    return {
+        "loader_kind": adapter.image_loader_kind,
+        "pipeline": settings.as_dict(),
+        "pipeline_knobs": pipe["knobs"],
+        "pipeline_data": image_dataset(spec).settings(),
+        "pipeline_start_s": meter.start_s,
+        **input_pipeline.wait_fields(meter, m.step_times_s, m.recompile_times_s),
+        "cpu_cores_busy": cpu.cores,
+        "cpu_worker_cores_busy": cpu.worker_cores,
+        "cpu_util": cpu.util,
+        "cpu_count": psutil.cpu_count(),
+        "pipeline_batches_per_s": per_s,
+        "pipeline_ceiling_s": 1.0 / per_s,
+    }
 
 
 def check(cell: dict[str, Any], steps: int, snapshot: int) -> dict[str, np.ndarray]:
