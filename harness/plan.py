@@ -99,11 +99,13 @@ def select_strategies(expr: str) -> list[str]:
 
 def variants(workload: str, overrides: list[str], strategies: list[str]) -> list[list[str]]:
     """Override lists for one workload: one per loop strategy where the workload has them
-    (training with a variable-length loop) and the user did not fix one with --set."""
+    (training with a variable-length loop) and the user did not fix one with --set; none where
+    the workload has none of ``strategies`` (its ``strategies`` attribute, else all)."""
     spec = get_workload(workload)
     if getattr(spec, "task", None) != "train" or any(o.split("=")[0].strip() == "strategy" for o in overrides):
         return [list(overrides)]
-    return [[*overrides, f"strategy={s}"] for s in strategies]
+    own = getattr(spec, "strategies", STRATEGIES)  # a workload may have fewer (no graph-loop)
+    return [[*overrides, f"strategy={s}"] for s in strategies if s in own]
 
 
 def select_data(expr: str) -> list[str]:
@@ -153,6 +155,8 @@ def plan(
                 planned.append((w, ovr, override(get_workload(w), ovr), value))
             except SpecError as exc:
                 raise PlanError(str(exc)) from None
+    if not planned:
+        raise PlanError(f"no workload of {workload!r} has any of the strategies {', '.join(strategies)}")
     cells = []
     runs_in = [(None, None), *environments.items()]  # this environment, then each named one
     for (w, ovr, spec, value), mode, d, name, (env, python) in itertools.product(
