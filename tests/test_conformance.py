@@ -88,6 +88,10 @@ OWN_KERNELS = {
         "jax-eager": "optax.adamw (op by op)",
         "flax-nnx": "optax.adamw via nnx.Optimizer",
         "flax-nnx-cached": "optax.adamw via nnx.Optimizer",
+        "tf-function": "ResourceApplyAdam (fused)",
+        "tf-eager": "ResourceApplyAdam (fused)",
+        "keras-jax": "keras.optimizers.AdamW, Keras's own update",
+        "keras-torch": "keras.optimizers.AdamW, Keras's own update",
     },
     "sgd": {
         "torch-eager": "torch.optim.SGD (foreach)",
