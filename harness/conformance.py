@@ -94,7 +94,7 @@ CHECK_OVERRIDES = ["num_batches=4"]
 CHECK_SIZES = {
     "transformer": [
         "vocab=32", "width=16", "heads=2", "layers=2", "topics=4", "batch_size=4",
-        "min_len=4", "max_len=12", "buckets=8,12",
+        "min_len=4", "max_len=12", "buckets=8,12", "attention=naive",
     ],
 }  # fmt: skip
 #: Further variants checked beside each loop strategy's: the fused attention kernel once, padded
@@ -111,7 +111,9 @@ def all_variants(workloads: list[str] | None = None) -> list[Variant]:
     for w in workloads or list(WORKLOADS):
         base = [*CHECK_OVERRIDES, *CHECK_SIZES.get(w, [])]
         out += [(w, tuple(o)) for o in variants(w, base, list(STRATEGIES))]
-        out += [(w, (*base, *extra)) for extra in CHECK_EXTRA.get(w, [])]
+        for extra in CHECK_EXTRA.get(w, []):
+            fields = {e.split("=")[0] for e in extra}
+            out.append((w, (*(o for o in base if o.split("=")[0] not in fields), *extra)))
     return out
 
 

@@ -99,13 +99,19 @@ def select_strategies(expr: str) -> list[str]:
 
 def variants(workload: str, overrides: list[str], strategies: list[str]) -> list[list[str]]:
     """Override lists for one workload: one per loop strategy where the workload has them
-    (training with a variable-length loop) and the user did not fix one with --set; none where
-    the workload has none of ``strategies`` (its ``strategies`` attribute, else all)."""
+    (training with a variable-length loop) and the user did not fix one with --set, none where
+    it has none of ``strategies`` (its ``strategies`` attribute, else all); times each value of
+    every field in its ``plan_axes`` that --set does not fix (the transformer's ``attention``)."""
     spec = get_workload(workload)
-    if getattr(spec, "task", None) != "train" or any(o.split("=")[0].strip() == "strategy" for o in overrides):
-        return [list(overrides)]
-    own = getattr(spec, "strategies", STRATEGIES)  # a workload may have fewer (no graph-loop)
-    return [[*overrides, f"strategy={s}"] for s in strategies if s in own]
+    fixed = {o.split("=")[0].strip() for o in overrides}
+    out = [list(overrides)]
+    if getattr(spec, "task", None) == "train" and "strategy" not in fixed:
+        own = getattr(spec, "strategies", STRATEGIES)  # a workload may have fewer (no graph-loop)
+        out = [[*overrides, f"strategy={s}"] for s in strategies if s in own]
+    for field, values in getattr(spec, "plan_axes", {}).items():
+        if field not in fixed:
+            out = [[*o, f"{field}={v}"] for o in out for v in values]
+    return out
 
 
 def select_data(expr: str) -> list[str]:

@@ -35,7 +35,8 @@ Optimiser: ``adamw`` (workloads/optim.py): decoupled weight decay on every ``*/k
 
 ``attention``: ``naive`` is matmul, causal mask, softmax, matmul written out; ``fused`` is the
 framework's own attention kernel (torch ``scaled_dot_product_attention``,
-``jax.nn.dot_product_attention``, ``keras.ops.dot_product_attention``), same maths.
+``jax.nn.dot_product_attention``, ``keras.ops.dot_product_attention``), same maths. A run plans
+both, side by side, unless ``--set attention=...`` fixes one (``plan_axes``).
 
 Data: token 0 is PAD, 1 is BOS, 2 is EOS. Every sequence starts with BOS then a random first
 word w in [3, V); its topic is ``w % topics`` and each next word is a fixed topic-specific
@@ -56,6 +57,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import numpy as np
 
@@ -115,7 +117,10 @@ class Transformer(Workload):
     task: str = "train"
 
     #: The loop strategies this workload has (rnn-caption's graph-loop has no meaning here).
-    strategies = STRATEGIES
+    strategies: ClassVar[tuple[str, ...]] = STRATEGIES
+    #: Fields a run plans every value of unless ``--set`` fixes one (harness.plan.variants): the
+    #: attention kernels side by side in one run.
+    plan_axes: ClassVar[dict[str, tuple[str, ...]]] = {"attention": ATTENTION}
 
     def validate(self) -> None:
         super().validate()
