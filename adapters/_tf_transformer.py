@@ -23,6 +23,8 @@ from typing import Any
 from workloads import Workload
 from workloads.transformer import LN_EPS
 
+#: The attention the TensorFlow adapters run, as settings() records it.
+ATTENTION_KERNEL = "naive: tf.matmul, causal tf.where, tf.nn.softmax, tf.matmul"
 #: Why tf-function and tf-eager skip ``attention=fused``.
 NO_FUSED_ATTENTION = (
     "TensorFlow has no fused attention op (tf.nn offers none; keras.ops.dot_product_attention is "

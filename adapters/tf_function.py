@@ -209,6 +209,7 @@ class TfFunction(Adapter):
             "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
             "jit_compile": False,
             "optimizer_kernel": _optimizer_kernel(self.spec.optimizer),
+            **({"attention_kernel": _tf_transformer.ATTENTION_KERNEL} if self.spec.family == "transformer" else {}),
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
             "cudnn_autotune": os.environ.get("TF_CUDNN_USE_AUTOTUNE", "on (default)"),
         }
