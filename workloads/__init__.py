@@ -28,7 +28,7 @@ WORKLOADS: dict[str, Workload] = {
     # The same decoder generating greedily until every caption has ended: a data-dependent loop.
     "rnn-decode": RNNCaption(name="rnn-decode", task="decode"),
     # Decoder-only language model: pre-LayerNorm causal attention blocks, sequence lengths varying
-    # per batch (32..256), AdamW.
+    # per batch (16..128), AdamW.
     "transformer": Transformer(name="transformer"),
 }
 
