@@ -6,13 +6,20 @@ from typing import Any
 
 import numpy as np
 
+from adapters import _keras_transformer
 from adapters.kit import swap_rz_gates
 from workloads import Params, Workload
-from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
+from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ADAMW_WEIGHT_DECAY
+
+#: The workload families whose loss is a masked mean over time steps (the mask as sample weights).
+_MASKED = ("rnn-caption", "transformer")
 
 
 def build_model(keras, spec: Workload) -> tuple[Any, dict[str, Any]]:
-    """The spec's model and its weighted layers by canonical prefix."""
+    """The spec's model and its weighted layers by canonical prefix (for the transformer, its
+    variables by canonical parameter name: adapters/_keras_transformer.py)."""
+    if spec.family == "transformer":
+        return _keras_transformer.build_model(keras, spec)
     L = keras.layers
     layers: dict[str, Any] = {}
     if spec.family == "rnn-caption":
@@ -39,7 +46,9 @@ def build_model(keras, spec: Workload) -> tuple[Any, dict[str, Any]]:
 
 def fit_data(spec: Workload, batch: Any) -> tuple[Any, Any, Any]:
     """A placed batch as ``fit`` hands it to the train function: (x, y, sample_weight); the
-    caption mask is the sample weight."""
+    caption (and transformer) mask is the sample weight."""
+    if spec.family == "transformer":
+        return batch["tokens"], batch["targets"], batch["mask"]
     if spec.family == "rnn-caption":
         return [batch["features"], batch["tokens"]], batch["targets"], batch["mask"]
     return batch["x"], batch["y"], None
@@ -50,6 +59,9 @@ _gates_to_keras = swap_rz_gates
 
 
 def load_params(layers: dict[str, Any], p: Params, spec: Workload) -> None:
+    if spec.family == "transformer":
+        _keras_transformer.load_params(layers, p)
+        return
     if spec.family == "rnn-caption":
         layers["img"].set_weights([p["img/kernel"], p["img/bias"]])
         layers["embed"].set_weights([p["embed/table"]])
@@ -64,6 +76,11 @@ def load_params(layers: dict[str, Any], p: Params, spec: Workload) -> None:
 
 
 def save_params(layers: dict[str, Any], spec: Workload) -> Params:
+    if spec.family == "transformer":
+        import keras
+
+        return _keras_transformer.save_params(keras, layers, spec)
+
     def w(name: str) -> list[np.ndarray]:
         return [np.asarray(a, dtype=np.float32) for a in layers[name].get_weights()]
 
@@ -87,15 +104,29 @@ def save_params(layers: dict[str, Any], spec: Workload) -> Params:
     return out
 
 
-def algorithm1_adam(keras: Any, learning_rate: float) -> Any:
+def adam(keras: Any, spec: Workload) -> Any:
+    """Keras's Adam, or AdamW (its decoupled decay, ``variable -= variable * wd * lr``, is the
+    workloads' ``adamw``) for a spec that names it, with the workloads' constants. Keras puts
+    epsilon before the bias correction: the adapter corrects it per step (``kit.adam_eps_hat``)."""
+    if spec.optimizer == "adamw":
+        return keras.optimizers.AdamW(
+            spec.learning_rate, weight_decay=ADAMW_WEIGHT_DECAY, beta_1=ADAM_BETA1, beta_2=ADAM_BETA2, epsilon=ADAM_EPS
+        )
+    return keras.optimizers.Adam(spec.learning_rate, beta_1=ADAM_BETA1, beta_2=ADAM_BETA2, epsilon=ADAM_EPS)
+
+
+def algorithm1_adam(keras: Any, learning_rate: float, weight_decay: float | None = None) -> Any:
     """Keras's own Adam (its ``update_step`` unchanged) running the workloads' Algorithm-1
-    update. Keras adds epsilon to sqrt(v) before the bias correction (``eps_hat`` in Kingma &
+    update; Keras's AdamW (the same update after its decoupled decay) where ``weight_decay`` is
+    given. Keras adds epsilon to sqrt(v) before the bias correction (``eps_hat`` in Kingma &
     Ba); an epsilon of ``eps * sqrt(1 - beta2^t)`` makes that the same update. Inside a jitted
     step a Python float is a constant of the trace, so ``epsilon`` is a property computed from
     the optimiser's own ``iterations`` variable, in the compiled step."""
     ops = keras.ops
+    base = keras.optimizers.Adam if weight_decay is None else keras.optimizers.AdamW
+    decay = {} if weight_decay is None else {"weight_decay": weight_decay}
 
-    class Algorithm1Adam(keras.optimizers.Adam):
+    class Algorithm1Adam(base):
         @property
         def epsilon(self) -> Any:
             step = ops.cast(self.iterations + 1, "float32")
@@ -105,21 +136,40 @@ def algorithm1_adam(keras: Any, learning_rate: float) -> Any:
         def epsilon(self, value: float) -> None:
             self._algorithm1_eps = value  # Adam.__init__ assigns epsilon here
 
-    return Algorithm1Adam(learning_rate, beta_1=ADAM_BETA1, beta_2=ADAM_BETA2, epsilon=ADAM_EPS)
+    return Algorithm1Adam(learning_rate, beta_1=ADAM_BETA1, beta_2=ADAM_BETA2, epsilon=ADAM_EPS, **decay)
 
 
 def optimizer_kernel(spec: Workload, adam_note: str) -> str:
     """The Keras optimiser a cell runs, as settings() records it."""
     if spec.optimizer == "adam":
         return f"keras.optimizers.Adam, Keras's own update ({adam_note})"
+    if spec.optimizer == "adamw":
+        return (
+            f"keras.optimizers.AdamW, Keras's own update ({adam_note}; weight decay {ADAMW_WEIGHT_DECAY}, "
+            "biases and LayerNorm parameters excluded with exclude_from_weight_decay)"
+        )
     return "keras.optimizers.SGD"
 
 
-def compile_model(keras: Any, model: Any, spec: Workload, adam: Any, jit_compile: bool) -> None:
-    """Compile with the spec's optimiser (``adam`` when it names Adam, else SGD) and the masked
-    mean cross-entropy: the caption mask arrives as sample weights, averaged over their sum."""
-    optimizer = adam if spec.optimizer == "adam" else keras.optimizers.SGD(spec.learning_rate)
-    reduction = "mean_with_sample_weight" if spec.family == "rnn-caption" else "sum_over_batch_size"
+def _undecayed(layers: dict[str, Any], spec: Workload) -> list[Any]:
+    """The variables AdamW must not decay (``workloads.optim.decays``): in the seed families'
+    layers, the biases (a GRU's two canonical biases are its one ``bias``)."""
+    if spec.family == "transformer":
+        return _keras_transformer.undecayed(layers)
+    return [v for layer in layers.values() for v in layer.trainable_variables if v.name == "bias"]
+
+
+def compile_model(
+    keras: Any, model: Any, spec: Workload, adam: Any, jit_compile: bool, layers: dict[str, Any] | None = None
+) -> None:
+    """Compile with the spec's optimiser (``adam`` when it names Adam or AdamW, else SGD) and the
+    masked mean cross-entropy: the caption (or sequence) mask arrives as sample weights, averaged
+    over their sum. Under AdamW the variables the workloads do not decay (``layers`` from
+    ``build_model`` names them) are excluded from Keras's weight decay."""
+    optimizer = adam if spec.optimizer in ("adam", "adamw") else keras.optimizers.SGD(spec.learning_rate)
+    if spec.optimizer == "adamw":
+        optimizer.exclude_from_weight_decay(var_list=_undecayed(layers, spec))
+    reduction = "mean_with_sample_weight" if spec.family in _MASKED else "sum_over_batch_size"
     model.compile(
         optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction),

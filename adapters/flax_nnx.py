@@ -16,7 +16,9 @@ bias on r and z, so it would not be the same model). The caption loop is ``jax.l
 time (one compile per length under ``exact``); ``graph-loop`` scans over ``max_len`` with a
 ``lax.cond`` skipping steps past the batch's length; greedy decoding is a ``lax.while_loop``.
 Initial state is placed with ``kit.jax_place`` (committed), so step 2 does not compile again.
-Buffers are not donated (jax-jit donates its parameters; ``nnx.jit`` users rarely do).
+Buffers are not donated (jax-jit donates its parameters; ``nnx.jit`` users rarely do). The
+transformer is adapters/_flax_transformer.py (``nnx.MultiHeadAttention``); one compile per
+sequence length under ``exact``, per bucket under ``bucketed``, one under ``padded``.
 
 What the call path costs, ``mlp`` at batch 32 on the 2-core AMD EPYC VM, one process, the same
 model and batch, median of 2000 synced steps: ``nnx.jit`` 1.00 ms, ``nnx.cached_partial`` 0.65,
@@ -31,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import _grain_data, kit
+from adapters import _flax_transformer, _grain_data, kit
 from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
 from workloads.rnn import BOS, EOS, PAD
@@ -45,6 +47,7 @@ class FlaxNnx(Adapter):
     extra = "flax"
     graph_loop = "lax.scan over max_len with lax.cond skipping steps past the batch length"
     image_loader_kind = _grain_data.IMAGE_LOADER_KIND
+    families = ("mlp", "cnn", "rnn-caption", "transformer")
 
     cached = False
     """Call the step through ``nnx.cached_partial`` (flax-nnx-cached) instead of plain ``nnx.jit``."""
@@ -79,6 +82,8 @@ class FlaxNnx(Adapter):
         _load(nnx, model, spec, params)
         if spec.optimizer == "sgd":
             tx = optax.sgd(spec.learning_rate)
+        elif spec.optimizer == "adamw":
+            tx = _flax_transformer.adamw(jax, optax, spec.learning_rate)
         else:
             tx = optax.adam(spec.learning_rate, b1=kit.ADAM_BETA1, b2=kit.ADAM_BETA2, eps=kit.ADAM_EPS)
         optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
@@ -144,6 +149,11 @@ class FlaxNnx(Adapter):
             **kit.jax_settings(),
             "step": call,
             "optimizer_kernel": f"optax.{self.spec.optimizer} via nnx.Optimizer (inside the jitted step)",
+            **(
+                {"attention_kernel": _flax_transformer.ATTENTION_KERNELS[self.spec.attention]}
+                if self.spec.family == "transformer"
+                else {}
+            ),
         }
 
 
@@ -157,6 +167,8 @@ class FlaxNnxCached(FlaxNnx):
 
 def _build(nnx: Any, spec: Workload) -> Any:
     """The spec's model as nnx Modules (initial values are replaced by the canonical ones)."""
+    if spec.family == "transformer":
+        return _flax_transformer.build(nnx, spec)
     rngs = nnx.Rngs(0)
 
     class Mlp(nnx.Module):
@@ -231,6 +243,9 @@ def _linears(model: Any, spec: Workload) -> dict[str, Any]:
 def _load(nnx: Any, model: Any, spec: Workload, p: Params) -> None:
     import jax.numpy as jnp
 
+    if spec.family == "transformer":
+        return _flax_transformer.load(model, spec, p)
+
     for prefix, layer in _linears(model, spec).items():
         layer.kernel.value = jnp.asarray(p[f"{prefix}/kernel"])
         layer.bias.value = jnp.asarray(p[f"{prefix}/bias"])
@@ -246,6 +261,8 @@ def _save(model: Any, spec: Workload) -> Params:
     def n(variable: Any) -> np.ndarray:
         return np.asarray(variable.value, dtype=np.float32).copy()
 
+    if spec.family == "transformer":
+        return _flax_transformer.save(model, spec)
     out: Params = {}
     for prefix, layer in _linears(model, spec).items():
         out[f"{prefix}/kernel"], out[f"{prefix}/bias"] = n(layer.kernel), n(layer.bias)
@@ -262,6 +279,8 @@ def _loss(jax: Any, spec: Workload) -> Callable[[Any, Any], Any]:
     import optax
 
     lax = jax.lax
+    if spec.family == "transformer":
+        return _flax_transformer.loss(jax, spec)
     if spec.family in ("mlp", "cnn"):
         return lambda model, batch: optax.softmax_cross_entropy_with_integer_labels(
             model(batch["x"]), batch["y"]

@@ -12,7 +12,9 @@ GRU gates [r | z | n]), which is also JAX's natural one. The caption decoder's t
 ``exact`` strategy, one per bucket under ``bucketed``. ``graph-loop`` scans over ``max_len``
 with a ``lax.cond`` that skips the step (cell, projection and loss) past the batch's length,
 so a single compiled program runs only the steps each batch needs. Greedy decoding is a
-``lax.while_loop`` that stops when every caption has ended.
+``lax.while_loop`` that stops when every caption has ended. The transformer
+(adapters/_jax_transformer.py) is one jitted step too: one compile per sequence length under
+``exact``, per bucket under ``bucketed``, one under ``padded``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import _grain_data, kit
+from adapters import _grain_data, _jax_transformer, kit
 from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
@@ -40,6 +42,7 @@ class JaxJit(Adapter):
     loader_kind = "double-buffered asynchronous jax.device_put (prefetch_to_device pattern)"
     image_loader_kind = _grain_data.IMAGE_LOADER_KIND
     graph_loop = "lax.scan over max_len with lax.cond skipping steps past the batch length"
+    families = ("mlp", "cnn", "rnn-caption", "transformer")
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
@@ -72,6 +75,8 @@ class JaxJit(Adapter):
         self.device = jax.devices(device)[0]
         if spec.optimizer == "sgd":
             tx = optax.sgd(spec.learning_rate)
+        elif spec.optimizer == "adamw":
+            tx = _jax_transformer.adamw(optax, spec.learning_rate)
         else:
             tx = optax.adam(spec.learning_rate, b1=ADAM_BETA1, b2=ADAM_BETA2, eps=ADAM_EPS)
         loss_fn = _loss_fn(jax, jnp, optax, spec, self.python_loop)
@@ -150,7 +155,15 @@ class JaxJit(Adapter):
             **kit.jax_settings(),
             "donate_buffers": True,
             "optimizer_kernel": f"optax.{self.spec.optimizer} (inside the jitted step, fused by XLA)",
+            **_attention_setting(self.spec),
         }
+
+
+def _attention_setting(spec: Workload) -> dict[str, str]:
+    """The transformer's attention kernel, for ``settings``."""
+    if spec.family != "transformer":
+        return {}
+    return {"attention_kernel": _jax_transformer.ATTENTION_KERNELS[spec.attention]}
 
 
 def _dense(jax, p: Params, h, prefix: str, n_layers: int):
@@ -172,6 +185,8 @@ def _gru(jax, jnp, p: Params, h, token, hidden: int):
 
 def _loss_fn(jax, jnp, optax, spec: Workload, python_loop: bool = False):
     lax = jax.lax
+    if spec.family == "transformer":
+        return _jax_transformer.loss_fn(jax, jnp, optax, spec)
     if spec.family == "mlp":
 
         def mlp_loss(p, batch):

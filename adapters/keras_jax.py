@@ -19,7 +19,11 @@ arrays), so the logged loss is this step's loss rather than the running mean of 
 (``_make_function``), which the pipelined blocks already issue back to back.
 
 Adam is Keras's own (its update unchanged), with epsilon scaled per step inside the compiled
-update so that it runs the workloads' Algorithm-1 form (see ``algorithm1_adam``). Greedy
+update so that it runs the workloads' Algorithm-1 form (see ``algorithm1_adam``); ``adamw`` is
+Keras's AdamW the same way. The transformer is the keras-torch model
+(adapters/_keras_transformer.py); its fused attention is ``jax.nn.dot_product_attention`` under
+``keras.ops.dot_product_attention``, and it compiles once per sequence length under ``exact``,
+per bucket under ``bucketed``, once under ``padded``. Greedy
 decoding steps the GRU cell with Keras ops in a Python loop. Compile counts and seconds come
 from ``jax.monitoring``. ``--data loader``: on the image workloads, Keras's own PyDataset
 (adapters/_keras_data.py); on the caption workloads, which have no per-sample work, skipped.
@@ -31,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import kit
+from adapters import _keras_transformer, kit
 from adapters._keras_common import (
     algorithm1_adam,
     build_model,
@@ -44,6 +48,7 @@ from adapters._keras_common import (
 from adapters._keras_data import IMAGE_LOADER_KIND, image_batches
 from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
+from workloads.optim import ADAMW_WEIGHT_DECAY
 from workloads.rnn import BOS, EOS, PAD
 
 
@@ -54,6 +59,7 @@ class KerasJax(Adapter):
     requires = ("keras", "jax")
     extra = "keras"
     image_loader_kind = IMAGE_LOADER_KIND
+    families = ("mlp", "cnn", "rnn-caption", "transformer")
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
@@ -85,8 +91,11 @@ class KerasJax(Adapter):
         with keras.device(f"{self._device.platform}:0"):
             self.model, self._layers = build_model(keras, spec)
             load_params(self._layers, params, spec)
-            adam = algorithm1_adam(keras, spec.learning_rate) if spec.optimizer == "adam" else None
-            compile_model(keras, self.model, spec, adam, jit_compile=True)
+            adam = None
+            if spec.optimizer in ("adam", "adamw"):
+                decay = ADAMW_WEIGHT_DECAY if spec.optimizer == "adamw" else None
+                adam = algorithm1_adam(keras, spec.learning_rate, weight_decay=decay)
+            compile_model(keras, self.model, spec, adam, jit_compile=True, layers=self._layers)
         self._state: tuple[Any, ...] | None = None
 
     def to_device(self, batch: Batch) -> Any:
@@ -174,11 +183,15 @@ class KerasJax(Adapter):
         return self._events.stats()
 
     def settings(self) -> dict[str, Any]:
+        attention = {}
+        if self.spec.family == "transformer":
+            attention = {"attention_kernel": _keras_transformer.attention_kernel(self.spec, "jax")}
         return {
             "jit_compile": True,
             "train_path": "fit's train_function, state kept on the device",
             "optimizer_kernel": optimizer_kernel(self.spec, "epsilon scaled per step inside the jitted update"),
             "steps_per_execution": self.model.steps_per_execution,
+            **attention,
             "matmul_precision": self._jax.config.jax_default_matmul_precision,
             "gpu_autotune_level": kit.gpu_autotune_level(),
         }

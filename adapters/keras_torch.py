@@ -19,7 +19,13 @@ and recurrent biases into one (2, 3H) array; the adapter reorders to and from th
 Keras's Adam adds epsilon before the bias correction (``eps_hat`` in Kingma & Ba); to run the
 workloads' Algorithm-1 update, the adapter sets ``epsilon = eps * sqrt(1 - beta2^t)`` before
 step t, which is algebraically identical. Keras reads ``epsilon`` as a Python float each step
-in eager mode, so this costs nothing on the device.
+in eager mode, so this costs nothing on the device. ``adamw`` is ``keras.optimizers.AdamW``
+with the same correction, biases and LayerNorm parameters excluded from its decay.
+
+The transformer (adapters/_keras_transformer.py) is Keras layers around ``MultiHeadAttention``:
+``attention=fused`` is its default ``keras.ops.dot_product_attention`` path (here
+``scaled_dot_product_attention``), ``naive`` its explicit-scores path; the sequence mask is the
+sample weight, as for captions.
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from adapters import kit
+from adapters import _keras_transformer, kit
 from adapters._keras_common import (
+    adam,
     build_model,
     compile_model,
     fit_data,
@@ -42,7 +49,6 @@ from adapters._keras_data import IMAGE_LOADER_KIND, image_batches
 from adapters._torch_data import LOADER_KIND, data_loader
 from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
-from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
 from workloads.rnn import BOS, EOS, PAD
 
 
@@ -54,6 +60,7 @@ class KerasTorch(Adapter):
     extra = "keras"
     loader_kind = LOADER_KIND + " (Keras on torch takes a torch DataLoader)"
     image_loader_kind = IMAGE_LOADER_KIND
+    families = ("mlp", "cnn", "rnn-caption", "transformer")
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
@@ -85,10 +92,10 @@ class KerasTorch(Adapter):
         with keras.device(device):
             self.model, self._layers = build_model(keras, spec)
             load_params(self._layers, params, spec)
-            self._adam = spec.optimizer == "adam"
+            self._adam = spec.optimizer in ("adam", "adamw")
             # Keras's own Adam keeps its fused torch path; epsilon is corrected per step instead.
-            adam = keras.optimizers.Adam(spec.learning_rate, beta_1=ADAM_BETA1, beta_2=ADAM_BETA2, epsilon=ADAM_EPS)
-            compile_model(keras, self.model, spec, adam if self._adam else None, jit_compile=False)
+            optimizer = adam(keras, spec) if self._adam else None
+            compile_model(keras, self.model, spec, optimizer, jit_compile=False, layers=self._layers)
         self._t = 0
 
     def to_device(self, batch: Batch) -> Any:
@@ -156,11 +163,15 @@ class KerasTorch(Adapter):
         return save_params(self._layers, self.spec)
 
     def settings(self) -> dict[str, Any]:
+        attention = {}
+        if self.spec.family == "transformer":
+            attention = {"attention_kernel": _keras_transformer.attention_kernel(self.spec, "torch")}
         return {
             "jit_compile": False,
             "train_path": "fit's train_function",
             "steps_per_execution": self.model.steps_per_execution,
             "optimizer_kernel": optimizer_kernel(self.spec, "epsilon set per step from Python"),
+            **attention,
             **kit.torch_settings(self._torch),
         }
 

@@ -3,7 +3,8 @@
 The same model code as tf-function (adapters/tf_function.py), executed op by op: no tracing,
 no Grappler. Caption loops are Python loops over each batch's own length; greedy decoding's
 ``tf.while_loop`` runs as a Python loop in eager mode. There is no loop inside a graph, so
-``graph-loop`` is skipped.
+``graph-loop`` is skipped. The transformer runs its plain-TF model (adapters/_tf_transformer.py)
+op by op, with tf-function's AdamW and the same skipped ``attention=fused`` cell.
 """
 
 from __future__ import annotations

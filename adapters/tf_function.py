@@ -17,6 +17,10 @@ Retracing is the point of the caption decoder's strategies: under ``exact``, ``b
 length (AutoGraph unrolls it into the graph); under ``graph-loop`` the signature is fixed at
 ``max_len`` and AutoGraph turns ``for t in tf.range(length)`` into a ``tf.while_loop`` that
 runs only the batch's steps: one trace. Greedy decoding is a ``tf.while_loop`` as well.
+The transformer (adapters/_tf_transformer.py) follows the same strategies with no input
+signature: one trace per sequence length under ``exact``, per bucket under ``bucketed``, one
+under ``padded``. Its ``attention=fused`` cell is skipped (TensorFlow has no fused attention
+op), and its AdamW is the fused Adam kernel after the decoupled decay written out.
 ``compile_stats`` reports the tracing count and the seconds spent in Python tracing;
 Grappler's graph optimisation on the first call is not exposed and lands in the first step.
 
@@ -34,10 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from adapters import _tf_data, kit
+from adapters import _tf_data, _tf_transformer, kit
 from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
-from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
+from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ADAMW_WEIGHT_DECAY, decays
 from workloads.rnn import BOS, EOS, PAD
 
 
@@ -50,6 +54,7 @@ class TfFunction(Adapter):
     loader_kind = "tf.data (from_tensor_slices, or from_generator for ragged lengths) with prefetch"
     image_loader_kind = _tf_data.IMAGE_LOADER_KIND
     graph_loop = "tf.while_loop via AutoGraph over tf.range(length)"
+    families = ("mlp", "cnn", "rnn-caption", "transformer")
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
@@ -66,6 +71,11 @@ class TfFunction(Adapter):
     def build_info(self) -> dict[str, Any]:
         return kit.tf_build_info()
 
+    def supports(self, spec: Workload) -> str | None:
+        if spec.family == "transformer" and spec.attention == "fused":
+            return _tf_transformer.NO_FUSED_ATTENTION
+        return super().supports(spec)
+
     def setup(self, spec: Workload, params: Params, device: str, options: Options) -> None:
         import tensorflow as tf
 
@@ -77,17 +87,24 @@ class TfFunction(Adapter):
         with tf.device(self._device):
             self._vars = {k: tf.Variable(v, name=k.replace("/", "_")) for k, v in params.items()}
             variables = list(self._vars.values())
-            adam = spec.optimizer == "adam"
+            adam = spec.optimizer in ("adam", "adamw")
             slots = [(tf.Variable(tf.zeros_like(v)), tf.Variable(tf.zeros_like(v))) for v in variables] if adam else []
             step_count = tf.Variable(0.0)
-        loss_fn = _loss_fn(tf, spec, self._vars)
+        if spec.family == "transformer":
+            loss_fn = _tf_transformer.loss_fn(tf, spec, self._vars)
+        else:
+            loss_fn = _loss_fn(tf, spec, self._vars)
         lr = float(spec.learning_rate)
+        # AdamW's decoupled decay, written out: TensorFlow has no fused AdamW kernel.
+        decayed = [v for k, v in self._vars.items() if decays(k)] if spec.optimizer == "adamw" else []
 
         def apply(grads):
             if not adam:
                 for v, g in zip(variables, grads, strict=True):
                     tf.raw_ops.ResourceApplyGradientDescent(var=v.handle, alpha=lr, delta=g)
                 return
+            for v in decayed:
+                v.assign_sub(lr * ADAMW_WEIGHT_DECAY * v)
             t = step_count.assign_add(1.0)
             b1_power, b2_power = ADAM_BETA1**t, ADAM_BETA2**t
             eps_hat = ADAM_EPS * tf.sqrt(1.0 - b2_power)
@@ -112,7 +129,7 @@ class TfFunction(Adapter):
             return loss
 
         signature = None
-        if spec.family != "rnn-caption" or spec.strategy == "graph-loop":
+        if spec.family not in ("rnn-caption", "transformer") or spec.strategy == "graph-loop":
             # One fixed signature: the step can never retrace on a new batch object.
             example = spec.batches()[0]
             signature = [{k: tf.TensorSpec(v.shape, tf.as_dtype(v.dtype)) for k, v in _widen(example).items()}]
@@ -199,12 +216,17 @@ class TfFunction(Adapter):
         return {
             "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
             "jit_compile": False,
-            "optimizer_kernel": "ResourceApplyAdam (fused)"
-            if self.spec.optimizer == "adam"
-            else "ResourceApplyGradientDescent (fused)",
+            "optimizer_kernel": _optimizer_kernel(self.spec.optimizer),
+            **({"attention_kernel": _tf_transformer.ATTENTION_KERNEL} if self.spec.family == "transformer" else {}),
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
             "cudnn_autotune": os.environ.get("TF_CUDNN_USE_AUTOTUNE", "on (default)"),
         }
+
+
+def _optimizer_kernel(optimizer: str) -> str:
+    if optimizer == "adamw":
+        return "ResourceApplyAdam (fused), after AdamW's decoupled decay written out (TF has no AdamW kernel)"
+    return "ResourceApplyAdam (fused)" if optimizer == "adam" else "ResourceApplyGradientDescent (fused)"
 
 
 def _widen(batch: Batch) -> Batch:

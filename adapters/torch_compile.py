@@ -7,6 +7,9 @@ GRU step and the greedy-decode step (fixed shapes: compiled once) and the output
 symbolic time length (``dynamic=True``), while the time loop stays in Python, the usual way to
 compile a recurrent model without unrolling it per length. The optimiser runs eagerly, with
 torch-eager's kernels (fused Adam, foreach SGD). There is no loop inside the graph, so ``graph-loop`` is skipped.
+The transformer's whole loss is compiled, ``dynamic=False``: one graph per sequence length under
+``exact``, per bucket under ``bucketed``, one under ``padded`` (TorchDynamo's recompile limit is
+raised to the number of lengths the spec can produce, so none falls back to eager).
 
 Compile counts and seconds come from TorchDynamo's own instrumentation (``unique_graphs``,
 ``compilation_time_metrics``); graph breaks are recorded in ``settings``.
@@ -25,6 +28,12 @@ class TorchCompile(TorchEager):
     graph = "static"
 
     def _compile(self, fn: Any, dynamic: bool = False) -> Any:
+        if self.spec.family == "transformer":
+            # One graph per sequence length under ``exact``: TorchDynamo's default limit (8
+            # recompiles of a function, then it runs eagerly) would hide every later one.
+            config = self.torch._dynamo.config
+            config.recompile_limit = max(config.recompile_limit, self.spec.max_len + 1)
+            config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 4 * (self.spec.max_len + 1))
         return self.torch.compile(fn, dynamic=dynamic, mode="default")
 
     def compile_stats(self) -> dict[str, Any]:

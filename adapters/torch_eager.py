@@ -16,7 +16,9 @@ Layouts: Linear weights are (out, in), so canonical kernels are transposed; conv
 from HWIO to OIHW and images from NHWC to NCHW when placed (placement is timed apart); the
 convnet flattens in NHWC order so the first dense layer matches the canonical rows. The GRU
 is ``nn.GRUCell`` (PyTorch's gate order is the canonical one) stepped in a Python loop, so
-every batch runs exactly its own length; padded strategies just run more steps.
+every batch runs exactly its own length; padded strategies just run more steps. The transformer
+is adapters/_torch_transformer.py; AdamW is ``torch.optim.AdamW`` (fused), decay on the kernels
+and tables only (two parameter groups).
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from adapters import kit
+from adapters import _torch_transformer, kit
 from adapters._torch_data import IMAGE_LOADER_KIND, LOADER_KIND, data_loader, image_loader
 from adapters.base import Adapter, Options
 from workloads import Batch, Params, Workload
-from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
+from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ADAMW_WEIGHT_DECAY
 from workloads.rnn import BOS, EOS, PAD
 
 
@@ -42,6 +44,7 @@ class TorchEager(Adapter):
     extra = "torch"
     loader_kind = LOADER_KIND
     image_loader_kind = IMAGE_LOADER_KIND
+    families = ("mlp", "cnn", "rnn-caption", "transformer")
 
     def version(self) -> dict[str, str]:
         import torch
@@ -64,10 +67,17 @@ class TorchEager(Adapter):
         self.spec = spec
         self.model = _build(torch, spec, self._compile).to(self.device)
         self.model.load_canonical(params)
+        betas = (ADAM_BETA1, ADAM_BETA2)
         if spec.optimizer == "sgd":
             self.opt = torch.optim.SGD(self.model.parameters(), lr=spec.learning_rate, foreach=True)
+        elif spec.optimizer == "adamw":
+            # Decay on kernels and tables (workloads.optim.decays): in torch exactly the tensors of
+            # two or more dimensions, as every canonical kernel and table is and no bias or norm.
+            decay = [p for p in self.model.parameters() if p.ndim >= 2]
+            rest = [p for p in self.model.parameters() if p.ndim < 2]
+            groups = [{"params": decay, "weight_decay": ADAMW_WEIGHT_DECAY}, {"params": rest, "weight_decay": 0.0}]
+            self.opt = torch.optim.AdamW(groups, lr=spec.learning_rate, betas=betas, eps=ADAM_EPS, fused=True)
         else:
-            betas = (ADAM_BETA1, ADAM_BETA2)
             self.opt = torch.optim.Adam(
                 self.model.parameters(), lr=spec.learning_rate, betas=betas, eps=ADAM_EPS, fused=True
             )
@@ -131,9 +141,11 @@ class TorchEager(Adapter):
     def settings(self) -> dict[str, Any]:
         d = self.opt.defaults
         kind = "fused" if d.get("fused") else "foreach" if d.get("foreach") else "for-loop"
+        attention = self.spec.family == "transformer"
         return {
             **kit.torch_settings(self.torch),
             "optimizer_kernel": f"torch.optim.{type(self.opt).__name__} ({kind})",
+            **({"attention_kernel": _torch_transformer.ATTENTION_KERNELS[self.spec.attention]} if attention else {}),
         }
 
     def device_busy(self) -> bool | None:
@@ -287,4 +299,6 @@ def _build(torch, spec: Workload, compile_fn: Any):
                 "out/bias": n(self.out.bias),
             }
 
+    if spec.family == "transformer":
+        return _torch_transformer.build(torch, spec, compile_fn)
     return {"mlp": Dense, "cnn": Conv, "rnn-caption": Caption}[spec.family]()

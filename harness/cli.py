@@ -354,7 +354,7 @@ def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> No
     b.add_argument(
         "--strategy",
         default=defaults["strategy"],
-        help=f"loop strategies for rnn-caption: all, or a comma list of: {', '.join(STRATEGIES)}",
+        help=f"loop strategies for rnn-caption and transformer: all, or a comma list of: {', '.join(STRATEGIES)}",
     )
     b.add_argument(
         "--data", default=defaults["data"], help=f"data modes: all, or a comma list of: {', '.join(DATA_MODES)}"

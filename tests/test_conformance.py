@@ -81,6 +81,18 @@ OWN_KERNELS = {
         "flax-nnx": "optax.adam via nnx.Optimizer",
         "flax-nnx-cached": "optax.adam via nnx.Optimizer",
     },
+    "adamw": {
+        "torch-eager": "torch.optim.AdamW (fused)",
+        "torch-compile": "torch.optim.AdamW (fused)",
+        "jax-jit": "optax.adamw (inside the jitted step",
+        "jax-eager": "optax.adamw (op by op)",
+        "flax-nnx": "optax.adamw via nnx.Optimizer",
+        "flax-nnx-cached": "optax.adamw via nnx.Optimizer",
+        "tf-function": "ResourceApplyAdam (fused)",
+        "tf-eager": "ResourceApplyAdam (fused)",
+        "keras-jax": "keras.optimizers.AdamW, Keras's own update",
+        "keras-torch": "keras.optimizers.AdamW, Keras's own update",
+    },
     "sgd": {
         "torch-eager": "torch.optim.SGD (foreach)",
         "tf-function": "ResourceApplyGradientDescent (fused)",

@@ -153,6 +153,18 @@ def test_plan_expands_loop_strategies_only_for_training_with_a_loop():
         plan(ADAPTERS, "all", "rnn-caption", "cpu", [], "quick", 2, "r", "paded")
 
 
+def test_plan_runs_the_transformer_attention_kernels_side_by_side_and_only_its_own_strategies():
+    cells = plan(ADAPTERS, "jax-jit", "transformer", "cpu", [], "quick", 2, "r", "exact,graph-loop")
+    assert [c["overrides"] for c in cells] == [
+        ["strategy=exact", "attention=naive"],
+        ["strategy=exact", "attention=fused"],
+    ]
+    fixed = plan(ADAPTERS, "jax-jit", "transformer", "cpu", ["attention=fused"], "quick", 2, "r", "padded")
+    assert [c["overrides"] for c in fixed] == [["attention=fused", "strategy=padded"]]
+    with pytest.raises(PlanError, match="no workload of 'transformer' has any of the strategies graph-loop"):
+        plan(ADAPTERS, "jax-jit", "transformer", "cpu", [], "quick", 2, "r", "graph-loop")
+
+
 def _timed(adapter, graph, strat, cold, median_ms, **extra):
     return record(
         adapter,

@@ -234,3 +234,40 @@ def test_compare_counts_fastest_verdicts_the_other_run_contradicts():
     text = "\n".join(compare._verdicts(a, b))
     assert "1 groups in both runs, 1 with a named fastest in at least one, 1 contradicted" in text
     assert "| mlp        | cpu      | torch-eager  | jax-jit      | contradicted |" in text
+
+
+def _transformer_cell(adapter, kind, median_ms, seed, sweep_value=None, **extra):
+    overrides = ["strategy=exact", f"attention={kind}"]
+    spec = {"attention": kind, "strategy": "exact", "task": "train", "batch_size": 16}
+    cell = dict(workload="transformer", overrides=overrides, spec=spec, seed=seed, **extra)
+    if sweep_value is not None:
+        cell["sweep"] = {"field": "max_len", "value": sweep_value}
+        cell["overrides"] = [*overrides, f"max_len={sweep_value}"]
+    return timed(adapter, median_ms, **cell)
+
+
+def test_attention_section_pairs_naive_and_fused_and_finds_the_crossover_per_adapter():
+    from harness.reporting import attention
+
+    recs = [
+        _transformer_cell("torch-eager", "naive", 4.0, 0, tokens_per_s=1000.0, compiles=None),
+        _transformer_cell("torch-eager", "fused", 2.0, 1, settings={"attention_kernel": "sdpa"}),
+        _transformer_cell("tf-eager", "naive", 5.0, 2),
+        record("tf-eager", "transformer", "skipped", reason="no fused attention kernel in TensorFlow"),
+    ]
+    recs[-1].update(overrides=["strategy=exact", "attention=fused"], spec={"attention": "fused", "strategy": "exact"})
+    # along the sweep, naive wins at short sequences and fused from 128 on
+    for i, (length, naive_ms, fused_ms) in enumerate([(32, 1.0, 2.0), (64, 2.0, 2.5), (128, 6.0, 4.0)]):
+        recs += [
+            _transformer_cell("jax-jit", "naive", naive_ms, 10 + i, sweep_value=length),
+            _transformer_cell("jax-jit", "fused", fused_ms, 20 + i, sweep_value=length),
+        ]
+    md = "\n".join(attention.section(recs))
+    assert "## Attention implementations" in md
+    torch_row = next(line for line in md.splitlines() if line.startswith("| torch-eager"))
+    assert "| 4 " in torch_row and "| 2 " in torch_row and "2.00x" in torch_row and "sdpa" in torch_row
+    tf_row = next(line for line in md.splitlines() if line.startswith("| tf-eager"))
+    assert "skipped: no fused attention kernel in TensorFlow" in tf_row
+    jax_row = next(line for line in md.splitlines() if line.startswith("| jax-jit"))
+    assert "fused faster from max_len=128 (naive at 64)" in jax_row
+    assert attention.section([timed("torch-eager", 1.0)]) == [], "no attention setting, no section"

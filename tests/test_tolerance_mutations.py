@@ -9,18 +9,19 @@ table of each mutation's error against its allowance.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
 
 from harness.checks import conformance
-from workloads import Params, Workload, optim
+from workloads import Params, Workload, optim, transformer
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
 
 #: One training variant per workload family and optimiser (strategies share the exact one).
-WORKLOADS = ["mlp", "mlp-wide", "cnn", "rnn-caption"]
+WORKLOADS = ["mlp", "mlp-wide", "cnn", "rnn-caption", "transformer"]
 PARITY = ("step-0 loss", "losses of the first", "parameter updates", "initial parameters")
 
 
@@ -60,6 +61,41 @@ def _flip_kernels(p: Params, h: int = 0) -> Params:
     return {k: v[::-1, ::-1].copy() if k.startswith("conv") and k.endswith("kernel") else v for k, v in p.items()}
 
 
+class DecayEverything(optim.AdamW):
+    """AdamW that also decays biases and LayerNorm parameters (one parameter group for all)."""
+
+    def apply(self, p: Params, g: Params) -> None:
+        for k in p:
+            p[k] -= self.lr * self.weight_decay * p[k]
+        optim.Adam.apply(self, p, g)
+
+
+@contextlib.contextmanager
+def _patched(name: str, value) -> Iterator[None]:
+    """A constant or function of workloads.transformer replaced while a mutated model trains."""
+    saved = getattr(transformer, name)
+    setattr(transformer, name, value)
+    try:
+        yield
+    finally:
+        setattr(transformer, name, saved)
+
+
+def _sigmoid_gelu(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """GELU's other common approximation, x sigmoid(1.702 x), and its derivative."""
+    s = 1 / (1 + np.exp(-1.702 * x))
+    return x * s, s + 1.702 * x * s * (1 - s)
+
+
+def _swap_query_key(p: Params) -> Params:
+    out = dict(p)
+    for k in p:
+        if "/attn/query/" in k:
+            other = k.replace("/query/", "/key/")
+            out[k], out[other] = p[other], p[k]
+    return out
+
+
 def _float32_run(spec: Workload, optimizer=None, transform: Callable[[Params], Params] | None = None) -> dict:
     """A check result as a float32 adapter with the given fault would report it. ``transform``
     models a layout bug: the adapter loads transform(canonical) and reports transform(its own)."""
@@ -91,6 +127,17 @@ def mutations(spec: Workload) -> dict[str, dict]:
         out["conv kernels flipped in H and W"] = _float32_run(spec, transform=_flip_kernels)
     if spec.family == "rnn-caption":
         out["GRU gates r and z swapped"] = _float32_run(spec, transform=lambda p: _swap_gates(p, spec.hidden))
+    if spec.optimizer == "adamw":
+        out["AdamW decaying biases and norms too"] = _float32_run(
+            spec, lambda p: DecayEverything(spec.learning_rate, p)
+        )
+        out["Adam, no weight decay"] = _float32_run(spec, lambda p: optim.Adam(spec.learning_rate, p))
+    if spec.family == "transformer":
+        with _patched("LN_EPS", 1e-3):
+            out["LayerNorm epsilon 1e-3 (Keras's default)"] = _float32_run(spec)
+        with _patched("gelu", _sigmoid_gelu):
+            out["GELU as x sigmoid(1.702 x)"] = _float32_run(spec)
+        out["query and key projections swapped"] = _float32_run(spec, transform=_swap_query_key)
     return out
 
 
@@ -99,7 +146,8 @@ def parity(spec: Workload, result: dict) -> list[conformance.Check]:
 
 
 def _spec(workload: str) -> Workload:
-    return conformance.spec_of((workload, tuple(conformance.CHECK_OVERRIDES)))
+    sizes = conformance.CHECK_SIZES.get(workload, [])
+    return conformance.spec_of((workload, (*conformance.CHECK_OVERRIDES, *sizes)))
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)

@@ -7,9 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from workloads import CNN, MLP, STRATEGIES, WORKLOADS, RNNCaption, SpecError, get_workload, override
+from workloads import CNN, MLP, STRATEGIES, WORKLOADS, RNNCaption, SpecError, Transformer, get_workload, optim, override
 from workloads.mlp import mlp_loss_and_grads
 from workloads.rnn import EOS, PAD, decoded_lengths
+from workloads.transformer import STRATEGIES as TRANSFORMER_STRATEGIES
 
 
 def test_parameter_counts_match_the_seed_articles():
@@ -249,3 +250,74 @@ def test_tiny_spec_keeps_the_step_structure_on_tiny_tensors(name):
     if spec.family == "rnn":
         for big, small in zip(spec.batches(), tiny.batches(), strict=True):
             np.testing.assert_array_equal(big["mask"], small["mask"])
+
+
+def _small_transformer(**changes):
+    small = dict(vocab=11, width=6, heads=2, layers=2, topics=3, min_len=3, max_len=6, buckets=(4, 6), num_batches=2)
+    return Transformer(name="t", batch_size=3, **{**small, **changes})
+
+
+def test_transformer_reference_gradients_match_finite_differences():
+    _finite_difference_check(_small_transformer())
+
+
+def test_transformer_strategies_shape_the_time_axis_never_the_loss():
+    spec = _small_transformer(num_batches=6, max_len=12, buckets=(4, 8, 16))
+    p = spec.init_params()
+    lengths = [int(b["mask"].sum(axis=1).max()) for b in spec.batches()]
+    shapes = {
+        s: [b["tokens"].shape[1] for b in override(spec, [f"strategy={s}"]).batches()] for s in ("bucketed", "padded")
+    }
+    assert [b["tokens"].shape[1] for b in spec.batches()] == lengths and len(set(lengths)) > 2
+    assert shapes["padded"] == [12] * 6
+    assert shapes["bucketed"] == [min(next(k for k in (4, 8, 16) if k >= n), 12) for n in lengths]
+    losses = {s: override(spec, [f"strategy={s}"]).reference_train(p, 3)[0] for s in TRANSFORMER_STRATEGIES}
+    for s, value in losses.items():
+        np.testing.assert_allclose(value, losses["exact"], rtol=1e-12, err_msg=s)
+    fixed = override(spec, ["lengths=fixed"]).batches()
+    assert all(b["mask"].all() and b["tokens"].shape == (3, 12) for b in fixed)
+    b = spec.batches()[0]
+    ends = b["mask"].sum(axis=1).astype(int) - 1
+    assert np.all(b["targets"][np.arange(3), ends] == EOS) and np.all(b["tokens"][:, 0] == 1)
+
+
+def test_transformer_reference_training_reduces_loss():
+    spec = _small_transformer(num_batches=4, learning_rate=1e-2)
+    losses, _ = spec.reference_train(spec.init_params(), 30)
+    assert np.mean(losses[-4:]) < 0.8 * np.mean(losses[:4])
+
+
+def test_transformer_flops_formula():
+    spec = get_workload("transformer")
+    b = spec.batches()[0]
+    t = int(b["mask"].sum(axis=1).max())
+    n = 8 * t  # batch_size 8
+    assert spec.flops(b) == 3 * (2 * (24 * n * 256**2 + 4 * 8 * t * t * 256) + 2 * n * 256 * 1000)
+    padded = override(spec, ["strategy=padded"])
+    assert padded.flops(padded.batches()[0]) == spec.flops(b), "padding is waste, not useful work"
+
+
+def test_adamw_decays_kernels_and_tables_only():
+    p = {"a/kernel": np.full(3, 2.0), "e/table": np.full(2, -1.0), "a/bias": np.full(3, 2.0), "n/scale": np.ones(2)}
+    opt = optim.make("adamw", 0.1, p)
+    opt.apply(p, {k: np.zeros_like(v) for k, v in p.items()})  # zero gradient: the decay alone
+    factor = 1 - 0.1 * optim.ADAMW_WEIGHT_DECAY
+    np.testing.assert_array_equal(p["a/kernel"], 2.0 * factor)
+    np.testing.assert_array_equal(p["e/table"], -1.0 * factor)
+    np.testing.assert_array_equal(p["a/bias"], 2.0)
+    np.testing.assert_array_equal(p["n/scale"], 1.0)
+
+
+@pytest.mark.parametrize(
+    "assignment, message",
+    [
+        ("strategy=graph-loop", "strategy 'graph-loop' is not one of: exact, bucketed, padded"),
+        ("attention=flash", "attention 'flash' is not one of: naive, fused"),
+        ("heads=3", "width (256) must be a multiple of heads (3)"),
+        ("lengths=random", "lengths 'random' is not one of: vary, fixed"),
+    ],
+)
+def test_transformer_rejects_bad_values(assignment, message):
+    with pytest.raises(SpecError) as info:
+        override(get_workload("transformer"), [assignment])
+    assert message in str(info.value)

@@ -6,6 +6,7 @@ from workloads.cnn import CNN
 from workloads.mlp import MLP
 from workloads.rnn import STRATEGIES, RNNCaption
 from workloads.spec import Batch, Params, SpecError, Workload, override
+from workloads.transformer import Transformer
 
 #: The named workloads, with the defaults taken from the seed articles.
 WORKLOADS: dict[str, Workload] = {
@@ -26,6 +27,9 @@ WORKLOADS: dict[str, Workload] = {
     "rnn-caption": RNNCaption(name="rnn-caption"),
     # The same decoder generating greedily until every caption has ended: a data-dependent loop.
     "rnn-decode": RNNCaption(name="rnn-decode", task="decode"),
+    # Decoder-only language model: pre-LayerNorm causal attention blocks, sequence lengths varying
+    # per batch (16..128), AdamW.
+    "transformer": Transformer(name="transformer"),
 }
 
 
@@ -45,6 +49,7 @@ __all__ = [
     "Params",
     "RNNCaption",
     "SpecError",
+    "Transformer",
     "Workload",
     "get_workload",
     "override",

@@ -89,15 +89,32 @@ FLOAT32_RUNS = (
 #: Checks train on a 4-batch dataset: numerics are the same, four caption lengths (not 16)
 #: keep static-graph compiles few, and the loss falls fast.
 CHECK_OVERRIDES = ["num_batches=4"]
+#: Workloads checked on smaller shapes than their defaults (the numerics are the same), so each
+#: adapter's extra check time stays a few seconds: the transformer at width 16, sequences of 4..12.
+CHECK_SIZES = {
+    "transformer": [
+        "vocab=32", "width=16", "heads=2", "layers=2", "topics=4", "batch_size=4",
+        "min_len=4", "max_len=12", "buckets=8,12", "attention=naive",
+    ],
+}  # fmt: skip
+#: Further variants checked beside each loop strategy's: the fused attention kernel once, padded
+#: (one compile: its maths is the naive one's, which every strategy checks; static graphs
+#: compile each variant's shapes anew, and torch.compile takes seconds per shape).
+CHECK_EXTRA = {"transformer": [("attention=fused", "strategy=padded")]}
 
 Variant = tuple[str, tuple[str, ...]]
 
 
 def all_variants(workloads: list[str] | None = None) -> list[Variant]:
-    """Every workload, and each loop strategy where the workload has them."""
-    return [
-        (w, tuple(o)) for w in (workloads or list(WORKLOADS)) for o in variants(w, CHECK_OVERRIDES, list(STRATEGIES))
-    ]
+    """Every workload, each loop strategy where the workload has them, and its CHECK_EXTRA."""
+    out = []
+    for w in workloads or list(WORKLOADS):
+        base = [*CHECK_OVERRIDES, *CHECK_SIZES.get(w, [])]
+        out += [(w, tuple(o)) for o in variants(w, base, list(STRATEGIES))]
+        for extra in CHECK_EXTRA.get(w, []):
+            fields = {e.split("=")[0] for e in extra}
+            out.append((w, (*(o for o in base if o.split("=")[0] not in fields), *extra)))
+    return out
 
 
 def spec_of(variant: Variant) -> Workload:
@@ -106,7 +123,8 @@ def spec_of(variant: Variant) -> Workload:
 
 def variant_id(variant: Variant) -> str:
     workload, overrides = variant
-    return "-".join([workload, *(o.split("=")[1] for o in overrides if o not in CHECK_OVERRIDES)])
+    fixed = CHECK_OVERRIDES + CHECK_SIZES.get(workload, [])
+    return "-".join([workload, *(o.split("=")[1] for o in overrides if o not in fixed)])
 
 
 def check_steps(spec: Workload) -> int:
@@ -115,7 +133,7 @@ def check_steps(spec: Workload) -> int:
     to 2.13 in 30). A padding strategy only runs the compared steps: held to the exact
     strategy's reference on every batch, it trains as the exact strategy does, whose check
     covers the falling loss (and eager adapters step these decoders slowly)."""
-    if spec.family == "rnn-caption":
+    if spec.family in ("rnn-caption", "transformer"):
         return 20 if falls_checked(spec) else SNAPSHOT + 1
     return 30
 
@@ -131,9 +149,11 @@ def is_training(spec: Workload) -> bool:
 
 def _exact(spec: Workload) -> Workload:
     """Every loop strategy is held to the exact strategy's reference: padding may change
-    cost, never results."""
+    cost, never results. The attention kernel changes neither: one reference for both."""
     if getattr(spec, "strategy", "exact") != "exact":
-        return dataclasses.replace(spec, strategy="exact")
+        spec = dataclasses.replace(spec, strategy="exact")
+    if getattr(spec, "attention", "naive") != "naive":
+        spec = dataclasses.replace(spec, attention="naive")
     return spec
 
 

@@ -90,7 +90,7 @@ def compile_costs(groups: dict[tuple, list[Record]]) -> list[str]:
 def strategies(groups: dict[tuple, list[Record]]) -> list[str]:
     """For workloads run under loop strategies: compiles, cold time and break-even per cell."""
     out: list[str] = []
-    for (workload, _), recs in groups.items():
+    for (workload, setting), recs in groups.items():
         ok = [r for r in recs if r["status"] == "ok" and strategy(r) and "cold_times_s" in r]
         for device in sorted({device_label(r) for r in ok}):
             cells = [r for r in ok if device_label(r) == device]
@@ -128,7 +128,8 @@ def strategies(groups: dict[tuple, list[Record]]) -> list[str]:
                 f"cold time, {n} batches (s)",
                 "break-even (steps)",
             ]
-            out += [f"### Loop strategies: {workload} on {device}", ""]
+            title = f"{workload} ({', '.join(setting)})" if setting else workload
+            out += [f"### Loop strategies: {title} on {device}", ""]
             if base is not None:
                 out += [
                     f"Break-even: the number of training steps from a cold start after which the static-graph "

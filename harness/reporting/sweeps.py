@@ -35,6 +35,18 @@ def crossovers(series: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return found
 
 
+def _varied_settings(cells: list[dict[str, Any]], field: str) -> set[str]:
+    """Fields other than the swept one and the strategy whose --set value differs between the
+    cells of one sweep (the transformer's attention kernel): they name the series apart."""
+    values: dict[str, set[str]] = {}
+    for r in cells:
+        for o in r.get("overrides", []):
+            key, _, value = o.partition("=")
+            if key not in (field, "strategy"):
+                values.setdefault(key, set()).add(value)
+    return {k for k, v in values.items() if len(v) > 1}
+
+
 def sweep_section(recs: list[dict[str, Any]], plot_dir: Path | None, colors: plots.Colors | None = None) -> list[str]:
     """Step time and throughput against the swept field, with the crossovers marked; lines in
     their adapter's colour (``colors``, the report's palette), one line style per device."""
@@ -44,8 +56,11 @@ def sweep_section(recs: list[dict[str, Any]], plot_dir: Path | None, colors: plo
         cells = [r for r in swept if r["workload"] == workload]
         field = cells[0]["sweep"]["field"]
         series: dict[str, list[dict[str, Any]]] = {}
+        varied = _varied_settings(cells, field)
         for r in sorted(cells, key=lambda r: r["sweep"]["value"]):
-            series.setdefault(" / ".join(filter(None, [r["adapter"], strategy(r), device_label(r)])), []).append(r)
+            setting = [o.split("=", 1)[1] for o in r.get("overrides", []) if o.split("=")[0] in varied]
+            label = " / ".join(filter(None, [r["adapter"], strategy(r), *setting, device_label(r)]))
+            series.setdefault(label, []).append(r)
         out += [f"## Sweep: {workload} over {field}", ""]
         if plot_dir is not None:
             points = {

@@ -101,11 +101,19 @@ def select_strategies(expr: str) -> list[str]:
 
 def variants(workload: str, overrides: list[str], strategies: list[str]) -> list[list[str]]:
     """Override lists for one workload: one per loop strategy where the workload has them
-    (training with a variable-length loop) and the user did not fix one with --set."""
+    (training with a variable-length loop) and the user did not fix one with --set, none where
+    it has none of ``strategies`` (its ``strategies`` attribute, else all); times each value of
+    every field in its ``plan_axes`` that --set does not fix (the transformer's ``attention``)."""
     spec = get_workload(workload)
-    if getattr(spec, "task", None) != "train" or any(o.split("=")[0].strip() == "strategy" for o in overrides):
-        return [list(overrides)]
-    return [[*overrides, f"strategy={s}"] for s in strategies]
+    fixed = {o.split("=")[0].strip() for o in overrides}
+    out = [list(overrides)]
+    if getattr(spec, "task", None) == "train" and "strategy" not in fixed:
+        own = getattr(spec, "strategies", STRATEGIES)  # a workload may have fewer (no graph-loop)
+        out = [[*overrides, f"strategy={s}"] for s in strategies if s in own]
+    for field, values in getattr(spec, "plan_axes", {}).items():
+        if field not in fixed:
+            out = [[*o, f"{field}={v}"] for o in out for v in values]
+    return out
 
 
 def select_data(expr: str) -> list[str]:
@@ -163,6 +171,8 @@ def plan(
                 planned.append((w, ovr, override(get_workload(w), ovr), value, pipe))
             except SpecError as exc:
                 raise PlanError(str(exc)) from None
+    if not planned:
+        raise PlanError(f"no workload of {workload!r} has any of the strategies {', '.join(strategies)}")
     cells = []
     runs_in = [(None, None), *environments.items()]  # this environment, then each named one
     for (w, ovr, spec, value, pipe), mode, d, name, (env, python) in itertools.product(

@@ -1,0 +1,164 @@
+"""The report's "Attention implementations" section: for workloads with an ``attention`` setting
+(the transformer), each adapter's naive and fused cells side by side, and where a sweep ran,
+the swept value at which fused overtakes naive (or naive fused) for each adapter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tabulate import tabulate
+
+from harness.reporting.cells import strategy
+from harness.reporting.formatting import DASH, compiles_text, device_label, sig
+from harness.reporting.sweeps import crossovers
+from harness.running.rounds import separated
+
+Record = dict[str, Any]
+KINDS = ("naive", "fused")
+
+
+def attention(rec: Record) -> str | None:
+    return (rec.get("spec") or {}).get("attention")
+
+
+def _others(rec: Record) -> tuple:
+    """Every setting but the attention kernel and the swept field: cells equal in these pair up."""
+    swept = (rec.get("sweep") or {}).get("field")
+    keep = (o for o in rec.get("overrides", []) if o.split("=")[0] not in ("attention", "strategy", swept))
+    return (rec["workload"], tuple(sorted(keep)), rec.get("precision", "fp32"), rec.get("data", "resident"))
+
+
+def _loop(rec: Record) -> str:
+    """The loop strategy, also of a cell that did not run (its record may lack the spec's task)."""
+    given = (o.split("=", 1)[1] for o in rec.get("overrides", []) if o.startswith("strategy="))
+    return strategy(rec) or next(given, DASH)
+
+
+def _cell(rec: Record | None) -> tuple[str, str, str]:
+    """ms/step, tokens/s and compiles of one cell; a cell that did not run gives its status."""
+    if rec is None:
+        return DASH, DASH, DASH
+    if rec["status"] != "ok":
+        reason = " ".join(str(rec.get("reason", "")).split())
+        return f"{rec['status']}: {reason}", DASH, DASH
+    return sig(rec["median_s"] * 1e3), sig(rec.get("tokens_per_s")), compiles_text(rec)
+
+
+def _ratio(naive: Record | None, fused: Record | None) -> str:
+    """naive time over fused time (above 1: fused is faster), ``(tie)`` where the CIs overlap."""
+    if not naive or not fused or naive["status"] != "ok" or fused["status"] != "ok":
+        return DASH
+    text = f"{naive['median_s'] / fused['median_s']:.2f}x"
+    if "ci_low_s" in naive and "ci_low_s" in fused and not separated(naive, fused):
+        text += " (tie)"
+    return text
+
+
+def section(recs: list[Record]) -> list[str]:
+    """``## Attention implementations``, or nothing where no cell has an attention setting."""
+    cells = [r for r in recs if attention(r) in KINDS and r.get("data", "resident") == "resident"]
+    if not cells:
+        return []
+    out = ["## Attention implementations", ""]
+    out += _side_by_side([r for r in cells if not r.get("sweep")])
+    out += _crossover_lengths([r for r in cells if r.get("sweep") and r["status"] == "ok"])
+    return out if len(out) > 2 else []
+
+
+def _side_by_side(cells: list[Record]) -> list[str]:
+    pairs: dict[tuple, dict[str, Record]] = {}
+    for r in cells:
+        key = (*_others(r), r["adapter"], _loop(r), device_label(r))
+        pairs.setdefault(key, {})[attention(r)] = r
+    if not pairs:
+        return []
+    rows = []
+    for key in sorted(pairs, key=lambda k: [str(x) for x in k]):
+        workload, setting, precision, _data, adapter, loop, device = key
+        naive, fused = pairs[key].get("naive"), pairs[key].get("fused")
+        kernel = ((fused or {}).get("settings") or {}).get("attention_kernel", DASH)
+        n_ms, n_tok, n_comp = _cell(naive)
+        f_ms, f_tok, f_comp = _cell(fused)
+        what = ", ".join([*setting, *([precision] if precision != "fp32" else [])])
+        rows.append(
+            [
+                adapter,
+                loop,
+                device,
+                what or DASH,
+                n_ms,
+                f_ms,
+                _ratio(naive, fused),
+                n_tok,
+                f_tok,
+                n_comp,
+                f_comp,
+                kernel,
+            ]
+        )
+    headers = [
+        "adapter",
+        "strategy",
+        "device",
+        "settings",
+        "naive (ms/step)",
+        "fused (ms/step)",
+        "fused speed-up",
+        "naive tokens/s",
+        "fused tokens/s",
+        "naive traces / compiles",
+        "fused traces / compiles",
+        "fused kernel",
+    ]
+    intro = (
+        "Each adapter's cells with attention written out (`naive`: matmul, causal mask, softmax, matmul) and "
+        "with its framework's own attention kernel (`fused`), same model, data and strategy. Speed-up is naive "
+        "time over fused time (above 1: the fused kernel is faster), `(tie)` where their 95% intervals overlap. "
+        "Tokens/s counts the predicted tokens (padding excluded); compiles are the framework's own counts over "
+        "the whole run, one per sequence length under `exact`, per bucket under `bucketed`, one under `padded`."
+    )
+    return [intro, "", tabulate(rows, headers, tablefmt="github", disable_numparse=True), ""]
+
+
+def _crossover_lengths(cells: list[Record]) -> list[str]:
+    """Per adapter, strategy and device: where along the sweep the faster kernel changes."""
+    series: dict[tuple, dict[str, list[Record]]] = {}
+    for r in sorted(cells, key=lambda r: r["sweep"]["value"]):
+        key = (*_others(r), r["sweep"]["field"], r["adapter"], _loop(r), device_label(r))
+        series.setdefault(key, {}).setdefault(attention(r), []).append(r)
+    rows = []
+    for key in sorted(series, key=lambda k: [str(x) for x in k]):
+        *_, field, adapter, loop, device = key
+        both = series[key]
+        if set(both) != set(KINDS):
+            continue
+        found = crossovers(both)
+        values = sorted({r["sweep"]["value"] for rs in both.values() for r in rs})
+        if found:
+            where = "; ".join(
+                f"{c['faster_after']} faster from {field}={c['after']:g} ({c['faster_before']} at {c['before']:g})"
+                for c in found
+            )
+        else:
+            faster = {_winner(both, v) for v in values} - {None}
+            where = f"no crossover over {field}={values[0]:g}..{values[-1]:g}" + (
+                f": {faster.pop()} faster or tied throughout" if len(faster) == 1 else ": tied throughout"
+            )
+        rows.append([adapter, loop, device, where])
+    if not rows:
+        return []
+    intro = (
+        "Where the fused kernel overtakes the naive one along the sweep, per adapter: the first swept value "
+        "at which the other kernel is faster with separated 95% intervals (ties are not counted)."
+    )
+    headers = ["adapter", "strategy", "device", "naive / fused crossover"]
+    return ["### Crossover along the sweep", "", intro, "", tabulate(rows, headers, tablefmt="github"), ""]
+
+
+def _winner(both: dict[str, list[Record]], value: float) -> str | None:
+    """The separated faster kernel at one swept value, or None (tie or a missing cell)."""
+    at = {k: next((r for r in rs if r["sweep"]["value"] == value), None) for k, rs in both.items()}
+    naive, fused = at.get("naive"), at.get("fused")
+    if naive is None or fused is None or not separated(naive, fused):
+        return None
+    return "naive" if naive["median_s"] < fused["median_s"] else "fused"
