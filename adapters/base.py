@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 
 from workloads import Batch, Params, Workload
 
-PRECISIONS = ("fp32", "tf32")
+PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -43,11 +43,17 @@ class Options:
     threads: int
     """Intra-op threads on CPU, the same for every framework."""
     precision: str = "fp32"
-    """``fp32``: TF32 off everywhere (the default); ``tf32``: TF32 matmuls/convolutions on."""
+    """``fp32``: TF32 off everywhere (the default); ``tf32``: TF32 matmuls/convolutions on;
+    ``bf16``: mixed precision, float32 master weights and optimiser state, bfloat16 compute
+    in the training step's forward and backward (``adapters.kit``'s mixed-precision section)."""
 
     @property
     def tf32(self) -> bool:
         return self.precision == "tf32"
+
+    @property
+    def bf16(self) -> bool:
+        return self.precision == "bf16"
 
 
 class DeviceUnavailable(RuntimeError):

@@ -84,7 +84,8 @@ class FlaxNnx(Adapter):
         # Committed device arrays, as the jitted step's outputs will be (see kit.jax_place).
         nnx.update((model, optimizer), kit.jax_place(nnx.state((model, optimizer)), self.device))
         self.model, self.optimizer = model, optimizer
-        loss = _loss(jax, spec)
+        loss = kit.flax_mixed_loss(nnx, _loss(jax, spec), options.bf16)
+        self._mixed = kit.mixed_precision("flax", options)
 
         @nnx.jit
         def train_step(model, optimizer, batch):
@@ -137,6 +138,7 @@ class FlaxNnx(Adapter):
         return {
             **kit.jax_settings(),
             "step": call,
+            "mixed_precision": self._mixed,
             "optimizer_kernel": f"optax.{self.spec.optimizer} via nnx.Optimizer (inside the jitted step)",
         }
 
@@ -258,7 +260,8 @@ def _loss(jax: Any, spec: Workload) -> Callable[[Any, Any], Any]:
     lax = jax.lax
     if spec.family in ("mlp", "cnn"):
         return lambda model, batch: optax.softmax_cross_entropy_with_integer_labels(
-            model(batch["x"]), batch["y"]
+            model(batch["x"]).astype(jnp.float32),
+            batch["y"],  # the loss in float32 (bf16 runs)
         ).mean()
 
     def caption_loss(model, batch):
@@ -266,7 +269,7 @@ def _loss(jax: Any, spec: Workload) -> Callable[[Any, Any], Any]:
 
         def one_step(h, tok, tgt, m):
             h = model.gru(h, model.embed(tok))
-            ce = optax.softmax_cross_entropy_with_integer_labels(model.out(h), tgt)
+            ce = optax.softmax_cross_entropy_with_integer_labels(model.out(h).astype(jnp.float32), tgt)
             return h, jnp.sum(ce * m)
 
         time_major = (batch["tokens"].T, batch["targets"].T, batch["mask"].T)
@@ -275,7 +278,7 @@ def _loss(jax: Any, spec: Workload) -> Callable[[Any, Any], Any]:
 
             def body(h, xs):
                 t, tok, tgt, m = xs
-                return lax.cond(t < length, one_step, lambda h, *_: (h, jnp.zeros((), h.dtype)), h, tok, tgt, m)
+                return lax.cond(t < length, one_step, lambda h, *_: (h, jnp.zeros((), jnp.float32)), h, tok, tgt, m)
 
             _, ce = lax.scan(body, h0, (jnp.arange(time_major[0].shape[0]), *time_major))
         else:

@@ -80,6 +80,8 @@ class KerasJax(Adapter):
         self._device = jax.devices(device)[0]
         self._events = kit.JaxCompileEvents()
         self.spec = spec
+        self._mixed = kit.mixed_precision("keras", options)
+        kit.keras_policy(keras, options.bf16)
         with keras.device(f"{self._device.platform}:0"):
             self.model, self._layers = build_model(keras, spec)
             load_params(self._layers, params, spec)
@@ -172,6 +174,7 @@ class KerasJax(Adapter):
             "train_path": "fit's train_function, state kept on the device",
             "optimizer_kernel": optimizer_kernel(self.spec, "epsilon scaled per step inside the jitted update"),
             "steps_per_execution": self.model.steps_per_execution,
+            "mixed_precision": self._mixed,
             "matmul_precision": self._jax.config.jax_default_matmul_precision,
             "gpu_autotune_level": kit.gpu_autotune_level(),
         }

@@ -80,6 +80,8 @@ class KerasTorch(Adapter):
         self._torch, self._keras = torch, keras
         self._device = device
         self.spec = spec
+        self._mixed = kit.mixed_precision("keras", options)
+        kit.keras_policy(keras, options.bf16)
         with keras.device(device):
             self.model, self._layers = build_model(keras, spec)
             load_params(self._layers, params, spec)
@@ -154,6 +156,7 @@ class KerasTorch(Adapter):
             "train_path": "fit's train_function",
             "steps_per_execution": self.model.steps_per_execution,
             "optimizer_kernel": optimizer_kernel(self.spec, "epsilon set per step from Python"),
+            "mixed_precision": self._mixed,
             **kit.torch_settings(self._torch),
         }
 

@@ -79,7 +79,8 @@ class TfFunction(Adapter):
             adam = spec.optimizer == "adam"
             slots = [(tf.Variable(tf.zeros_like(v)), tf.Variable(tf.zeros_like(v))) for v in variables] if adam else []
             step_count = tf.Variable(0.0)
-        loss_fn = _loss_fn(tf, spec, self._vars)
+        loss_fn = kit.tf_mixed_loss(tf, lambda v: _loss_fn(tf, spec, v), self._vars, options.bf16)
+        self._mixed = kit.mixed_precision("tensorflow", options)
         lr = float(spec.learning_rate)
 
         def apply(grads):
@@ -191,6 +192,7 @@ class TfFunction(Adapter):
         return {
             "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
             "jit_compile": False,
+            "mixed_precision": self._mixed,
             "optimizer_kernel": "ResourceApplyAdam (fused)"
             if self.spec.optimizer == "adam"
             else "ResourceApplyGradientDescent (fused)",
@@ -223,7 +225,8 @@ def _gru(tf, v, h, token, hidden: int):
 
 def _loss_fn(tf, spec: Workload, v):
     def xent(logits, labels):
-        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        # float32 whatever the compute dtype: the loss in float32 under --precision bf16
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=tf.cast(logits, tf.float32))
 
     if spec.family == "mlp":
         return lambda b: tf.reduce_mean(
@@ -245,7 +248,7 @@ def _loss_fn(tf, spec: Workload, v):
     def one_step(h, tok, tgt, m):
         h = _gru(tf, v, h, tok, spec.hidden)
         logits = tf.matmul(h, v["out/kernel"]) + v["out/bias"]
-        return h, tf.reduce_sum(xent(logits, tgt) * m)
+        return h, tf.reduce_sum(xent(logits, tgt) * tf.cast(m, tf.float32))
 
     def caption_loss(b):
         h = tf.tanh(tf.matmul(b["features"], v["img/kernel"]) + v["img/bias"])
@@ -258,7 +261,7 @@ def _loss_fn(tf, spec: Workload, v):
             for t in range(b["tokens"].shape[1]):  # static length: unrolled, retraced per shape
                 h, ce = one_step(h, b["tokens"][:, t], b["targets"][:, t], b["mask"][:, t])
                 total += ce
-        return total / tf.reduce_sum(b["mask"])
+        return total / tf.reduce_sum(tf.cast(b["mask"], tf.float32))
 
     return caption_loss
 

@@ -61,6 +61,7 @@ class TorchEager(Adapter):
         self.torch = torch
         self.device = torch.device(device)
         self.spec = spec
+        self.options = options
         self.model = _build(torch, spec, self._compile).to(self.device)
         self.model.load_canonical(params)
         if spec.optimizer == "sgd":
@@ -102,7 +103,8 @@ class TorchEager(Adapter):
 
     def train_step(self, batch: Any) -> Any:
         self.opt.zero_grad(set_to_none=True)
-        loss = self.model.loss(batch)
+        with kit.torch_autocast(self.torch, self.device, self.options.bf16):
+            loss = self.model.loss(batch)
         loss.backward()
         self.opt.step()
         return loss.detach()
@@ -128,6 +130,7 @@ class TorchEager(Adapter):
         return {
             **kit.torch_settings(self.torch),
             "optimizer_kernel": f"torch.optim.{type(self.opt).__name__} ({kind})",
+            "mixed_precision": kit.mixed_precision("torch", self.options),
         }
 
     def device_busy(self) -> bool | None:
