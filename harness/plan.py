@@ -127,6 +127,7 @@ def plan(
     strategy: str = "all",
     data: str = "resident",
     precision: str = "fp32",
+    force_precision: bool = False,
     sweep: str | None = None,
     gpu_present: bool = False,
     envs: list[str] = (),
@@ -134,7 +135,8 @@ def plan(
     """The cells of a run, in order: workload (and its strategies), data mode, device, adapter
     (and its environments). With ``envs`` (``NAME=PYTHON``), every adapter also runs in each
     named Python environment, as the adapter ``<adapter>@<NAME>``: two versions of a framework
-    side by side in one run."""
+    side by side in one run. ``force_precision``: run a precision the device only emulates
+    (harness.precision) instead of skipping its cells."""
     names = select_adapters(framework, adapters)
     workloads = select_workloads(workload)
     devices = select_devices(device, gpu_present)
@@ -175,6 +177,7 @@ def plan(
                 "data": mode,
                 "device_requested": d,
                 "precision": precision,
+                **({"force_precision": True} if force_precision else {}),
                 "profile": profile,
                 "threads": threads,
                 **({"sweep": {"field": field, "value": float(value)}} if field else {}),

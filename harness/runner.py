@@ -16,7 +16,7 @@ from typing import Any
 
 from adapters import AdapterInfo
 from harness import env as machine_env
-from harness import limits_cache, records
+from harness import limits_cache, precision, records
 from harness.contention import CONTENDED_CORES, OtherLoad
 from harness.progress import MatrixProgress
 from workloads import SpecError, get_workload, override
@@ -97,14 +97,16 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def skip_reason(info: AdapterInfo, cell: dict[str, Any]) -> str | None:
     """Why the cell will be skipped, known in the parent without starting a framework: the
-    framework is not installed, the adapter declines the spec (``supports``), or has no native
-    input pipeline for ``--data loader``. None if none of these. Raises SpecError."""
+    framework is not installed, the adapter declines the spec (``supports``), has no native
+    input pipeline for ``--data loader``, or the cell's precision is not native on its device
+    (harness.precision). None if none of these. Raises SpecError."""
     if not info.available and not cell.get("python"):  # another environment may have it
         return info.unavailable
-    unsupported = info.cls().supports(override(get_workload(cell["workload"]), cell["overrides"]))
+    spec = override(get_workload(cell["workload"]), cell["overrides"])
+    unsupported = info.cls().supports(spec)
     if not unsupported and cell.get("data") == "loader" and info.cls.loader_kind is None:
         unsupported = f"{info.name} has no native input pipeline"
-    return unsupported
+    return unsupported or precision.skip_reason(cell, spec)
 
 
 def run_cell(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[str, Any]:
