@@ -42,6 +42,16 @@ allowance, measured rather than guessed. The deliberately wrong models in
 tests/test_tolerance_mutations.py (learning rate x1.004, Adam epsilon before the bias
 correction, beta2 0.99, a bias never updated, conv kernels flipped, GRU gates swapped) must fail;
 ``python -m tests.test_tolerance_mutations`` prints each one's error against its allowance.
+
+Mixed precision (``--precision bf16``) is checked the same way on BF16_WORKLOADS, in the same
+worker process as the float32 variants: the adapter's bf16 trajectory against float64 shadow
+steps from its own float32 master parameters, with an allowance derived as the float32 one is,
+from runs of the reference in bfloat16 arithmetic (BF16_RUNS: the forward and backward in
+``ml_dtypes.bfloat16`` NumPy arrays from float32 master parameters and float32 optimiser state,
+under the same perturbations as FLOAT32_RUNS). NumPy's bfloat16 arithmetic rounds every
+intermediate, where the frameworks accumulate matmuls in float32, so this allowance is the looser
+side of bf16's sensitivity: it catches a mechanism that breaks training (bf16 master weights,
+a loss in the wrong dtype or scale, NaNs), not the small slips the float32 checks catch.
 """
 
 from __future__ import annotations
@@ -55,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from ml_dtypes import bfloat16
 from threadpoolctl import threadpool_limits
 
 from adapters import AdapterInfo
@@ -86,6 +97,17 @@ FLOAT32_RUNS = (
     "float32, rows permuted, initial parameters and inputs moved by +-1 ulp",
 )
 
+#: Workloads whose training is also checked under ``--precision bf16`` (every adapter, small
+#: shapes). A workload whose reference cannot run in NumPy's bfloat16 arithmetic stays out:
+#: rnn-caption's does not (its float64 loss 6.90 reads 8.0 in bfloat16), so no allowance can be
+#: derived for it.
+BF16_WORKLOADS = ("mlp", "cnn")
+#: How a conformance variant asks for a precision (kept with its overrides; never a spec field).
+PRECISION = "precision="
+#: The bf16 runs of the reference whose spread sets the bf16 allowances: FLOAT32_RUNS, each with
+#: the forward and backward in bfloat16 from float32 master parameters.
+BF16_RUNS = tuple(run.replace("float32", "bfloat16 compute", 1) for run in FLOAT32_RUNS)
+
 #: Checks train on a 4-batch dataset: numerics are the same, four caption lengths (not 16)
 #: keep static-graph compiles few, and the loss falls fast.
 CHECK_OVERRIDES = ["num_batches=4"]
@@ -94,14 +116,20 @@ Variant = tuple[str, tuple[str, ...]]
 
 
 def all_variants(workloads: list[str] | None = None) -> list[Variant]:
-    """Every workload, and each loop strategy where the workload has them."""
-    return [
-        (w, tuple(o)) for w in (workloads or list(WORKLOADS)) for o in variants(w, CHECK_OVERRIDES, list(STRATEGIES))
-    ]
+    """Every workload, and each loop strategy where the workload has them; then the bf16
+    variants of the chosen BF16_WORKLOADS."""
+    chosen = workloads or list(WORKLOADS)
+    found = [(w, tuple(o)) for w in chosen for o in variants(w, CHECK_OVERRIDES, list(STRATEGIES))]
+    return found + [(w, (*CHECK_OVERRIDES, f"{PRECISION}bf16")) for w in BF16_WORKLOADS if w in chosen]
+
+
+def precision_of(variant: Variant) -> str:
+    """The precision a variant checks: ``fp32`` unless its overrides name another."""
+    return next((o.removeprefix(PRECISION) for o in variant[1] if o.startswith(PRECISION)), "fp32")
 
 
 def spec_of(variant: Variant) -> Workload:
-    return override(get_workload(variant[0]), list(variant[1]))
+    return override(get_workload(variant[0]), [o for o in variant[1] if not o.startswith(PRECISION)])
 
 
 def variant_id(variant: Variant) -> str:
@@ -109,20 +137,24 @@ def variant_id(variant: Variant) -> str:
     return "-".join([workload, *(o.split("=")[1] for o in overrides if o not in CHECK_OVERRIDES)])
 
 
-def check_steps(spec: Workload) -> int:
+def check_steps(spec: Workload, precision: str = "fp32") -> int:
     """Training steps a check runs: enough for the loss to fall clearly on the learnable data
     (on 4 batches the caption decoder drops from 6.8 to 4.4 in 20 steps, the convnet from 2.32
     to 2.13 in 30). A padding strategy only runs the compared steps: held to the exact
     strategy's reference on every batch, it trains as the exact strategy does, whose check
-    covers the falling loss (and eager adapters step these decoders slowly)."""
+    covers the falling loss (and eager adapters step these decoders slowly). A bf16 variant
+    likewise runs only the compared steps: its float32 twin covers the falling loss."""
+    if not falls_checked(spec, precision):
+        return SNAPSHOT + 1
     if spec.family == "rnn-caption":
-        return 20 if falls_checked(spec) else SNAPSHOT + 1
+        return 20
     return 30
 
 
-def falls_checked(spec: Workload) -> bool:
-    """Whether the "loss falls" check applies: not to padding strategies (see check_steps)."""
-    return getattr(spec, "strategy", "exact") == "exact"
+def falls_checked(spec: Workload, precision: str = "fp32") -> bool:
+    """Whether the "loss falls" check applies: not to padding strategies nor bf16 variants (see
+    check_steps)."""
+    return getattr(spec, "strategy", "exact") == "exact" and precision != "bf16"
 
 
 def is_training(spec: Workload) -> bool:
@@ -241,8 +273,9 @@ def _permuted(batch: Batch, rng: np.random.Generator) -> Batch:
     return {k: v[order] if v.ndim and len(v) == rows else v for k, v in batch.items()}
 
 
-def float32_runs(spec: Workload) -> list[tuple[np.ndarray, list[Params]]]:
-    """The reference trained in float32 under each of FLOAT32_RUNS: (losses, trajectory)."""
+def float32_runs(spec: Workload, precision: str = "fp32") -> list[tuple[np.ndarray, list[Params]]]:
+    """The reference trained in float32 under each of FLOAT32_RUNS: (losses, trajectory); with
+    ``precision="bf16"``, in bfloat16 compute under each of BF16_RUNS (``bf16_train``)."""
     spec = _exact(spec)
     rng = np.random.default_rng([spec.seed, 4])
     p0, data = spec.init_params(), spec.batches()
@@ -251,9 +284,29 @@ def float32_runs(spec: Workload) -> list[tuple[np.ndarray, list[Params]]]:
     runs = []
     with threadpool_limits(1, "blas"):
         for params, batches in setups:
-            losses, trajectory = spec.reference_train(params, SNAPSHOT, np.float32, data=batches)
+            if precision == "bf16":
+                losses, trajectory = bf16_train(spec, params, SNAPSHOT, batches)
+            else:
+                losses, trajectory = spec.reference_train(params, SNAPSHOT, np.float32, data=batches)
             runs.append((np.asarray(losses), trajectory))
     return runs
+
+
+def bf16_train(spec: Workload, params: Params, steps: int, data: list[Batch]) -> tuple[list[float], list[Params]]:
+    """The reference trained as ``--precision bf16`` trains: float32 master parameters and
+    optimiser state; each step's forward and backward in bfloat16 arithmetic (the reference run
+    on the parameters rounded to ``ml_dtypes.bfloat16``, which rounds the float inputs with them),
+    its gradients applied in float32. Losses and snapshots as ``Workload.reference_train``."""
+    p = {k: v.astype(np.float32) for k, v in params.items()}
+    opt = optim.make(spec.optimizer, spec.learning_rate, p)
+    losses, snapshots = [], [{k: v.copy() for k, v in p.items()}]
+    for step in range(steps):
+        rounded = {k: v.astype(bfloat16) for k, v in p.items()}
+        loss, grads = spec.reference_loss_and_grads(rounded, data[step % len(data)])
+        losses.append(float(loss))
+        opt.apply(p, {k: np.asarray(g, dtype=np.float32) for k, g in grads.items()})
+        snapshots.append({k: v.copy() for k, v in p.items()})
+    return losses, snapshots
 
 
 @dataclass(frozen=True)
@@ -266,15 +319,16 @@ class Allowance:
     """The largest step-size error of the whole model's update allowed."""
 
 
-def allowance(spec: Workload) -> Allowance:
+def allowance(spec: Workload, precision: str = "fp32") -> Allowance:
     """FACTOR x the float32 sensitivity of the reference (module docstring), at least FLOOR;
-    every loop strategy shares the exact one's."""
-    return _allowance(_exact(spec))
+    every loop strategy shares the exact one's. ``precision="bf16"``: the bfloat16 sensitivity
+    (BF16_RUNS) instead; fp32 and tf32 share the float32 one."""
+    return _allowance(_exact(spec), "bf16" if precision == "bf16" else "fp32")
 
 
 @functools.cache
-def _allowance(spec: Workload) -> Allowance:
-    measured = [shadow(spec, losses, trajectory) for losses, trajectory in float32_runs(spec)]
+def _allowance(spec: Workload, precision: str = "fp32") -> Allowance:
+    measured = [shadow(spec, losses, trajectory) for losses, trajectory in float32_runs(spec, precision)]
     loss = max(float(np.max(m.loss_errors)) for m in measured)
     updates = {k: max(m.update_errors[k] for m in measured) for k in measured[0].update_errors}
     step = max(m.step_error for m in measured)
@@ -354,7 +408,8 @@ def evaluate(spec: Workload, result: dict[str, np.ndarray]) -> list[Check]:
     checks = [
         Check("initial parameters", same, "the spec's, bit for bit" if same else f"{bad} differs by {moved[bad]:.1e}")
     ]
-    allowed = allowance(spec)
+    precision = str(result.get("precision", "fp32"))
+    allowed = allowance(spec, precision)
     found = shadow(spec, losses, trajectory)
     err0 = float(found.loss_errors[0])
     checks.append(
@@ -384,7 +439,7 @@ def evaluate(spec: Workload, result: dict[str, np.ndarray]) -> list[Check]:
     checks.append(Check(f"parameter updates of the first {SNAPSHOT} steps", passed, detail))
     if "step_compiles" in result:
         checks.append(compile_check(spec, np.asarray(result["step_compiles"])))
-    if not falls_checked(spec):
+    if not falls_checked(spec, precision):
         return checks
     first, last = float(losses[:5].mean()), float(losses[-5:].mean())
     checks.append(
@@ -456,7 +511,8 @@ def run_adapter(
         if reason:
             results[variant] = {"skipped": reason}
         else:
-            cell = check_cell(info, variant, device) | {"check_steps": check_steps(spec_of(variant))}
+            steps = check_steps(spec_of(variant), precision_of(variant))
+            cell = check_cell(info, variant, device) | {"check_steps": steps}
             cells.append((variant, cell))
     if not cells:
         return results
@@ -483,7 +539,8 @@ def check_cell(info: AdapterInfo, variant: Variant, device: str = "cpu") -> dict
         "framework": info.framework,
         "graph": info.graph,
         "workload": variant[0],
-        "overrides": list(variant[1]),
+        "overrides": [o for o in variant[1] if not o.startswith(PRECISION)],
+        "precision": precision_of(variant),
         "device_requested": device,
         "profile": "quick",
         "threads": 2,
