@@ -86,6 +86,8 @@ def _new_run(args: argparse.Namespace, adapters) -> tuple[Path, Run]:
         gpu_present=variant.detect().driver is not None,
         envs=args.env,
     )
+    if args.command == "fidelity" and args.precision == "bf16":
+        raise PlanError("--precision bf16: the idiomatic scripts (fidelity/) train in float32; valid: fp32, tf32")
     if args.command == "fidelity":  # each adapter beside its framework's idiomatic script
         cells = fidelity.with_scripts(cells, fidelity.scripts())
         if not cells:
