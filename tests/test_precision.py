@@ -103,6 +103,9 @@ def test_bench_skips_emulated_bf16_unless_forced(python, tmp_path):
     assert forced["loss_last"] < forced["loss_first"]
     env_json = json.loads((tmp_path / "forced" / records.ENV).read_text())
     assert env_json["precision"] == "bf16" and "torch bf16" in env_json["peaks"]["cpu"]["matmul_gflops_by"]
+    report = (tmp_path / "forced" / "report.md").read_text()
+    assert "`bf16`: mixed precision" in report and "This run was forced" in report
+    assert "bfloat16 or float32 (the faster) matmul" in report
 
 
 def test_bf16_allowance_is_derived_from_bf16_runs_of_the_reference():

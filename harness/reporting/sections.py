@@ -167,6 +167,11 @@ def method(recs: list[dict[str, Any]]) -> str:
             "the step's matmuls and convolutions with bfloat16 operands. On a device without bfloat16 "
             "arithmetic these cells are skipped unless the run was forced (`--force-precision`), since "
             "they would time the emulation."
+            + (
+                " This run was forced: on such a device its bf16 cells time the emulation."
+                if any(r.get("force_precision") for r in ok)
+                else ""
+            )
         )
     lines += [
         "- Every timed step is the adapter's `train_step` followed by `sync`, which blocks until the "
