@@ -283,7 +283,7 @@ def _loss(jax: Any, spec: Workload) -> Callable[[Any, Any], Any]:
             _, ce = lax.scan(body, h0, (jnp.arange(time_major[0].shape[0]), *time_major))
         else:
             _, ce = lax.scan(lambda h, xs: one_step(h, *xs), h0, time_major)
-        return ce.sum() / batch["mask"].sum()
+        return ce.sum() / batch["mask"].sum(dtype="float32")  # a count past 256 is inexact in bf16
 
     return caption_loss
 

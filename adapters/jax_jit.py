@@ -211,7 +211,7 @@ def _loss_fn(jax, jnp, optax, spec: Workload, python_loop: bool = False):
             for t in range(time_major[0].shape[0]):
                 h, ce = one_step(h, time_major[0][t], time_major[1][t], time_major[2][t])
                 total = total + ce
-            return total / batch["mask"].sum()
+            return total / batch["mask"].sum(dtype="float32")  # a count past 256 is inexact in bf16
         if spec.strategy == "graph-loop":
             length = batch["length"]
 
@@ -222,7 +222,7 @@ def _loss_fn(jax, jnp, optax, spec: Workload, python_loop: bool = False):
             _, ce = lax.scan(body, h0, (jnp.arange(time_major[0].shape[0]), *time_major))
         else:
             _, ce = lax.scan(lambda h, xs: one_step(h, *xs), h0, time_major)
-        return ce.sum() / batch["mask"].sum()
+        return ce.sum() / batch["mask"].sum(dtype="float32")  # a count past 256 is inexact in bf16
 
     return caption_loss
 
