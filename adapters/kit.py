@@ -502,7 +502,9 @@ def jax_mixed_loss(loss: Any, enabled: bool) -> Any:
 def flax_mixed_loss(nnx: Any, loss: Any, enabled: bool) -> Any:
     """``loss(model, batch)`` for an nnx module, computing in bfloat16 when ``enabled``: the
     module's state cast (``nnx.split``, cast, ``nnx.merge``) and the batch's float arrays cast at
-    entry, the loss returned as float32."""
+    entry, the loss returned as float32. A layer that fixed its computation ``dtype`` when built
+    (``nnx.Embed`` takes its table's, float32) computes in bfloat16 in that copy too, or it would
+    promote everything after it back to float32."""
     if not enabled:
         return loss
     import jax
@@ -511,7 +513,11 @@ def flax_mixed_loss(nnx: Any, loss: Any, enabled: bool) -> Any:
     def mixed(model: Any, batch: Any) -> Any:
         cast = functools.partial(_to_bf16, jnp)
         graphdef, state = nnx.split(model)
-        return loss(nnx.merge(graphdef, jax.tree.map(cast, state)), jax.tree.map(cast, batch)).astype(jnp.float32)
+        mixed_model = nnx.merge(graphdef, jax.tree.map(cast, state))
+        for _, node in nnx.iter_graph(mixed_model):
+            if isinstance(node, nnx.Module) and getattr(node, "dtype", None) is not None:
+                node.dtype = jnp.bfloat16
+        return loss(mixed_model, jax.tree.map(cast, batch)).astype(jnp.float32)
 
     return mixed
 
