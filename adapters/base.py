@@ -83,6 +83,16 @@ class Adapter(abc.ABC):
     graph_loop: ClassVar[str | None] = None
     """How the adapter runs the rnn-caption ``graph-loop`` strategy (e.g. ``tf.while_loop``);
     None when it has no loop inside a graph, which makes that strategy a skipped cell."""
+    precisions: ClassVar[tuple[str, ...]] = ("fp32", "tf32")
+    """The precisions ``setup`` applies (PRECISIONS); a cell in another is skipped. Add ``bf16``
+    only with a mixed-precision mechanism (``Options.bf16``, adapters.kit), never to run float32
+    under a bf16 label."""
+
+    def precision_reason(self, precision: str) -> str | None:
+        """None if this adapter runs ``precision``, else the reason (the cell is skipped)."""
+        if precision in self.precisions:
+            return None
+        return f"{self.name} has no {precision} mechanism (it runs {', '.join(self.precisions)})"
 
     @classmethod
     def unavailable_reason(cls) -> str | None:

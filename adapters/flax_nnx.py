@@ -44,6 +44,7 @@ class FlaxNnx(Adapter):
     requires = ("flax", "jax", "optax")
     extra = "flax"
     graph_loop = "lax.scan over max_len with lax.cond skipping steps past the batch length"
+    precisions = ("fp32", "tf32", "bf16")
 
     cached = False
     """Call the step through ``nnx.cached_partial`` (flax-nnx-cached) instead of plain ``nnx.jit``."""

@@ -39,6 +39,7 @@ class JaxJit(Adapter):
     extra = "jax"
     loader_kind = "double-buffered asynchronous jax.device_put (prefetch_to_device pattern)"
     graph_loop = "lax.scan over max_len with lax.cond skipping steps past the batch length"
+    precisions = ("fp32", "tf32", "bf16")
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:

@@ -52,6 +52,7 @@ class KerasJax(Adapter):
     graph = "static"
     requires = ("keras", "jax")
     extra = "keras"
+    precisions = ("fp32", "tf32", "bf16")
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:

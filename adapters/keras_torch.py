@@ -52,6 +52,7 @@ class KerasTorch(Adapter):
     requires = ("keras", "torch")
     extra = "keras"
     loader_kind = LOADER_KIND + " (Keras on torch takes a torch DataLoader)"
+    precisions = ("fp32", "tf32", "bf16")
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:

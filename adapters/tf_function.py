@@ -49,6 +49,7 @@ class TfFunction(Adapter):
     extra = "tensorflow"
     loader_kind = "tf.data (from_tensor_slices, or from_generator for ragged lengths) with prefetch"
     graph_loop = "tf.while_loop via AutoGraph over tf.range(length)"
+    precisions = ("fp32", "tf32", "bf16")
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:

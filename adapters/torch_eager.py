@@ -41,6 +41,7 @@ class TorchEager(Adapter):
     requires = ("torch",)
     extra = "torch"
     loader_kind = LOADER_KIND
+    precisions = ("fp32", "tf32", "bf16")
 
     def version(self) -> dict[str, str]:
         import torch

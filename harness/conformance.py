@@ -516,7 +516,8 @@ def run_adapter(
     results: dict[Variant, dict] = {}
     cells = []
     for variant in chosen:
-        reason = info.cls().supports(spec_of(variant))
+        adapter = info.cls()
+        reason = adapter.supports(spec_of(variant)) or adapter.precision_reason(precision_of(variant))
         if reason:
             results[variant] = {"skipped": reason}
         else:

@@ -106,6 +106,8 @@ def skip_reason(info: AdapterInfo, cell: dict[str, Any]) -> str | None:
     unsupported = info.cls().supports(spec)
     if not unsupported and cell.get("data") == "loader" and info.cls.loader_kind is None:
         unsupported = f"{info.name} has no native input pipeline"
+    if not unsupported:
+        unsupported = info.cls().precision_reason(cell.get("precision", "fp32"))
     return unsupported or precision.skip_reason(cell, spec)
 
 

@@ -145,3 +145,11 @@ def test_bf16_variants_are_one_constant_and_run_in_the_float32_workers():
     cell = conformance.check_cell(TORCH, bf16[0])
     assert cell["precision"] == "bf16" and not any(o.startswith("precision=") for o in cell["overrides"])
     assert conformance.spec_of(bf16[0]) == conformance.spec_of((bf16[0][0], tuple(conformance.CHECK_OVERRIDES)))
+
+
+def test_an_adapter_without_a_bf16_mechanism_is_skipped_not_run_in_float32():
+    class NoMixedPrecision(TORCH.cls):
+        precisions = ("fp32", "tf32")
+
+    assert NoMixedPrecision().precision_reason("bf16") == "torch-eager has no bf16 mechanism (it runs fp32, tf32)"
+    assert TORCH.cls().precision_reason("bf16") is None and NoMixedPrecision().precision_reason("fp32") is None
