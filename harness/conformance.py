@@ -106,6 +106,9 @@ FLOAT32_RUNS = (
 #: its output bias an allowance (1.5e-4) below what rounding its hidden states to bfloat16 in
 #: every step does, so its check would measure the emulation, not the adapter.
 BF16_WORKLOADS = ("mlp", "cnn")
+#: The bf16 variants' smaller shapes (on top of CHECK_OVERRIDES): half the default batch halves
+#: the shadow steps and the bf16 compiles that the bf16 checks add to the suite.
+BF16_OVERRIDES = ("batch_size=16",)
 #: How a conformance variant asks for a precision (kept with its overrides; never a spec field).
 PRECISION = "precision="
 #: The bf16 runs of the reference whose spread sets the bf16 allowances: FLOAT32_RUNS, each with
@@ -124,7 +127,8 @@ def all_variants(workloads: list[str] | None = None) -> list[Variant]:
     variants of the chosen BF16_WORKLOADS."""
     chosen = workloads or list(WORKLOADS)
     found = [(w, tuple(o)) for w in chosen for o in variants(w, CHECK_OVERRIDES, list(STRATEGIES))]
-    return found + [(w, (*CHECK_OVERRIDES, f"{PRECISION}bf16")) for w in BF16_WORKLOADS if w in chosen]
+    bf16 = (*CHECK_OVERRIDES, *BF16_OVERRIDES, f"{PRECISION}bf16")
+    return found + [(w, bf16) for w in BF16_WORKLOADS if w in chosen]
 
 
 def precision_of(variant: Variant) -> str:
@@ -138,7 +142,8 @@ def spec_of(variant: Variant) -> Workload:
 
 def variant_id(variant: Variant) -> str:
     workload, overrides = variant
-    return "-".join([workload, *(o.split("=")[1] for o in overrides if o not in CHECK_OVERRIDES)])
+    shown = [o for o in overrides if o not in CHECK_OVERRIDES and o not in BF16_OVERRIDES]
+    return "-".join([workload, *(o.split("=")[1] for o in shown)])
 
 
 def check_steps(spec: Workload, precision: str = "fp32") -> int:

@@ -144,7 +144,8 @@ def test_bf16_variants_are_one_constant_and_run_in_the_float32_workers():
     assert [conformance.variant_id(v) for v in bf16] == [f"{w}-bf16" for w in conformance.BF16_WORKLOADS]
     cell = conformance.check_cell(TORCH, bf16[0])
     assert cell["precision"] == "bf16" and not any(o.startswith("precision=") for o in cell["overrides"])
-    assert conformance.spec_of(bf16[0]) == conformance.spec_of((bf16[0][0], tuple(conformance.CHECK_OVERRIDES)))
+    small = (*conformance.CHECK_OVERRIDES, *conformance.BF16_OVERRIDES)
+    assert conformance.spec_of(bf16[0]) == conformance.spec_of((bf16[0][0], small))
 
 
 def test_an_adapter_without_a_bf16_mechanism_is_skipped_not_run_in_float32():
