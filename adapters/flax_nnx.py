@@ -261,8 +261,8 @@ def _loss(jax: Any, spec: Workload) -> Callable[[Any, Any], Any]:
     lax = jax.lax
     if spec.family in ("mlp", "cnn"):
         return lambda model, batch: optax.softmax_cross_entropy_with_integer_labels(
-            model(batch["x"]).astype(jnp.float32),
-            batch["y"],  # the loss in float32 (bf16 runs)
+            model(batch["x"]).astype(jnp.float32),  # the loss in float32 (bf16 runs)
+            batch["y"],
         ).mean()
 
     def caption_loss(model, batch):
