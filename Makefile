@@ -20,8 +20,10 @@ PROFILE ?= quick
 STRATEGY ?= all
 DATA ?= resident
 PRECISION ?= fp32
+# FORCE=1: time a precision the device only emulates (bf16 without bfloat16 instructions) instead of skipping it.
+FORCE ?=
 ARGS ?=
-BENCH_ARGS = --framework $(FRAMEWORK) --device $(DEVICE) --workload $(WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(ARGS)
+BENCH_ARGS = --framework $(FRAMEWORK) --device $(DEVICE) --workload $(WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(ARGS)
 
 .PHONY: install bench test lint list report sweep compare rerun fidelity doctor lock env clean-venv
 

@@ -152,7 +152,10 @@ def loss(jax: Any, spec: Workload) -> Callable[[Any, Any], Any]:
     import optax
 
     def transformer_loss(model, batch):
-        ce = optax.softmax_cross_entropy_with_integer_labels(model(batch["tokens"]), batch["targets"])
-        return (ce * batch["mask"]).sum() / batch["mask"].sum()
+        # float32 loss under bf16: the logits and the mask (cast with the batch's floats) back to float32
+        logits = model(batch["tokens"]).astype("float32")
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
+        mask = batch["mask"].astype("float32")
+        return (ce * mask).sum() / mask.sum()
 
     return transformer_loss

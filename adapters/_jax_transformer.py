@@ -72,7 +72,9 @@ def loss_fn(jax: Any, jnp: Any, optax: Any, spec: Workload) -> Any:
             u = jax.nn.gelu(h @ p[f"{k_}/mlp/in/kernel"] + p[f"{k_}/mlp/in/bias"], approximate=True)
             x = x + u @ p[f"{k_}/mlp/out/kernel"] + p[f"{k_}/mlp/out/bias"]
         logits = layer_norm(jax, jnp, x, p["ln_f/scale"], p["ln_f/bias"]) @ p["out/kernel"] + p["out/bias"]
-        ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
-        return (ce * batch["mask"]).sum() / batch["mask"].sum()
+        # float32 loss under bf16: the logits and the mask (cast with the batch's floats) back to float32
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype("float32"), batch["targets"])
+        mask = batch["mask"].astype("float32")
+        return (ce * mask).sum() / mask.sum()
 
     return loss

@@ -67,7 +67,9 @@ def loss_fn(tf: Any, spec: Workload, v: dict[str, Any]) -> Any:
             hidden = tf.nn.gelu(dense(layer_norm(x, f"{block}/ln2"), f"{block}/mlp/in"), approximate=True)
             x += dense(hidden, f"{block}/mlp/out")
         logits = dense(layer_norm(x, "ln_f"), "out")
-        labels, mask = tf.reshape(batch["targets"], [-1]), tf.reshape(batch["mask"], [-1])
+        # float32 loss under bf16 (kit.tf_mixed_loss casts the batch's mask to bf16 too)
+        labels, mask = tf.reshape(batch["targets"], [-1]), tf.cast(tf.reshape(batch["mask"], [-1]), tf.float32)
+        logits = tf.cast(logits, tf.float32)
         xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
         return tf.reduce_sum(xent * mask) / tf.reduce_sum(mask)
 

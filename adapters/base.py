@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 from workloads import Batch, Params, Workload
 
-PRECISIONS = ("fp32", "tf32")
+PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -45,11 +45,17 @@ class Options:
     threads: int
     """Intra-op threads on CPU, the same for every framework."""
     precision: str = "fp32"
-    """``fp32``: TF32 off everywhere (the default); ``tf32``: TF32 matmuls/convolutions on."""
+    """``fp32``: TF32 off everywhere (the default); ``tf32``: TF32 matmuls/convolutions on;
+    ``bf16``: mixed precision, float32 master weights and optimiser state, bfloat16 compute
+    in the training step's forward and backward (``adapters.kit``'s mixed-precision section)."""
 
     @property
     def tf32(self) -> bool:
         return self.precision == "tf32"
+
+    @property
+    def bf16(self) -> bool:
+        return self.precision == "bf16"
 
 
 class DeviceUnavailable(RuntimeError):
@@ -82,6 +88,16 @@ class Adapter(abc.ABC):
     graph_loop: ClassVar[str | None] = None
     """How the adapter runs the rnn-caption ``graph-loop`` strategy (e.g. ``tf.while_loop``);
     None when it has no loop inside a graph, which makes that strategy a skipped cell."""
+    precisions: ClassVar[tuple[str, ...]] = ("fp32", "tf32")
+    """The precisions ``setup`` applies (PRECISIONS); a cell in another is skipped. Add ``bf16``
+    only with a mixed-precision mechanism (``Options.bf16``, adapters.kit), never to run float32
+    under a bf16 label."""
+
+    def precision_reason(self, precision: str) -> str | None:
+        """None if this adapter runs ``precision``, else the reason (the cell is skipped)."""
+        if precision in self.precisions:
+            return None
+        return f"{self.name} has no {precision} mechanism (it runs {', '.join(self.precisions)})"
 
     @classmethod
     def unavailable_reason(cls) -> str | None:

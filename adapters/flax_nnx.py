@@ -48,6 +48,7 @@ class FlaxNnx(Adapter):
     graph_loop = "lax.scan over max_len with lax.cond skipping steps past the batch length"
     image_loader_kind = _grain_data.IMAGE_LOADER_KIND
     families = ("mlp", "cnn", "rnn-caption", "transformer")
+    precisions = ("fp32", "tf32", "bf16")
 
     cached = False
     """Call the step through ``nnx.cached_partial`` (flax-nnx-cached) instead of plain ``nnx.jit``."""
@@ -90,7 +91,8 @@ class FlaxNnx(Adapter):
         # Committed device arrays, as the jitted step's outputs will be (see kit.jax_place).
         nnx.update((model, optimizer), kit.jax_place(nnx.state((model, optimizer)), self.device))
         self.model, self.optimizer = model, optimizer
-        loss = _loss(jax, spec)
+        loss = kit.flax_mixed_loss(nnx, _loss(jax, spec), options.bf16)
+        self._mixed = kit.mixed_precision("flax", options)
 
         @nnx.jit
         def train_step(model, optimizer, batch):
@@ -148,6 +150,7 @@ class FlaxNnx(Adapter):
         return {
             **kit.jax_settings(),
             "step": call,
+            "mixed_precision": self._mixed,
             "optimizer_kernel": f"optax.{self.spec.optimizer} via nnx.Optimizer (inside the jitted step)",
             **(
                 {"attention_kernel": _flax_transformer.ATTENTION_KERNELS[self.spec.attention]}
@@ -283,7 +286,8 @@ def _loss(jax: Any, spec: Workload) -> Callable[[Any, Any], Any]:
         return _flax_transformer.loss(jax, spec)
     if spec.family in ("mlp", "cnn"):
         return lambda model, batch: optax.softmax_cross_entropy_with_integer_labels(
-            model(batch["x"]), batch["y"]
+            model(batch["x"]).astype(jnp.float32),  # the loss in float32 (bf16 runs)
+            batch["y"],
         ).mean()
 
     def caption_loss(model, batch):
@@ -291,7 +295,7 @@ def _loss(jax: Any, spec: Workload) -> Callable[[Any, Any], Any]:
 
         def one_step(h, tok, tgt, m):
             h = model.gru(h, model.embed(tok))
-            ce = optax.softmax_cross_entropy_with_integer_labels(model.out(h), tgt)
+            ce = optax.softmax_cross_entropy_with_integer_labels(model.out(h).astype(jnp.float32), tgt)
             return h, jnp.sum(ce * m)
 
         time_major = (batch["tokens"].T, batch["targets"].T, batch["mask"].T)
@@ -300,12 +304,12 @@ def _loss(jax: Any, spec: Workload) -> Callable[[Any, Any], Any]:
 
             def body(h, xs):
                 t, tok, tgt, m = xs
-                return lax.cond(t < length, one_step, lambda h, *_: (h, jnp.zeros((), h.dtype)), h, tok, tgt, m)
+                return lax.cond(t < length, one_step, lambda h, *_: (h, jnp.zeros((), jnp.float32)), h, tok, tgt, m)
 
             _, ce = lax.scan(body, h0, (jnp.arange(time_major[0].shape[0]), *time_major))
         else:
             _, ce = lax.scan(lambda h, xs: one_step(h, *xs), h0, time_major)
-        return ce.sum() / batch["mask"].sum()
+        return ce.sum() / batch["mask"].sum(dtype="float32")  # a count past 256 is inexact in bf16
 
     return caption_loss
 

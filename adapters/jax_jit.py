@@ -43,6 +43,7 @@ class JaxJit(Adapter):
     image_loader_kind = _grain_data.IMAGE_LOADER_KIND
     graph_loop = "lax.scan over max_len with lax.cond skipping steps past the batch length"
     families = ("mlp", "cnn", "rnn-caption", "transformer")
+    precisions = ("fp32", "tf32", "bf16")
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
@@ -79,7 +80,8 @@ class JaxJit(Adapter):
             tx = _jax_transformer.adamw(optax, spec.learning_rate)
         else:
             tx = optax.adam(spec.learning_rate, b1=ADAM_BETA1, b2=ADAM_BETA2, eps=ADAM_EPS)
-        loss_fn = _loss_fn(jax, jnp, optax, spec, self.python_loop)
+        loss_fn = kit.jax_mixed_loss(_loss_fn(jax, jnp, optax, spec, self.python_loop), options.bf16)
+        self._mixed = kit.mixed_precision("jax", options)
 
         def step(p, opt_state, batch):
             loss, grads = jax.value_and_grad(loss_fn)(p, batch)
@@ -154,6 +156,7 @@ class JaxJit(Adapter):
         return {
             **kit.jax_settings(),
             "donate_buffers": True,
+            "mixed_precision": self._mixed,
             "optimizer_kernel": f"optax.{self.spec.optimizer} (inside the jitted step, fused by XLA)",
             **_attention_setting(self.spec),
         }
@@ -164,6 +167,11 @@ def _attention_setting(spec: Workload) -> dict[str, str]:
     if spec.family != "transformer":
         return {}
     return {"attention_kernel": _jax_transformer.ATTENTION_KERNELS[spec.attention]}
+
+
+def _f32(logits):
+    """Logits as float32 for the cross-entropy: the loss in float32 under --precision bf16."""
+    return logits.astype("float32")
 
 
 def _dense(jax, p: Params, h, prefix: str, n_layers: int):
@@ -192,7 +200,7 @@ def _loss_fn(jax, jnp, optax, spec: Workload, python_loop: bool = False):
         def mlp_loss(p, batch):
             x = batch["x"].reshape(batch["x"].shape[0], -1)
             logits = _dense(jax, p, x, "dense", len(spec.layer_sizes) - 1)
-            return optax.softmax_cross_entropy_with_integer_labels(logits, batch["y"]).mean()
+            return optax.softmax_cross_entropy_with_integer_labels(_f32(logits), batch["y"]).mean()
 
         return mlp_loss
 
@@ -207,7 +215,7 @@ def _loss_fn(jax, jnp, optax, spec: Workload, python_loop: bool = False):
                 h = jax.nn.relu(h + p[f"conv{i}/bias"])
                 h = lax.reduce_window(h, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
             logits = _dense(jax, p, h.reshape(h.shape[0], -1), "dense", len(spec.dense_sizes) - 1)
-            return optax.softmax_cross_entropy_with_integer_labels(logits, batch["y"]).mean()
+            return optax.softmax_cross_entropy_with_integer_labels(_f32(logits), batch["y"]).mean()
 
         return cnn_loss
 
@@ -217,7 +225,7 @@ def _loss_fn(jax, jnp, optax, spec: Workload, python_loop: bool = False):
         def one_step(h, tok, tgt, m):
             h = _gru(jax, jnp, p, h, tok, spec.hidden)
             logits = h @ p["out/kernel"] + p["out/bias"]
-            return h, jnp.sum(optax.softmax_cross_entropy_with_integer_labels(logits, tgt) * m)
+            return h, jnp.sum(optax.softmax_cross_entropy_with_integer_labels(_f32(logits), tgt) * m)
 
         time_major = (batch["tokens"].T, batch["targets"].T, batch["mask"].T)
         if python_loop:  # op by op, as an eager JAX user writes it
@@ -225,18 +233,18 @@ def _loss_fn(jax, jnp, optax, spec: Workload, python_loop: bool = False):
             for t in range(time_major[0].shape[0]):
                 h, ce = one_step(h, time_major[0][t], time_major[1][t], time_major[2][t])
                 total = total + ce
-            return total / batch["mask"].sum()
+            return total / batch["mask"].sum(dtype="float32")  # a count past 256 is inexact in bf16
         if spec.strategy == "graph-loop":
             length = batch["length"]
 
             def body(h, xs):
                 t, tok, tgt, m = xs
-                return lax.cond(t < length, one_step, lambda h, *_: (h, jnp.zeros((), h.dtype)), h, tok, tgt, m)
+                return lax.cond(t < length, one_step, lambda h, *_: (h, jnp.zeros((), jnp.float32)), h, tok, tgt, m)
 
             _, ce = lax.scan(body, h0, (jnp.arange(time_major[0].shape[0]), *time_major))
         else:
             _, ce = lax.scan(lambda h, xs: one_step(h, *xs), h0, time_major)
-        return ce.sum() / batch["mask"].sum()
+        return ce.sum() / batch["mask"].sum(dtype="float32")  # a count past 256 is inexact in bf16
 
     return caption_loss
 

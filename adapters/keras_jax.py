@@ -60,6 +60,7 @@ class KerasJax(Adapter):
     extra = "keras"
     image_loader_kind = IMAGE_LOADER_KIND
     families = ("mlp", "cnn", "rnn-caption", "transformer")
+    precisions = ("fp32", "tf32", "bf16")
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
@@ -88,6 +89,8 @@ class KerasJax(Adapter):
         self._device = jax.devices(device)[0]
         self._events = kit.JaxCompileEvents()
         self.spec = spec
+        self._mixed = kit.mixed_precision("keras", options)
+        kit.keras_policy(keras, options.bf16)
         with keras.device(f"{self._device.platform}:0"):
             self.model, self._layers = build_model(keras, spec)
             load_params(self._layers, params, spec)
@@ -192,6 +195,7 @@ class KerasJax(Adapter):
             "optimizer_kernel": optimizer_kernel(self.spec, "epsilon scaled per step inside the jitted update"),
             "steps_per_execution": self.model.steps_per_execution,
             **attention,
+            "mixed_precision": self._mixed,
             "matmul_precision": self._jax.config.jax_default_matmul_precision,
             "gpu_autotune_level": kit.gpu_autotune_level(),
         }

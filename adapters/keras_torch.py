@@ -61,6 +61,7 @@ class KerasTorch(Adapter):
     loader_kind = LOADER_KIND + " (Keras on torch takes a torch DataLoader)"
     image_loader_kind = IMAGE_LOADER_KIND
     families = ("mlp", "cnn", "rnn-caption", "transformer")
+    precisions = ("fp32", "tf32", "bf16")
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
@@ -89,6 +90,8 @@ class KerasTorch(Adapter):
         self._torch, self._keras = torch, keras
         self._device = device
         self.spec = spec
+        self._mixed = kit.mixed_precision("keras", options)
+        kit.keras_policy(keras, options.bf16)
         with keras.device(device):
             self.model, self._layers = build_model(keras, spec)
             load_params(self._layers, params, spec)
@@ -172,6 +175,7 @@ class KerasTorch(Adapter):
             "steps_per_execution": self.model.steps_per_execution,
             "optimizer_kernel": optimizer_kernel(self.spec, "epsilon set per step from Python"),
             **attention,
+            "mixed_precision": self._mixed,
             **kit.torch_settings(self._torch),
         }
 

@@ -22,6 +22,8 @@ Sections, by the adapter method that uses them:
 - ``device_memory_peak``: ``jax_peak_bytes``, ``torch_peak_bytes``, ``tf_peak_bytes``.
 - ``device_busy``: ``jax_device_busy``, ``torch_device_busy``.
 - ``settings``: ``jax_settings``, ``torch_settings``.
+- ``setup``, mixed precision (``options.bf16``): ``torch_autocast``, ``keras_policy``,
+  ``tf_mixed_loss``, ``jax_mixed_loss``, ``flax_mixed_loss``; ``settings``: ``mixed_precision``.
 - Canonical layouts: ``hwio_to_oihw``, ``oihw_to_hwio``, ``swap_rz_gates``; Adam:
   ``adam_eps_hat`` (the epsilon that makes an "epsilon before bias correction" kernel run the
   workloads' Algorithm 1), ``ADAM_BETA1``, ``ADAM_BETA2``, ``ADAM_EPS``.
@@ -29,6 +31,7 @@ Sections, by the adapter method that uses them:
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import math
 import os
@@ -60,7 +63,11 @@ __all__ = [
     "jax_precision",
     "jax_resolve_device",
     "jax_settings",
+    "flax_mixed_loss",
+    "jax_mixed_loss",
     "keras_env",
+    "keras_policy",
+    "mixed_precision",
     "no_cuda",
     "oihw_to_hwio",
     "pick_device",
@@ -68,12 +75,14 @@ __all__ = [
     "tf_build_info",
     "tf_compile_stats",
     "tf_env",
+    "tf_mixed_loss",
     "tf_peak_bytes",
     "tf_precision",
     "tf_resolve_device",
     "threads_env",
     "torch_build_info",
     "torch_compile_stats",
+    "torch_autocast",
     "torch_device_busy",
     "torch_peak_bytes",
     "torch_precision",
@@ -415,3 +424,116 @@ def _version(dist: str) -> str | None:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+# ------------------------------------------------------------ mixed precision (``--precision bf16``)
+#
+# ``options.bf16``: float32 master weights and optimiser state, bfloat16 compute in the training
+# step's forward and backward, loss in float32. Each framework's own mechanism, applied to the
+# whole step or model, never layer by layer, so a new workload family gets it with no edit:
+#
+# - PyTorch: ``torch.autocast(device_type, dtype=torch.bfloat16)`` around forward and loss
+#   (``torch_autocast``); the backward runs outside it, as torch's AMP docs teach.
+# - Keras: the ``mixed_bfloat16`` dtype policy, set before the model's layers are built
+#   (``keras_policy``): float32 variables, bfloat16 layer compute, losses in float32.
+# - TensorFlow without Keras: mixed-precision *policies* are a Keras concept (TensorFlow's mixed
+#   precision guide is ``tf.keras.mixed_precision``); a raw-TF step casts explicitly
+#   (``tf_mixed_loss``): the variables and float inputs to bfloat16 at the loss function's
+#   entry, the loss back to float32; gradients flow through the casts into the float32 variables.
+# - JAX and Flax: the same explicit casts (``jax_mixed_loss``, ``flax_mixed_loss``), the usual way
+#   in JAX (jmp, the "mixed precision" pattern of the JAX/Flax docs). nnx layers take
+#   ``dtype``/``param_dtype`` arguments, but only layer by layer; casting the module's state at the
+#   loss's entry does the same for every layer of every family.
+#
+# ``MIXED_PRECISION`` names each mechanism as records keep it (settings()["mixed_precision"]).
+
+MIXED_PRECISION = {
+    "torch": "torch.autocast(bfloat16) around forward and loss; float32 master weights, backward outside autocast",
+    "keras": "keras.mixed_precision policy mixed_bfloat16 (float32 variables, bfloat16 compute, float32 loss)",
+    "tensorflow": "explicit tf.cast of variables and float inputs to bfloat16 at the loss's entry, float32 "
+    "loss; float32 variables and optimiser slots (no Keras policy in a raw-TF step)",
+    "jax": "explicit astype(bfloat16) of the parameter tree and float inputs at the loss's entry, float32 "
+    "loss; float32 master parameters and optax state",
+    "flax": "explicit astype(bfloat16) of the nnx module's state and float inputs at the loss's entry "
+    "(nnx.split/merge), float32 loss; float32 nnx.Param and optax state",
+}
+
+
+def mixed_precision(framework: str, options: Options) -> str:
+    """``settings()["mixed_precision"]``: the mechanism that ran (``MIXED_PRECISION``), or "off"."""
+    return MIXED_PRECISION[framework] if options.bf16 else "off"
+
+
+def torch_autocast(torch: Any, device: Any, enabled: bool) -> Any:
+    """The context to run forward and loss in: bfloat16 autocast on ``device``'s type when
+    ``enabled`` (``options.bf16``), a no-op otherwise."""
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=enabled)
+
+
+def keras_policy(keras: Any, bf16: bool) -> str:
+    """Set Keras's global dtype policy for the model about to be built (``mixed_bfloat16`` or
+    ``float32``) and return its name. Set it on every ``setup``: the policy is global to the
+    process, and a conformance worker builds fp32 and bf16 models one after another."""
+    name = "mixed_bfloat16" if bf16 else "float32"
+    keras.mixed_precision.set_global_policy(name)
+    return name
+
+
+def _to_bf16(jnp: Any, a: Any) -> Any:
+    return a.astype(jnp.bfloat16) if jnp.issubdtype(a.dtype, jnp.floating) else a
+
+
+def jax_mixed_loss(loss: Any, enabled: bool) -> Any:
+    """``loss(params, batch)`` computing in bfloat16 when ``enabled``: the parameter tree and the
+    batch's float arrays cast at entry, the loss returned as float32; gradients with respect to
+    the float32 parameters come back float32 through the casts."""
+    if not enabled:
+        return loss
+    import jax
+    import jax.numpy as jnp
+
+    def mixed(params: Any, batch: Any) -> Any:
+        cast = functools.partial(_to_bf16, jnp)
+        return loss(jax.tree.map(cast, params), jax.tree.map(cast, batch)).astype(jnp.float32)
+
+    return mixed
+
+
+def flax_mixed_loss(nnx: Any, loss: Any, enabled: bool) -> Any:
+    """``loss(model, batch)`` for an nnx module, computing in bfloat16 when ``enabled``: the
+    module's state cast (``nnx.split``, cast, ``nnx.merge``) and the batch's float arrays cast at
+    entry, the loss returned as float32. A layer that fixed its computation ``dtype`` when built
+    (``nnx.Embed`` takes its table's, float32) computes in bfloat16 in that copy too, or it would
+    promote everything after it back to float32."""
+    if not enabled:
+        return loss
+    import jax
+    import jax.numpy as jnp
+
+    def mixed(model: Any, batch: Any) -> Any:
+        cast = functools.partial(_to_bf16, jnp)
+        graphdef, state = nnx.split(model)
+        mixed_model = nnx.merge(graphdef, jax.tree.map(cast, state))
+        for _, node in nnx.iter_graph(mixed_model):
+            if isinstance(node, nnx.Module) and getattr(node, "dtype", None) is not None:
+                node.dtype = jnp.bfloat16
+        return loss(mixed_model, jax.tree.map(cast, batch)).astype(jnp.float32)
+
+    return mixed
+
+
+def tf_mixed_loss(tf: Any, build: Any, variables: dict[str, Any], enabled: bool) -> Any:
+    """The loss ``build(params)`` returns (a function of the batch, reading ``params[name]`` when
+    called), computing in bfloat16 when ``enabled``: each call reads the float32 ``variables``
+    cast to bfloat16 and the batch's float tensors cast, and returns the loss as float32."""
+    if not enabled:
+        return build(variables)
+    view = dict(variables)
+    loss = build(view)
+
+    def mixed(batch: dict[str, Any]) -> Any:
+        view.update({k: tf.cast(v, tf.bfloat16) for k, v in variables.items()})
+        cast = {k: tf.cast(x, tf.bfloat16) if x.dtype.is_floating else x for k, x in batch.items()}
+        return tf.cast(loss(cast), tf.float32)
+
+    return mixed

@@ -55,6 +55,7 @@ class TfFunction(Adapter):
     image_loader_kind = _tf_data.IMAGE_LOADER_KIND
     graph_loop = "tf.while_loop via AutoGraph over tf.range(length)"
     families = ("mlp", "cnn", "rnn-caption", "transformer")
+    precisions = ("fp32", "tf32", "bf16")
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
@@ -90,10 +91,9 @@ class TfFunction(Adapter):
             adam = spec.optimizer in ("adam", "adamw")
             slots = [(tf.Variable(tf.zeros_like(v)), tf.Variable(tf.zeros_like(v))) for v in variables] if adam else []
             step_count = tf.Variable(0.0)
-        if spec.family == "transformer":
-            loss_fn = _tf_transformer.loss_fn(tf, spec, self._vars)
-        else:
-            loss_fn = _loss_fn(tf, spec, self._vars)
+        build = _tf_transformer.loss_fn if spec.family == "transformer" else _loss_fn
+        loss_fn = kit.tf_mixed_loss(tf, lambda v: build(tf, spec, v), self._vars, options.bf16)
+        self._mixed = kit.mixed_precision("tensorflow", options)
         lr = float(spec.learning_rate)
         # AdamW's decoupled decay, written out: TensorFlow has no fused AdamW kernel.
         decayed = [v for k, v in self._vars.items() if decays(k)] if spec.optimizer == "adamw" else []
@@ -216,6 +216,7 @@ class TfFunction(Adapter):
         return {
             "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
             "jit_compile": False,
+            "mixed_precision": self._mixed,
             "optimizer_kernel": _optimizer_kernel(self.spec.optimizer),
             **({"attention_kernel": _tf_transformer.ATTENTION_KERNEL} if self.spec.family == "transformer" else {}),
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
@@ -253,7 +254,8 @@ def _gru(tf, v, h, token, hidden: int):
 
 def _loss_fn(tf, spec: Workload, v):
     def xent(logits, labels):
-        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        # float32 whatever the compute dtype: the loss in float32 under --precision bf16
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=tf.cast(logits, tf.float32))
 
     if spec.family == "mlp":
         return lambda b: tf.reduce_mean(
@@ -275,7 +277,7 @@ def _loss_fn(tf, spec: Workload, v):
     def one_step(h, tok, tgt, m):
         h = _gru(tf, v, h, tok, spec.hidden)
         logits = tf.matmul(h, v["out/kernel"]) + v["out/bias"]
-        return h, tf.reduce_sum(xent(logits, tgt) * m)
+        return h, tf.reduce_sum(xent(logits, tgt) * tf.cast(m, tf.float32))
 
     def caption_loss(b):
         h = tf.tanh(tf.matmul(b["features"], v["img/kernel"]) + v["img/bias"])
@@ -288,7 +290,7 @@ def _loss_fn(tf, spec: Workload, v):
             for t in range(b["tokens"].shape[1]):  # static length: unrolled, retraced per shape
                 h, ce = one_step(h, b["tokens"][:, t], b["targets"][:, t], b["mask"][:, t])
                 total += ce
-        return total / tf.reduce_sum(b["mask"])
+        return total / tf.reduce_sum(tf.cast(b["mask"], tf.float32))
 
     return caption_loss
 

@@ -45,6 +45,7 @@ class TorchEager(Adapter):
     loader_kind = LOADER_KIND
     image_loader_kind = IMAGE_LOADER_KIND
     families = ("mlp", "cnn", "rnn-caption", "transformer")
+    precisions = ("fp32", "tf32", "bf16")
 
     def version(self) -> dict[str, str]:
         import torch
@@ -65,6 +66,7 @@ class TorchEager(Adapter):
         self.torch = torch
         self.device = torch.device(device)
         self.spec = spec
+        self.options = options
         self.model = _build(torch, spec, self._compile).to(self.device)
         self.model.load_canonical(params)
         betas = (ADAM_BETA1, ADAM_BETA2)
@@ -118,7 +120,8 @@ class TorchEager(Adapter):
 
     def train_step(self, batch: Any) -> Any:
         self.opt.zero_grad(set_to_none=True)
-        loss = self.model.loss(batch)
+        with kit.torch_autocast(self.torch, self.device, self.options.bf16):
+            loss = self.model.loss(batch)
         loss.backward()
         self.opt.step()
         return loss.detach()
@@ -146,6 +149,7 @@ class TorchEager(Adapter):
             **kit.torch_settings(self.torch),
             "optimizer_kernel": f"torch.optim.{type(self.opt).__name__} ({kind})",
             **({"attention_kernel": _torch_transformer.ATTENTION_KERNELS[self.spec.attention]} if attention else {}),
+            "mixed_precision": kit.mixed_precision("torch", self.options),
         }
 
     def device_busy(self) -> bool | None:

@@ -84,10 +84,13 @@ def _new_run(args: argparse.Namespace, adapters) -> tuple[Path, Run]:
         strategy=args.strategy,
         data=args.data,
         precision=args.precision,
+        force_precision=args.force_precision,
         sweep=args.sweep,
         gpu_present=variant.detect().driver is not None,
         envs=args.env,
     )
+    if args.command == "fidelity" and args.precision == "bf16":
+        raise PlanError("--precision bf16: the idiomatic scripts (fidelity/) train in float32; valid: fp32, tf32")
     if args.command == "fidelity":  # each adapter beside its framework's idiomatic script
         cells = fidelity.with_scripts(cells, fidelity.scripts())
         if not cells:
@@ -359,7 +362,18 @@ def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> No
     b.add_argument(
         "--data", default=defaults["data"], help=f"data modes: all, or a comma list of: {', '.join(DATA_MODES)}"
     )
-    b.add_argument("--precision", default="fp32", choices=PRECISIONS, help="fp32 (TF32 off everywhere) or tf32")
+    b.add_argument(
+        "--precision",
+        default="fp32",
+        choices=PRECISIONS,
+        help="fp32 (TF32 off everywhere), tf32, or bf16 (mixed: float32 master weights, bfloat16 compute)",
+    )
+    b.add_argument(
+        "--force-precision",
+        action="store_true",
+        help="time a precision the device only emulates (bf16 on a CPU without bfloat16 instructions) "
+        "instead of skipping those cells",
+    )
     b.add_argument(
         "--sweep", default=defaults["sweep"], metavar="FIELD=V1,V2,...", help="run every cell for each value"
     )

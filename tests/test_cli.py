@@ -100,6 +100,8 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
         (["bench", "--threads", "0"], "--threads must be >= 1"),
         (["bench", "--rounds", "0"], "--rounds must be >= 1, got 0"),
         (["bench", "--profile", "fast"], "invalid choice: 'fast'"),
+        (["bench", "--precision", "fp16"], "invalid choice: 'fp16' (choose from 'fp32', 'tf32', 'bf16')"),
+        (["fidelity", "--precision", "bf16"], "the idiomatic scripts (fidelity/) train in float32"),
         (["report", "/nonexistent/run"], "no such results file"),
     ],
 )

@@ -125,6 +125,12 @@ class Workload(abc.ABC):
             snapshots.append({k: v.copy() for k, v in p.items()})
         return losses, snapshots
 
+    def inert_params(self) -> tuple[str, ...]:
+        """Parameters no output depends on (their exact gradient is identically zero): float32
+        rounding alone moves them under Adam, so conformance leaves them out of the per-tensor
+        update check (the loss and the whole-model step still include them)."""
+        return ()
+
     def flops(self, batch: Batch) -> int | None:
         """Useful floating-point operations of one training (or inference) step on ``batch``,
         or None where the workload states none. Counted analytically from the spec: matmul and

@@ -235,6 +235,10 @@ class Transformer(Workload):
         mask = batch["mask"]
         return mask.shape[0], int(mask.sum(axis=1).max())
 
+    def inert_params(self) -> tuple[str, ...]:
+        # softmax is invariant to q . b_k, a shift shared by every key: the key bias changes nothing
+        return tuple(f"block{layer}/attn/key/bias" for layer in range(self.layers))
+
     def flops(self, batch: Batch) -> int | None:
         """Training: every matmul three times (forward, weight gradient, input gradient), over the
         B x T_b positions the batch needs (N = B T_b):

@@ -13,6 +13,9 @@ dispatch floor: the same step structure on tiny tensors (``Workload.tiny``), tim
     through the adapter itself (harness.running.worker): what the framework and adapter cost per step
     when there is no arithmetic to speak of.
 
+Kernels are timed in the run's precision: TF32 allowed for ``tf32`` runs; bfloat16 operands for
+``bf16`` runs (PyTorch, JAX and TensorFlow; NumPy has no bfloat16 BLAS and times none of them).
+
 A cell's limit is the larger of the two: compute-bound when it is the kernel floor,
 overhead-bound when it is the dispatch floor; the report shows the step time as a multiple of it.
 """
@@ -65,13 +68,13 @@ def _best(fn: Callable[[], Any], sync: Callable[[Any], Any]) -> float:
     return best
 
 
-def _numpy(device: str, tf32: bool) -> Callable[[tuple], Callable[[], Any] | None]:
+def _numpy(device: str, precision: str) -> Callable[[tuple], Callable[[], Any] | None]:
     import numpy as np
 
     rng = np.random.default_rng(0)
 
     def make(kernel: tuple) -> Callable[[], Any] | None:
-        if device != "cpu" or kernel[0] != "matmul":
+        if device != "cpu" or kernel[0] != "matmul" or precision == "bf16":
             return None
         _, m, k, n = kernel
         a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
@@ -80,11 +83,15 @@ def _numpy(device: str, tf32: bool) -> Callable[[tuple], Callable[[], Any] | Non
     return make
 
 
-def _torch(device: str, tf32: bool) -> Callable[[tuple], Callable[[], Any] | None]:
+def _torch(device: str, precision: str) -> Callable[[tuple], Callable[[], Any] | None]:
+    import functools
+
     import torch
     from torch.nn import grad
 
+    tf32 = precision == "tf32"
     dev = torch.device(device)
+    randn = functools.partial(torch.randn, device=dev, dtype=torch.bfloat16 if precision == "bf16" else None)
     torch.set_grad_enabled(False)
     if device == "cuda":
         torch.backends.cuda.matmul.fp32_precision = "tf32" if tf32 else "ieee"
@@ -94,11 +101,11 @@ def _torch(device: str, tf32: bool) -> Callable[[tuple], Callable[[], Any] | Non
     def make(kernel: tuple) -> Callable[[], Any] | None:
         if kernel[0] == "matmul":
             _, m, k, n = kernel
-            a, b = torch.randn(m, k, device=dev), torch.randn(k, n, device=dev)
+            a, b = randn(m, k), randn(k, n)
             return lambda: a @ b
         _, bs, h, w, cin, cout, role = kernel
-        x, wt = torch.randn(bs, cin, h, w, device=dev), torch.randn(cout, cin, 3, 3, device=dev)
-        y = torch.randn(bs, cout, h, w, device=dev)
+        x, wt = randn(bs, cin, h, w), randn(cout, cin, 3, 3)
+        y = randn(bs, cout, h, w)
         return {
             "forward": lambda: torch.nn.functional.conv2d(x, wt, padding=1),
             "input_grad": lambda: grad.conv2d_input(x.shape, wt, y, padding=1),
@@ -108,13 +115,14 @@ def _torch(device: str, tf32: bool) -> Callable[[tuple], Callable[[], Any] | Non
     return make
 
 
-def _jax(device: str, tf32: bool) -> Callable[[tuple], Callable[[], Any] | None]:
+def _jax(device: str, precision: str) -> Callable[[tuple], Callable[[], Any] | None]:
     import jax
     import jax.numpy as jnp
 
-    jax.config.update("jax_default_matmul_precision", "tensorfloat32" if tf32 else "highest")
+    jax.config.update("jax_default_matmul_precision", "tensorfloat32" if precision == "tf32" else "highest")
     dev = jax.devices(device)[0]
     key = jax.random.PRNGKey(0)
+    dtype = jnp.bfloat16 if precision == "bf16" else jnp.float32
 
     def conv(x: Any, w: Any) -> Any:
         return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
@@ -122,12 +130,12 @@ def _jax(device: str, tf32: bool) -> Callable[[tuple], Callable[[], Any] | None]
     def make(kernel: tuple) -> Callable[[], Any] | None:
         if kernel[0] == "matmul":
             _, m, k, n = kernel
-            a, b = (jax.device_put(jax.random.normal(key, s), dev) for s in ((m, k), (k, n)))
+            a, b = (jax.device_put(jax.random.normal(key, s, dtype), dev) for s in ((m, k), (k, n)))
             f = jax.jit(jnp.matmul)
             return lambda: f(a, b)
         _, bs, h, w, cin, cout, role = kernel
         x, wt, y = (
-            jax.device_put(jax.random.normal(key, s), dev)
+            jax.device_put(jax.random.normal(key, s, dtype), dev)
             for s in ((bs, h, w, cin), (3, 3, cin, cout), (bs, h, w, cout))
         )
         if role == "forward":
@@ -142,10 +150,13 @@ def _jax(device: str, tf32: bool) -> Callable[[tuple], Callable[[], Any] | None]
     return make
 
 
-def _tensorflow(device: str, tf32: bool) -> Callable[[tuple], Callable[[], Any] | None]:
+def _tensorflow(device: str, precision: str) -> Callable[[tuple], Callable[[], Any] | None]:
+    import functools
+
     import tensorflow as tf
 
-    tf.config.experimental.enable_tensor_float_32_execution(tf32)
+    tf.config.experimental.enable_tensor_float_32_execution(precision == "tf32")
+    normal = functools.partial(tf.random.normal, dtype=tf.bfloat16 if precision == "bf16" else tf.float32)
     tf.config.threading.set_intra_op_parallelism_threads(int(os.environ.get("TF_NUM_INTRAOP_THREADS", "0")))
     place = tf.device("/GPU:0" if device == "cuda" else "/CPU:0")
 
@@ -153,13 +164,13 @@ def _tensorflow(device: str, tf32: bool) -> Callable[[tuple], Callable[[], Any] 
         with place:
             if kernel[0] == "matmul":
                 _, m, k, n = kernel
-                a, b = tf.random.normal((m, k)), tf.random.normal((k, n))
+                a, b = normal((m, k)), normal((k, n))
                 return lambda: tf.linalg.matmul(a, b)
             _, bs, h, w, cin, cout, role = kernel
             x, wt, y = (
-                tf.random.normal((bs, h, w, cin)),
-                tf.random.normal((3, 3, cin, cout)),
-                tf.random.normal((bs, h, w, cout)),
+                normal((bs, h, w, cin)),
+                normal((3, 3, cin, cout)),
+                normal((bs, h, w, cout)),
             )
             ops = {
                 "forward": lambda: tf.nn.conv2d(x, wt, 1, "SAME"),
@@ -176,7 +187,7 @@ def _tensorflow(device: str, tf32: bool) -> Callable[[tuple], Callable[[], Any] 
 
 
 #: Each library's kernels, timed in a process of its own (its module name -> how to make a kernel).
-LIBRARIES: dict[str, Callable[[str, bool], Callable[[tuple], Callable[[], Any] | None]]] = {
+LIBRARIES: dict[str, Callable[[str, str], Callable[[tuple], Callable[[], Any] | None]]] = {
     "numpy": _numpy,
     "torch": _torch,
     "jax": _jax,
@@ -200,9 +211,10 @@ def _sync(library: str, device: str) -> Callable[[Any], Any]:
     return lambda r: r
 
 
-def measure(library: str, device: str, kernels: list[tuple], tf32: bool = False) -> dict[str, float | None]:
-    """Seconds per call of each kernel with one library, keyed by ``_key`` (None where it has none)."""
-    make, sync = LIBRARIES[library](device, tf32), _sync(library, device)
+def measure(library: str, device: str, kernels: list[tuple], precision: str = "fp32") -> dict[str, float | None]:
+    """Seconds per call of each kernel with one library in ``precision``, keyed by ``_key`` (None
+    where it has none)."""
+    make, sync = LIBRARIES[library](device, precision), _sync(library, device)
     out = {}
     for kernel in kernels:
         fn = make(tuple(kernel))
@@ -287,7 +299,7 @@ def main(argv: list[str]) -> int:
     library, device, src, out, *rest = argv
     precision = rest[0] if rest else "fp32"
     kernels = json.loads(Path(src).read_text())
-    Path(out).write_text(json.dumps(measure(library, device, kernels, tf32=precision == "tf32")))
+    Path(out).write_text(json.dumps(measure(library, device, kernels, precision)))
     return 0
 
 

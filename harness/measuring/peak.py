@@ -3,9 +3,12 @@
 Run once per device per run, in its own process (``python -m harness.measuring.peak DEVICE OUT [PRECISION]``)
 so the parent imports no framework. On CPU the best of NumPy's BLAS and PyTorch (oneDNN/MKL)
 counts; on CUDA PyTorch, else JAX, in the run's precision (``tf32`` runs are bounded by the TF32
-matmul peak, ``fp32`` runs by the full-precision one). The matmul is timed after a warm-up, best
-of repeats over at least MIN_S seconds, with a device sync; the copy counts bytes read plus bytes
-written. The run measures both at its start and its end and keeps the better (``best_of``).
+matmul peak, ``fp32`` runs by the full-precision one). ``bf16`` runs are bounded by the best of
+the bfloat16 matmul (PyTorch and JAX; NumPy has no bfloat16 BLAS) and the float32 ones: a
+mixed-precision step runs both kinds, and where bfloat16 is emulated float32 is the faster. The
+matmul is timed after a warm-up, best of repeats over at least MIN_S seconds, with a device sync;
+the copy counts bytes read plus bytes written. The run measures both at its start and its end
+and keeps the better (``best_of``).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ def _best(fn: Callable[[], Any], sync: Callable[[Any], Any]) -> float:
     return best
 
 
-def measure_cpu() -> dict[str, Any]:
+def measure_cpu(bf16: bool = False) -> dict[str, Any]:
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -51,13 +54,29 @@ def measure_cpu() -> dict[str, Any]:
 
         ta, tb = torch.from_numpy(a), torch.from_numpy(b)
         by["torch"] = flops / _best(lambda: ta @ tb, lambda r: r) / 1e9
+        if bf16:
+            ha, hb = ta.bfloat16(), tb.bfloat16()
+            by["torch bf16"] = flops / _best(lambda: ha @ hb, lambda r: r) / 1e9
+    if bf16 and importlib.util.find_spec("jax"):
+        by["jax bf16"] = flops / _jax_bf16_matmul_s("cpu") / 1e9
     src = np.ones(COPY_BYTES // 4, np.float32)
     dst = np.empty_like(src)
     copy_gbs = 2 * COPY_BYTES / _best(lambda: np.copyto(dst, src), lambda r: r) / 1e9
     return {"matmul_gflops": max(by.values()), "matmul_gflops_by": by, "copy_gbs": copy_gbs}
 
 
-def measure_cuda(tf32: bool = False) -> dict[str, Any]:
+def _jax_bf16_matmul_s(device: str) -> float:
+    """Seconds of JAX's best MATMUL_N^3 bfloat16 matmul on ``device``."""
+    import jax
+    import jax.numpy as jnp
+
+    dev = jax.devices(device)[0]
+    a, b = (jax.device_put(jnp.ones((MATMUL_N, MATMUL_N), jnp.bfloat16), dev) for _ in range(2))
+    matmul = jax.jit(lambda x, y: x @ y)
+    return _best(lambda: matmul(a, b), jax.block_until_ready)
+
+
+def measure_cuda(tf32: bool = False, bf16: bool = False) -> dict[str, Any]:
     flops = 2 * MATMUL_N**3
     if importlib.util.find_spec("torch"):
         import torch
@@ -71,8 +90,12 @@ def measure_cuda(tf32: bool = False) -> dict[str, Any]:
             def sync(_: Any) -> None:
                 torch.cuda.synchronize()
 
+            seconds = _best(lambda: a @ b, sync)
+            if bf16:  # the bfloat16 matmul, or float32 where that is faster (emulated bf16)
+                ha, hb = a.bfloat16(), b.bfloat16()
+                seconds = min(seconds, _best(lambda: ha @ hb, sync))
             return {
-                "matmul_gflops": flops / _best(lambda: a @ b, sync) / 1e9,
+                "matmul_gflops": flops / seconds / 1e9,
                 "matmul_gflops_by": "torch",
                 "copy_gbs": 2 * COPY_BYTES / _best(lambda: dst.copy_(src), sync) / 1e9,
             }
@@ -85,8 +108,11 @@ def measure_cuda(tf32: bool = False) -> dict[str, Any]:
     matmul = jax.jit(lambda x, y: x @ y)
     copy = jax.jit(lambda x: x + 0)
     src = jax.device_put(jnp.ones(COPY_BYTES // 4, jnp.float32), dev)
+    seconds = _best(lambda: matmul(a, b), jax.block_until_ready)
+    if bf16:
+        seconds = min(seconds, _jax_bf16_matmul_s("cuda"))
     return {
-        "matmul_gflops": flops / _best(lambda: matmul(a, b), jax.block_until_ready) / 1e9,
+        "matmul_gflops": flops / seconds / 1e9,
         "matmul_gflops_by": "jax",
         "copy_gbs": 2 * COPY_BYTES / _best(lambda: copy(src), jax.block_until_ready) / 1e9,
     }
@@ -115,7 +141,8 @@ def best_of(start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     device, out, *rest = argv
     precision = rest[0] if rest else "fp32"
-    result = measure_cpu() if device == "cpu" else measure_cuda(tf32=precision == "tf32")
+    bf16 = precision == "bf16"
+    result = measure_cpu(bf16) if device == "cpu" else measure_cuda(tf32=precision == "tf32", bf16=bf16)
     Path(out).write_text(json.dumps({"device": device, "precision": precision, **result}))
     return 0
 

@@ -89,6 +89,10 @@ def hardware(recs: list[dict[str, Any]], envs: dict[str, dict[str, Any]]) -> lis
     return out
 
 
+#: What the peak's matmul ran in, by the run's precision (harness.measuring.peak).
+PEAK_KIND = {"tf32": "float32 (TF32 allowed)", "bf16": "bfloat16 or float32 (the faster)"}
+
+
 def _peak_lines(machine: str, peaks: dict[str, Any]) -> list[str]:
     lines = []
     for device, peak in peaks.items():
@@ -102,8 +106,9 @@ def _peak_lines(machine: str, peaks: dict[str, Any]) -> list[str]:
         if "matmul_gflops_end" in peak:
             start, end = sig(peak["matmul_gflops_start"]), sig(peak["matmul_gflops_end"])
             when = f", the better of {start} at the run's start and {end} at its end"
+        kind = PEAK_KIND.get(peak.get("precision", "fp32"), "float32")
         lines.append(
-            f"- {where}: float32 matmul {sig(peak['matmul_gflops'])} GFLOP/s ({source}{when}); "
+            f"- {where}: {kind} matmul {sig(peak['matmul_gflops'])} GFLOP/s ({source}{when}); "
             f"copy {sig(peak['copy_gbs'])} GB/s (read + write)"
         )
     return lines

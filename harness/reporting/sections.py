@@ -158,6 +158,22 @@ def method(recs: list[dict[str, Any]]) -> str:
             "(every width 1-3), in the cell's first round; `dispatch`: the cell is overhead-bound. 1.0x would "
             "be the floor itself."
         )
+    if any(r.get("precision") == "bf16" for r in ok):
+        lines.append(
+            "- `bf16`: mixed precision, float32 master weights and optimiser state, bfloat16 compute in the "
+            "training step's forward and backward, the loss in float32, through each framework's own "
+            "mechanism (`torch.autocast`, Keras's `mixed_bfloat16` policy, explicit casts at the loss's "
+            "entry in TensorFlow without Keras, JAX and Flax; each record's `settings.mixed_precision` "
+            "names it). The peak is the faster of a bfloat16 and a float32 matmul; the kernel floors time "
+            "the step's matmuls and convolutions with bfloat16 operands. On a device without bfloat16 "
+            "arithmetic these cells are skipped unless the run was forced (`--force-precision`), since "
+            "they would time the emulation."
+            + (
+                " This run was forced: on such a device its bf16 cells time the emulation."
+                if any(r.get("force_precision") for r in ok)
+                else ""
+            )
+        )
     lines += [
         "- Every timed step is the adapter's `train_step` followed by `sync`, which blocks until the "
         "device has finished and reads the loss, so asynchronous dispatch cannot hide work. On a GPU, "

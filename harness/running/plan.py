@@ -137,6 +137,7 @@ def plan(
     strategy: str = "all",
     data: str = "resident",
     precision: str = "fp32",
+    force_precision: bool = False,
     sweep: str | None = None,
     gpu_present: bool = False,
     envs: list[str] = (),
@@ -144,7 +145,8 @@ def plan(
     """The cells of a run, in order: workload (and its strategies), data mode, device, adapter
     (and its environments). With ``envs`` (``NAME=PYTHON``), every adapter also runs in each
     named Python environment, as the adapter ``<adapter>@<NAME>``: two versions of a framework
-    side by side in one run."""
+    side by side in one run. ``force_precision``: run a precision the device only emulates
+    (harness.running.precision) instead of skipping its cells."""
     names = select_adapters(framework, adapters)
     workloads = select_workloads(workload)
     devices = select_devices(device, gpu_present)
@@ -196,6 +198,7 @@ def plan(
                 "data": mode,
                 "device_requested": d,
                 "precision": precision,
+                **({"force_precision": True} if force_precision else {}),
                 "profile": profile,
                 "threads": threads,
                 **({"pipeline": pipe} if pipe else {}),

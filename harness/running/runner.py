@@ -19,6 +19,7 @@ from harness import env as machine_env
 from harness import records
 from harness.measuring import limits_cache
 from harness.measuring.contention import CONTENDED_CORES, OtherLoad
+from harness.running import precision
 from harness.running.progress import MatrixProgress
 from workloads import SpecError, get_workload, override
 from workloads.images import has_images
@@ -99,18 +100,21 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def skip_reason(info: AdapterInfo, cell: dict[str, Any]) -> str | None:
     """Why the cell will be skipped, known in the parent without starting a framework: the
-    framework is not installed, the adapter declines the spec (``supports``), or has no native
-    input pipeline for ``--data loader``. None if none of these. Raises SpecError."""
+    framework is not installed, the adapter declines the spec (``supports``), has no native
+    input pipeline for ``--data loader``, or the cell's precision is not native on its device
+    (harness.running.precision). None if none of these. Raises SpecError."""
     if not info.available and not cell.get("python"):  # another environment may have it
         return info.unavailable
-    unsupported = info.cls().supports(override(get_workload(cell["workload"]), cell["overrides"]))
+    spec = override(get_workload(cell["workload"]), cell["overrides"])
+    unsupported = info.cls().supports(spec)
     if not unsupported and cell.get("data") == "loader":
-        spec = override(get_workload(cell["workload"]), cell["overrides"])
         if has_images(spec) and info.cls.image_loader_kind is None:
             unsupported = f"{info.name} has no native image input pipeline"
         elif not has_images(spec) and info.cls.loader_kind is None:
             unsupported = f"{info.name} has no native input pipeline"
-    return unsupported
+    if not unsupported:
+        unsupported = info.cls().precision_reason(cell.get("precision", "fp32"))
+    return unsupported or precision.skip_reason(cell, spec)
 
 
 def run_cell(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[str, Any]:

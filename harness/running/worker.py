@@ -381,7 +381,9 @@ def check(cell: dict[str, Any], steps: int, snapshot: int) -> dict[str, np.ndarr
             snaps.update({f"param{step + 1}:{k}": v for k, v in adapter.params().items()})
     settings = np.asarray(json.dumps(writable(adapter.settings())))  # as a bench record keeps them
     extra = {"step_compiles": np.asarray(compiled, dtype=np.int64)} if counted else {}
-    return {"losses": np.asarray(losses, dtype=np.float64), "settings": settings, **snaps, **extra}
+    precision = np.asarray(cell.get("precision", "fp32"))  # harness.checks.conformance picks its allowance by it
+    losses = np.asarray(losses, dtype=np.float64)
+    return {"losses": losses, "settings": settings, "precision": precision, **snaps, **extra}
 
 
 def _counters(adapter) -> tuple[int, int]:
