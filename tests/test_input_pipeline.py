@@ -266,9 +266,9 @@ def test_report_section_plots_and_names_the_crossover(tmp_path):
     recs = [
         _pipeline_record("torch-eager", 0, 40.0, 0.7, 1.0),
         _pipeline_record("torch-eager", 1, 30.0, 0.6, 1.6),
-        _pipeline_record("torch-eager", 2, 20.0, 0.2, 1.9),
-        _pipeline_record("tf-function", 0, 15.0, 0.3, 1.2),
-        _pipeline_record("tf-function", 2, 12.0, 0.1, 1.8),
+        _pipeline_record("torch-eager", 2, 20.0, 0.05, 1.9),
+        _pipeline_record("tf-function", 0, 15.0, 0.08, 1.2),
+        _pipeline_record("tf-function", 2, 12.0, 0.02, 1.8),
         _pipeline_record("jax-jit", 0, 50.0, 0.8, 1.0),
         _pipeline_record("jax-jit", 2, 45.0, 0.6, 2.0),
         record("keras-jax", workload="cnn", status="skipped", data="loader", reason="no pipeline"),
@@ -276,7 +276,7 @@ def test_report_section_plots_and_names_the_crossover(tmp_path):
     text = "\n".join(pipelines.section(recs, tmp_path, plots.palette(recs)))
     assert "### cnn on cpu: workers" in text
     assert "share the same 2 logical CPUs" in text
-    crossing = "stops being input-bound between workers=1 (waits 60% of the step) and workers=2 (20%)"
+    crossing = "stops being input-bound between workers=1 (waits 60% of the step) and workers=2 (5%)"
     assert f"torch-eager's pipeline; {crossing}" in text
     assert "tf-function's pipeline; compute-bound already at workers=0" in text
     assert "jax-jit's pipeline; input-bound at every workers value tried" in text

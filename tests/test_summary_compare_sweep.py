@@ -129,6 +129,13 @@ def test_summary_input_bound_finding_where_data_modes_ran():
     assert "`DATA=all`" in summary.missing_sentences([resident])[0]
 
 
+def test_missing_cells_name_the_setting_they_were_skipped_for():
+    ok = timed("tf-function", 1.0, workload="transformer", overrides=["strategy=exact", "attention=naive"])
+    fused = record("tf-function", "transformer", "skipped", overrides=["strategy=exact", "attention=fused"])
+    (line,) = summary.missing_sentences([ok, fused])
+    assert "skipped: exact attention=fused for tf-function on transformer" in line
+
+
 def test_summary_of_the_full_cpu_run_fits_in_eight_sentences():
     recs, _ = report.load_runs([REPO / "reports" / "2026-11-23-cpu-all"])
     found = summary.sentences(recs)

@@ -145,7 +145,9 @@ class Transformer(Workload):
             raise SpecError(f"attention {self.attention!r} is not one of: {', '.join(ATTENTION)}")
         if self.task not in TASKS:
             raise SpecError(f"task {self.task!r} is not one of: {', '.join(TASKS)}")
-        if not self.buckets or list(self.buckets) != sorted(self.buckets) or self.buckets[-1] < self.max_len:
+        # with fixed lengths every batch is max_len long: no bucket is ever looked up
+        short = self.lengths == "vary" and self.buckets and self.buckets[-1] < self.max_len
+        if not self.buckets or list(self.buckets) != sorted(self.buckets) or short:
             raise SpecError(f"buckets must be increasing and end at >= max_len ({self.max_len}), got {self.buckets!r}")
 
     @property
@@ -193,7 +195,7 @@ class Transformer(Workload):
         if self.strategy == "exact":
             return length
         if self.strategy == "bucketed":
-            return min(next(b for b in self.buckets if b >= length), self.max_len)
+            return min(next((b for b in self.buckets if b >= length), self.max_len), self.max_len)
         return self.max_len
 
     def batches(self) -> list[Batch]:

@@ -226,7 +226,9 @@ def missing_sentences(recs: list[Record]) -> list[str]:
     for r in recs:
         if r["status"] != "ok":
             data = r.get("data") if r.get("data", "resident") != "resident" else None
-            how = " ".join(filter(None, [strategy(r) or _spec_strategy(r), data]))
+            # the cell's other settings (e.g. attention=fused): the gap may be theirs, not the strategy's
+            extra = [o for o in r.get("overrides", []) if not o.startswith("strategy=")]
+            how = " ".join(filter(None, [strategy(r) or _spec_strategy(r), data, *extra]))
             idle.setdefault((r["status"], how), set()).add(r["adapter"])
             places.setdefault((r["status"], how), set()).add(r["workload"])
     for (status, how), adapters in sorted(idle.items()):
