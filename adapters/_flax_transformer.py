@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from adapters import _jax_transformer
 from workloads import Params, Workload
-from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ADAMW_WEIGHT_DECAY
 from workloads.transformer import LN_EPS
 
 #: What each ``attention`` setting runs, for the record's settings.
@@ -39,14 +39,7 @@ def adamw(jax: Any, optax: Any, learning_rate: float) -> Any:
         names = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
         return names[-1] in ("kernel", "embedding")
 
-    return optax.adamw(
-        learning_rate,
-        b1=ADAM_BETA1,
-        b2=ADAM_BETA2,
-        eps=ADAM_EPS,
-        weight_decay=ADAMW_WEIGHT_DECAY,
-        mask=lambda params: jax.tree_util.tree_map_with_path(decays, params),
-    )
+    return _jax_transformer.adamw(optax, learning_rate, lambda params: jax.tree_util.tree_map_with_path(decays, params))
 
 
 def build(nnx: Any, spec: Workload) -> Any:

@@ -23,16 +23,16 @@ ATTENTION_KERNELS = {
 }
 
 
-def adamw(optax: Any, learning_rate: float) -> Any:
+def adamw(optax: Any, learning_rate: float, mask: Any = None) -> Any:
     """``optax.adamw`` with the workloads' constants, decaying only what ``decays`` names
-    (canonical parameter names are the dict keys)."""
+    (canonical parameter names are the dict keys), or what ``mask`` (params -> bools) says."""
     return optax.adamw(
         learning_rate,
         b1=ADAM_BETA1,
         b2=ADAM_BETA2,
         eps=ADAM_EPS,
         weight_decay=ADAMW_WEIGHT_DECAY,
-        mask=lambda params: {k: decays(k) for k in params},
+        mask=mask or (lambda params: {k: decays(k) for k in params}),
     )
 
 

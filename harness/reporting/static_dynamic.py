@@ -147,7 +147,8 @@ def within_frameworks(groups: dict[tuple, list[Record]]) -> list[str]:
     """Each framework's dynamic and static modes side by side (torch eager vs torch.compile,
     TF eager vs tf.function, JAX op by op vs jit, Keras on torch vs on JAX)."""
     rows = []
-    for (workload, _), recs in groups.items():
+    for (workload, setting), recs in groups.items():
+        label = f"{workload} ({', '.join(setting)})" if setting else workload
         ok = [r for r in recs if r["status"] == "ok"]
         for device in sorted({device_label(r) for r in ok}):
             for framework in sorted({r.get("framework", "") for r in ok}):
@@ -161,7 +162,7 @@ def within_frameworks(groups: dict[tuple, list[Record]]) -> list[str]:
                 rows.append(
                     [
                         framework,
-                        workload,
+                        label,
                         device,
                         name(d),
                         sig(d["median_s"] * 1e3),
