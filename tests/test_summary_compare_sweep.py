@@ -114,6 +114,10 @@ def test_compile_cost_table_in_the_static_vs_dynamic_section():
     lines = static_dynamic.compile_costs({("mlp", ()): [noisy, tied]})
     assert lines[-2].endswith("| tied steady steps: no clear break-even |")
     assert static_dynamic.section({("mlp", ()): [eager]}) == [], "no static cell, no section"
+    eager_jax = timed("jax-eager", 10.0, graph="dynamic", framework="jax", cold_times_s=[0.01] * 4, cold_s=0.04)
+    lines = static_dynamic.within_frameworks({("mlp", ("batch_size=64",)): [eager_jax, static]})
+    row = [c.strip() for c in lines[-2].splitlines()[-1].strip("|").split("|")]
+    assert row[:2] == ["jax", "mlp (batch_size=64)"], "each row says which setting it compares"
 
 
 def test_summary_input_bound_finding_where_data_modes_ran():
