@@ -144,7 +144,7 @@ def test_data_modes_host_runs_and_a_missing_loader_is_skipped(python, tmp_path):
     "args, message",
     [
         (["--data", "disk"], "unknown data mode 'disk'; valid: all, resident, host, loader"),
-        (["--precision", "bf16"], "invalid choice: 'bf16'"),
+        (["--precision", "fp16"], "invalid choice: 'fp16'"),
         (["--strategy", "paded"], "unknown strategy 'paded' (did you mean 'padded'?)"),
     ],
 )
