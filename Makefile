@@ -17,15 +17,18 @@ FRAMEWORK ?= all
 DEVICE ?= auto
 WORKLOAD ?= all
 PROFILE ?= quick
-STRATEGY ?= all
+# default: each variable-length workload's own strategy; all: every strategy and attention kernel.
+STRATEGY ?= default
+# The run's time budget: verdicts settle within it (harness.running.turns); empty: the profile's fixed rounds.
+BUDGET ?= 15m
 DATA ?= resident
 PRECISION ?= fp32
 # FORCE=1: time a precision the device only emulates (bf16 without bfloat16 instructions) instead of skipping it.
 FORCE ?=
 ARGS ?=
-BENCH_ARGS = --framework $(FRAMEWORK) --device $(DEVICE) --workload $(WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(ARGS)
+BENCH_ARGS = --framework $(FRAMEWORK) --device $(DEVICE) --workload $(WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(BUDGET),--budget $(BUDGET)) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(ARGS)
 
-.PHONY: install bench test lint list report sweep compare rerun fidelity doctor lock env clean-venv
+.PHONY: install bench test lint list report sweep compare rerun fidelity doctor lock env calibrate clean-venv
 
 # One environment holds one variant: switching variants recreates it (tensorflow-cpu and
 # tensorflow's CUDA build, for one, cannot share it).
@@ -69,6 +72,11 @@ lock: $(STAMP)
 # make env ENV_NAME=torch-2.12 PACKAGES="torch==2.12.0"
 env: $(STAMP)
 	$(PY) -m harness.install.environments $(ENV_NAME) $(PACKAGES)
+
+# A/A calibration of the verdict rules: identical and slowed twins, many repeats (about 1 minute each here).
+REPEATS ?= 12
+calibrate: $(STAMP)
+	$(PY) -m harness calibrate --framework $(if $(filter all,$(FRAMEWORK)),torch-eager,$(FRAMEWORK)) --workload $(if $(filter all,$(WORKLOAD)),mlp,$(WORKLOAD)) --repeats $(REPEATS) $(ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

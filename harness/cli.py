@@ -6,6 +6,7 @@ import argparse
 import datetime
 import fcntl
 import json
+import re
 import signal
 import sys
 from pathlib import Path
@@ -21,8 +22,8 @@ from harness.install import doctor, variant
 from harness.measuring import floors, peak, timing
 from harness.reporting import compare, report
 from harness.reporting.hardware import physics_violations
-from harness.running import devices, executors, rounds, runner
-from harness.running.plan import DATA_MODES, DEVICES, PlanError, plan, select_adapters, select_workloads
+from harness.running import devices, executors, rounds, runner, turns
+from harness.running.plan import DATA_MODES, DEVICES, PlanError, plan, select_adapters, select_workloads, twins
 from harness.running.progress import MatrixProgress
 from workloads import STRATEGIES, WORKLOADS
 
@@ -50,11 +51,13 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 class Run(NamedTuple):
-    """A planned run (as plan.json keeps it): its cells, rounds per cell, seconds per worker."""
+    """A planned run (as plan.json keeps it): its cells, rounds per cell, seconds per worker, and
+    its time budget (seconds, or None: fixed rounds)."""
 
     cells: list[dict[str, Any]]
     rounds: int
     timeout_s: float
+    budget_s: float | None = None
 
     def todo(self, results: Path) -> list[tuple[dict[str, Any], int]]:
         """(cell, round) pairs without a record in ``results`` yet, in running order."""
@@ -101,7 +104,9 @@ def _new_run(args: argparse.Namespace, adapters) -> tuple[Path, Run]:
             f"{run_dir} already holds results; resume it with --resume {run_dir} or choose another --run-id"
         )
     profile = timing.PROFILES[args.profile]
-    return run_dir, Run(cells, args.rounds or profile.rounds, args.timeout or profile.timeout_s)
+    if args.twins:
+        cells = twins(cells, args.twins)
+    return run_dir, Run(cells, args.rounds or profile.rounds, args.timeout or profile.timeout_s, args.budget)
 
 
 def _script_names() -> str:
@@ -114,7 +119,7 @@ def _resumed_run(run_dir: Path, adapters) -> Run:
     if not plan_path.is_file():
         raise PlanError(f"{run_dir} is not a run folder (no {PLAN}); valid: a folder written by bench")
     saved = json.loads(plan_path.read_text())
-    run = Run(saved["cells"], saved.get("rounds", 1), saved["timeout_s"])
+    run = Run(saved["cells"], saved.get("rounds", 1), saved["timeout_s"], saved.get("budget_s"))
     unknown = sorted({records.base_adapter(c) for c, _ in run.todo(run_dir / records.RESULTS)} - set(adapters))
     if unknown:
         raise PlanError(f"adapters of that run are not installed here: {', '.join(unknown)}")
@@ -238,7 +243,7 @@ def _run_with(args: argparse.Namespace, adapters, run_dir: Path, run: Run, backe
             c["kernel_floor_s"] = found["floors"][c["cell_id"]]
         info["kernel_floors"] = {k: found[k] for k in ("kernels", "fastest_library", "errors")}
         (run_dir / records.ENV).write_text(json.dumps(info, indent=2) + "\n")
-        plan_json = {"timeout_s": run.timeout_s, "rounds": run.rounds, "cells": cells}
+        plan_json = {"timeout_s": run.timeout_s, "rounds": run.rounds, "budget_s": run.budget_s, "cells": cells}
         (run_dir / PLAN).write_text(json.dumps(plan_json, indent=1) + "\n")
     results = run_dir / records.RESULTS
     todo = run.todo(results)
@@ -253,7 +258,11 @@ def _run_with(args: argparse.Namespace, adapters, run_dir: Path, run: Run, backe
     try:
         with MatrixProgress(len(todo)) as progress:
             if backend is None:
-                runner.run_cells(todo, run.rounds, adapters, results, run.timeout_s, progress)
+                # A resumed run's budget counts afresh: what it had spent is not known.
+                budget = turns.Budget(run.budget_s)
+                progress.budget = budget if run.budget_s is not None else None
+                level = turns.verdict_level(run.rounds, run.budget_s)
+                turns.run(todo, run.rounds, adapters, results, run.timeout_s, progress, budget, level)
             else:
                 executors.run_rounds(backend, todo, run.rounds, results, run.timeout_s, progress)
     except KeyboardInterrupt:
@@ -341,6 +350,30 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _duration(text: str) -> float:
+    """Seconds of ``90``, ``90s``, ``15m``, ``1h`` or ``1h30m``; argparse's error otherwise."""
+    match = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", text.strip())
+    if not text.strip() or match is None or not any(match.groups()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration; valid: 900, 900s, 15m, 1h, 1h30m")
+    h, m, sec = (float(g or 0) for g in match.groups())
+    seconds = 3600 * h + 60 * m + sec
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a budget must be more than 0 seconds")
+    return seconds
+
+
+def _factors(text: str) -> list[float]:
+    try:
+        factors = [float(f) for f in text.split(",") if f.strip()]
+    except ValueError:
+        factors = []
+    if not factors or any(not 0 <= f <= 10 for f in factors):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: valid: a comma list of slow-downs between 0 and 10, e.g. 0,0.1,0.25"
+        )
+    return factors
+
+
 def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> None:
     b.add_argument("--framework", default="all", help="all, an adapter, a framework family, or a comma list")
     b.add_argument("--workload", default=defaults["workload"], help=f"all, or a comma list of: {', '.join(WORKLOADS)}")
@@ -390,6 +423,22 @@ def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> No
         default=[],
         metavar="NAME=PYTHON",
         help="run every adapter in this Python environment too, as <adapter>@NAME (repeatable): versions side by side",
+    )
+    b.add_argument(
+        "--budget",
+        type=_duration,
+        default=None,
+        metavar="TIME",
+        help="time for the whole run, e.g. 15m: rounds after the first stop when it is spent, and what is left "
+        "goes to more processes of the cells whose verdicts are unsettled (default: the profile's fixed rounds)",
+    )
+    b.add_argument(
+        "--twins",
+        type=_factors,
+        default=None,
+        metavar="F,F,...",
+        help="calibration: every cell also runs as identical twins (F=0) or twins slowed by F of a step "
+        "(0.1: 10%%), named <adapter>~twin<i> or ~slow<percent> (see make calibrate)",
     )
     b.add_argument("--threads", type=int, default=None, help="intra-op threads for every framework (default: all)")
     b.add_argument("--timeout", type=float, default=None, help="seconds per cell (default: the profile's)")
@@ -487,9 +536,15 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("run_b", type=Path, help="the run compared with it")
     c.add_argument("--out", type=Path, default=None, help="markdown file (default: RUN_B/compare-<A>.md)")
     c.set_defaults(func=cmd_compare)
+    sub.add_parser("calibrate", help="A/A calibration of the verdict rules on this machine (--help for its options)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["calibrate"]:  # its own options (harness.calibrate)
+        from harness import calibrate
+
+        return calibrate.main(argv[1:])
     args = parser().parse_args(argv)
     return args.func(args)

@@ -202,3 +202,27 @@ class FaultGpuNoSync(Adapter):
         from adapters.kit import torch_device_busy as device_busy
 
         return device_busy(self.torch, self.device)
+
+
+class FaultKillLate(FaultOk):
+    """Dies (SIGKILL) in the middle of its turns, after the cold window: a resident worker lost
+    while the others wait for their turns."""
+
+    name, fault_step = "fault-kill-late", 150
+
+    def setup(self, spec, params, device, threads):
+        super().setup(spec, params, device, threads)
+        if sum(v.size for v in params.values()) < 100:  # the dispatch floor's tiny twin must not fault
+            self.fault_step = -1
+
+    def fault(self):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class FaultHangLate(FaultKillLate):
+    """Hangs in the middle of its turns."""
+
+    name, fault_step = "fault-hang-late", 150
+
+    def fault(self):
+        time.sleep(3600)

@@ -49,3 +49,59 @@ class OtherLoad:
                 continue
             used += cpu - self._before.get(key, (0.0, None))[0]
         self.cores = max(used, 0.0) / wall if wall > 0 else 0.0
+
+
+#: A turn whose hypervisor steal exceeds this share of the machine's CPU time counts as contended.
+STEAL_SHARE = 0.05
+
+
+def _proc_stat() -> tuple[float, float, float]:
+    """(busy, steal, total) CPU seconds of the whole machine so far, from /proc/stat's ``cpu`` line."""
+    with open("/proc/stat") as f:
+        fields = [float(v) for v in f.readline().split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0.0] * 8)[:8]
+    busy = user + nice + system + irq + softirq
+    return busy / tick, steal / tick, (busy + idle + iowait + steal) / tick
+
+
+def _cpu_of(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            cpu = psutil.Process(pid).cpu_times()
+            total += cpu.user + cpu.system + cpu.children_user + cpu.children_system
+        except psutil.Error:
+            continue
+    return total
+
+
+class MachineLoad:
+    """Load on the whole machine over a short interval (one turn of resident workers), from
+    /proc/stat: ``start(pids)`` and ``stop()`` around it; then ``other_cores`` is the CPU that
+    neither ``pids`` (the workers) nor this process used, in cores, and ``steal`` the share of the
+    machine's CPU time the hypervisor gave to other guests. Tick-granular (10 ms), so a turn
+    shorter than about 0.2 s reads coarsely; ``contended`` allows for that."""
+
+    other_cores: float = 0.0
+    steal: float = 0.0
+
+    def start(self, pids: list[int]) -> None:
+        self._pids = list(pids)
+        self._t0 = time.perf_counter()
+        self._stat = _proc_stat()
+        self._mine = _cpu_of(self._pids) + sum(os.times()[:2])
+
+    def stop(self) -> None:
+        wall = max(time.perf_counter() - self._t0, 1e-9)
+        busy, steal, total = (b - a for a, b in zip(self._stat, _proc_stat(), strict=True))
+        mine = _cpu_of(self._pids) + sum(os.times()[:2]) - self._mine
+        self.other_cores = max(busy - mine, 0.0) / wall
+        self.steal = steal / total if total > 0 else 0.0
+        self._wall = wall
+
+    @property
+    def contended(self) -> bool:
+        # Two ticks of slack per core: /proc's accounting is sampled, and a short turn is few ticks.
+        slack = 2 * (os.cpu_count() or 1) / os.sysconf("SC_CLK_TCK") / self._wall
+        return self.other_cores > CONTENDED_CORES + slack or self.steal > STEAL_SHARE

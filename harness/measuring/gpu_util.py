@@ -35,6 +35,7 @@ class UtilSampler:
         self.gpu: str | None = None
 
     def __enter__(self) -> UtilSampler:
+        self._stop.clear()  # entered again (around each block of a resident worker): samples add up
         try:
             import pynvml
 

@@ -129,37 +129,10 @@ def measure(
     the previous one wrote): a block's one sync of its last step covers the block; otherwise
     (inference: independent steps) every step of a block is synced at its end.
     """
-    step = 0
-    count = compiles or (lambda: 0)
-
-    def run_one() -> tuple[float, float]:
-        nonlocal step
-        t0 = clock()
-        value = sync(step_fn(batches[step % len(batches)]))
-        elapsed = clock() - t0
-        if not math.isfinite(value):
-            raise Diverged(step, value)
-        step += 1
-        return elapsed, value
-
-    cold: list[float] = []
-    values: list[float] = []
-    for _ in range(max(1 + profile.warmup_steps, len(batches))):
-        elapsed, value = run_one()
-        cold.append(elapsed)
-        values.append(value)
-    settled = None
-    if compiles is not None:
-        for _ in range(MAX_COLD_PASSES):
-            before = count()
-            for _ in range(len(batches)):
-                elapsed, value = run_one()
-                cold.append(elapsed)
-            if count() == before:
-                settled = True
-                break
-        else:
-            settled = False
+    stepper = Stepper(step_fn, sync, batches, clock, compiles)
+    count, run_one = stepper.count, stepper.one
+    cold, values, settled = stepper.cold_window(profile)
+    value = values[-1]
 
     times: list[float] = []
     kept: list[int] = []
@@ -176,7 +149,7 @@ def measure(
                 break
             if boundary and spent and len(times) + len(recompiled) >= profile.min_steps:
                 break  # recompiles took the budget; what ran is reported, recompiles apart
-            before, batch = count(), step % len(batches)
+            before, batch = count(), stepper.step % len(batches)
             elapsed, value = run_one()
             if count() != before:
                 recompiled.append(elapsed)
@@ -192,23 +165,79 @@ def measure(
         while len(m.block_times_s) + m.block_recompiles < MIN_BLOCKS or (
             clock() - start < profile.budget_s / 2 and len(m.block_times_s) < MAX_BLOCKS
         ):
-            before, t0 = count(), clock()
-            handles = []
-            for _ in range(m.block_steps):
-                handle = step_fn(batches[step % len(batches)])
-                handles = [handle] if chained else [*handles, handle]  # chained: the last covers all
-                step += 1
-            values = [sync(h) for h in handles]
-            elapsed = clock() - t0
-            value = values[-1]
-            if not all(math.isfinite(v) for v in values):
-                raise Diverged(step - 1, next(v for v in values if not math.isfinite(v)))
+            before = count()
+            elapsed, value = stepper.block(m.block_steps, chained)
             if count() != before:
                 m.block_recompiles += 1
             else:
                 m.block_times_s.append(elapsed)
         m.loss_last = value
     return m
+
+
+class Stepper:
+    """Runs an adapter's steps over placed batches (step i takes batch i % len(batches)), each
+    synced and timed alone (``one``) or issued back to back with one sync (``block``); a
+    non-finite loss raises Diverged. ``count`` reads the cumulative compile count (0 without one)."""
+
+    def __init__(
+        self,
+        step_fn: Callable[[Any], Any],
+        sync: Callable[[Any], float],
+        batches: Sequence[Any],
+        clock: Clock = time.perf_counter,
+        compiles: Callable[[], int] | None = None,
+    ) -> None:
+        self.step_fn, self.sync, self.batches, self.clock = step_fn, sync, batches, clock
+        self.counted = compiles is not None
+        self.count = compiles or (lambda: 0)
+        self.step = 0
+
+    def one(self) -> tuple[float, float]:
+        """One synced step: (seconds, loss)."""
+        t0 = self.clock()
+        value = self.sync(self.step_fn(self.batches[self.step % len(self.batches)]))
+        elapsed = self.clock() - t0
+        if not math.isfinite(value):
+            raise Diverged(self.step, value)
+        self.step += 1
+        return elapsed, value
+
+    def block(self, steps: int, chained: bool = True) -> tuple[float, float]:
+        """``steps`` steps issued back to back, then synced: (seconds, last loss). ``chained``
+        (training): the last step's sync covers the block; else every step is synced at its end."""
+        t0 = self.clock()
+        handles = []
+        for _ in range(steps):
+            handle = self.step_fn(self.batches[self.step % len(self.batches)])
+            handles = [handle] if chained else [*handles, handle]
+            self.step += 1
+        values = [self.sync(h) for h in handles]
+        elapsed = self.clock() - t0
+        if not all(math.isfinite(v) for v in values):
+            raise Diverged(self.step - 1, next(v for v in values if not math.isfinite(v)))
+        return elapsed, values[-1]
+
+    def cold_window(self, profile: Profile) -> tuple[list[float], list[float], bool | None]:
+        """The cold window (module docstring): its step times, their losses, and whether it ended
+        on a compile-free pass (None without a compile count)."""
+        cold: list[float] = []
+        values: list[float] = []
+        for _ in range(max(1 + profile.warmup_steps, len(self.batches))):
+            elapsed, value = self.one()
+            cold.append(elapsed)
+            values.append(value)
+        if not self.counted:
+            return cold, values, None
+        for _ in range(MAX_COLD_PASSES):
+            before = self.count()
+            for _ in range(len(self.batches)):
+                elapsed, value = self.one()
+                cold.append(elapsed)
+                values.append(value)
+            if self.count() == before:
+                return cold, values, True
+        return cold, values, False
 
 
 def quantile(ordered: list[float], q: float) -> float:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from adapters import AdapterInfo
 from adapters.base import PRECISIONS
-from harness.records import cell_id
+from harness.records import base_adapter, cell_id
 from workloads import STRATEGIES, WORKLOADS, SpecError, get_workload, override
 from workloads.images import PIPELINE_FIELDS, has_images, parse_setting
 from workloads.spec import overridable_fields
@@ -90,11 +90,17 @@ def select_devices(expr: str, gpu_present: bool = False) -> list[str]:
     return chosen
 
 
+#: ``--strategy default``: each workload's own default strategy, and its plan axes at their defaults.
+DEFAULT_STRATEGY = "default"
+
+
 def select_strategies(expr: str) -> list[str]:
+    if _items(expr) == [DEFAULT_STRATEGY]:
+        return [DEFAULT_STRATEGY]
     chosen: list[str] = []
     for item in _items(expr):
         if item != "all" and item not in STRATEGIES:
-            raise _bad("strategy", item, ["all", *STRATEGIES])
+            raise _bad("strategy", item, ["all", DEFAULT_STRATEGY, *STRATEGIES])
         chosen += [s for s in (STRATEGIES if item == "all" else [item]) if s not in chosen]
     return chosen
 
@@ -107,6 +113,10 @@ def variants(workload: str, overrides: list[str], strategies: list[str]) -> list
     spec = get_workload(workload)
     fixed = {o.split("=")[0].strip() for o in overrides}
     out = [list(overrides)]
+    if strategies == [DEFAULT_STRATEGY]:  # the spec's own defaults: one cell per adapter
+        if getattr(spec, "task", None) == "train" and "strategy" not in fixed and hasattr(spec, "strategy"):
+            out = [[*overrides, f"strategy={spec.strategy}"]]
+        return out
     if getattr(spec, "task", None) == "train" and "strategy" not in fixed:
         own = getattr(spec, "strategies", STRATEGIES)  # a workload may have fewer (no graph-loop)
         out = [[*overrides, f"strategy={s}"] for s in strategies if s in own]
@@ -206,6 +216,21 @@ def plan(
             }
         )
     return cells
+
+
+def twins(cells: list[dict], factors: list[float]) -> list[dict]:
+    """Each cell, then its twins for calibration (harness.calibrate): the same adapter under
+    another name, ``<adapter>~twin<i>`` for a factor of 0 (identical code), ``<adapter>~slow<p>``
+    for a factor f > 0 (a busy-wait of f times its step inside the timed region, p = 100 f)."""
+    out = []
+    for cell in cells:
+        out.append(cell)
+        for i, f in enumerate(factors, start=1):
+            label = f"{cell['adapter']}~twin{i}" if f == 0 else f"{cell['adapter']}~slow{round(100 * f):g}"
+            ident = f"{label}|" + cell["cell_id"].split("|", 1)[1]
+            twin = {**cell, "adapter": label, "base_adapter": base_adapter(cell), "cell_id": ident}
+            out.append({**twin, **({"slowdown": f} if f else {})})
+    return out
 
 
 ENV_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")

@@ -28,6 +28,7 @@ class MatrixProgress:
 
     def __init__(self, total: int, live: bool | None = None) -> None:
         self.total, self.done = total, 0
+        self.budget: Any = None  # a harness.running.turns.Budget, shown while it runs
         self.live = sys.stdout.isatty() if live is None else live
         self.console = Console(highlight=False, soft_wrap=True)
         self._bar = (
@@ -58,7 +59,16 @@ class MatrixProgress:
     def start(self, cell: dict[str, Any], round_: int = 1) -> None:
         if self._bar:
             what = f"round {round_}: {cell['adapter']} {cell['workload']} {cell['device_requested']}"
+            if self.budget is not None:
+                left = max(self.budget.left(), 0)
+                what += f" | budget left {int(left // 60)}:{int(left % 60):02d}"
             self._bar.update(self._task, description=what)
+
+    def add(self, n: int) -> None:
+        """``n`` more rounds planned (a budget adds generations to unsettled groups)."""
+        self.total += n
+        if self._bar:
+            self._bar.update(self._task, total=self.total)
 
     def drop(self) -> None:
         self.total -= 1

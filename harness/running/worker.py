@@ -6,6 +6,9 @@ starts. Modes:
 
 ``bench``: run the timing protocol and write one result record (JSON) to OUT. Failures inside
 the cell are written as ``failed`` records; skips as ``skipped``.
+``serve``: a resident worker (harness.running.resident): set up and run the cold window, then
+take turns at blocks of steps when the parent asks, over the pipes ``--fds IN,OUT``; then write
+its record to OUT like ``bench``.
 ``probe``: write the adapter's versions and build (``build_info``) as JSON to OUT; for doctor.
 ``check``: CELL.json holds {"cells": [...]}, cells of one adapter; for each, train ``--steps``
 steps and write OUT/<i>.npz with the losses and the parameters before and after each of the
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import platform
 import resource
@@ -231,41 +235,91 @@ def dispatch_floor(cell: dict[str, Any], spec, device: str) -> dict[str, Any]:
         return {"dispatch_floor_error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
+@dataclasses.dataclass
+class Started:
+    """A cell set up and ready for its first step: what ``finish`` needs to write its record."""
+
+    adapter: Any
+    spec: Any
+    device: str
+    setup_s: float
+    batches: list
+    step: Callable[[Any], Any]
+    inputs: list
+    place_s: list[float]
+    pipe: dict[str, Any] | None
+    flops: list[int | None]
+    pass_steps: int
+    """Steps of one pass where steps differ in size (every block holds whole passes), else 1."""
+    chained: bool
+    compiles_before: dict[str, Any]
+
+
+def start(cell: dict[str, Any]) -> Started:
+    """Set the cell up (adapter, spec, device, placed data or pipeline); raises Skip or DeviceFailure."""
+    adapter, spec, device, setup_s = prepare(cell)
+    batches = spec.batches()
+    step, inputs, place_s, pipe = feed(adapter, spec, cell.get("data", "resident"), batches, cell.get("pipeline"))
+    flops = [spec.flops(b) for b in batches]
+    return Started(
+        adapter,
+        spec,
+        device,
+        setup_s,
+        batches,
+        step,
+        inputs,
+        place_s,
+        pipe,
+        flops,
+        # Steps of different sizes: a block is whole passes, so every block does the same work.
+        pass_steps=len(batches) if len(set(flops)) > 1 else 1,
+        chained=getattr(spec, "task", "train") == "train",
+        compiles_before=adapter.compile_stats(),
+    )
+
+
 def bench(cell: dict[str, Any]) -> dict[str, Any]:
+    """The cell's record, timed alone (the protocol of harness.measuring.timing.measure)."""
     profile = timing.PROFILES[cell["profile"]]
     try:
-        adapter, spec, device, setup_s = prepare(cell)
-        batches = spec.batches()
-        step, inputs, place_s, pipe = feed(adapter, spec, cell.get("data", "resident"), batches, cell.get("pipeline"))
+        s = start(cell)
     except Skip as exc:
         return new_record(cell, "skipped", str(exc))
     except DeviceFailure as exc:
         return new_record(cell, "failed", str(exc))
-    before = adapter.compile_stats()
-    sampler = UtilSampler() if device == "cuda" else None
-    cpu = input_pipeline.CpuMeter() if pipe else None
-    flops = [spec.flops(b) for b in batches]
-    # Steps of different sizes: a pipelined block is whole passes, so every block does the same work.
-    pass_steps = len(batches) if len(set(flops)) > 1 else 1
+    sampler = UtilSampler() if s.device == "cuda" else None
+    cpu = input_pipeline.CpuMeter() if s.pipe else None
     m = timing.measure(
-        step,
-        adapter.sync,
-        inputs,
+        s.step,
+        s.adapter.sync,
+        s.inputs,
         profile,
-        steady=_steady_meters(sampler, cpu, pipe and pipe["meter"]),
-        compiles=compile_count(adapter),
-        pass_steps=pass_steps,
-        chained=getattr(spec, "task", "train") == "train",
+        steady=_steady_meters(sampler, cpu, s.pipe and s.pipe["meter"]),
+        compiles=compile_count(s.adapter),
+        pass_steps=s.pass_steps,
+        chained=s.chained,
     )
+    record = finish(cell, s, m, profile, sampler)
+    if record["status"] != "ok":
+        return record
+    if s.pipe:
+        record.update(pipeline_fields(s.adapter, s.spec, s.pipe, cpu, m, profile))
+    return {**record, **dispatch_floor(cell, s.spec, s.device)}  # last: nothing above sees the second adapter
+
+
+def finish(cell: dict[str, Any], s: Started, m: timing.Measurement, profile, sampler) -> dict[str, Any]:
+    """The record of a cell whose steps were measured (``m``), from its steady window and blocks."""
+    adapter, spec, device, batches, flops, pass_steps = s.adapter, s.spec, s.device, s.batches, s.flops, s.pass_steps
     if not m.step_times_s:
         n = len(m.recompile_times_s)
         raise RuntimeError(f"all {n} steady-window steps recompiled: {adapter.name} never reached a steady state")
-    compile_stats = _delta(before, adapter.compile_stats())
+    compile_stats = _delta(s.compiles_before, adapter.compile_stats())
     sync_verified = None
     if device == "cuda":
         # One more step: right after sync() the GPU must have nothing queued, else every step
         # time above stopped the clock before the work was done.
-        adapter.sync(step(inputs[0]))
+        adapter.sync(s.step(s.inputs[0]))
         busy = adapter.device_busy()
         if busy:
             reason = f"{adapter.name}.sync() returned while the GPU still had queued work; its step times read low"
@@ -274,7 +328,7 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
     gflops = achieved_gflops(flops, m.step_batches, m.step_times_s)
     tokens, decode_stats = token_counts(adapter, spec, batches)
     steady = summarize(m.step_times_s, spec.batch_size, batches=m.step_batches if pass_steps > 1 else None)
-    record = new_record(
+    return new_record(
         cell,
         "ok",
         device=device,
@@ -282,8 +336,8 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
         protocol=timing.protocol(profile),
         versions=adapter.version(),
         settings=adapter.settings(),
-        setup_s=setup_s,
-        to_device_s=float(np.median(place_s)),
+        setup_s=s.setup_s,
+        to_device_s=float(np.median(s.place_s)),
         batch_bytes=int(sum(a.nbytes for a in batches[0].values())),
         first_step_s=m.first_step_s,
         cold_steps=len(m.cold_times_s),
@@ -314,9 +368,6 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
         **({"step_batches": m.step_batches, "pass_s": steady["median_s"] * pass_steps} if pass_steps > 1 else {}),
         **steady,
     )
-    if pipe:
-        record.update(pipeline_fields(adapter, spec, pipe, cpu, m, profile))
-    return {**record, **dispatch_floor(cell, spec, device)}  # last: nothing above sees the second adapter
 
 
 @contextlib.contextmanager
@@ -394,11 +445,12 @@ def _counters(adapter) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.running.worker")
-    parser.add_argument("mode", choices=("bench", "check", "probe"))
+    parser.add_argument("mode", choices=("bench", "serve", "check", "probe"))
     parser.add_argument("cell", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--snapshot", type=int, default=5)
+    parser.add_argument("--fds", help="serve: the file descriptors of its command and reply pipes, IN,OUT")
     args = parser.parse_args(argv)
     cell = json.loads(args.cell.read_text())
     if args.mode == "check":  # {"cells": [...]}: one .npz per cell in the folder OUT
@@ -411,7 +463,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     t0 = time.perf_counter()
     try:
-        record = bench(cell)
+        if args.mode == "serve":
+            from harness.running import resident  # it imports this module
+
+            record = resident.serve(cell, *(int(fd) for fd in args.fds.split(",")))
+            if record is None:
+                return 0  # the parent is gone: nothing to report to
+        else:
+            record = bench(cell)
     except timing.Diverged as exc:
         record = new_record(cell, "failed", str(exc))
     except Exception as exc:  # noqa: BLE001 - any failure of a cell becomes its record

@@ -1,0 +1,183 @@
+"""A/A calibration: how often the verdict rules call identical code different, and how often
+they see a known slow-down, measured on this machine with the run protocol itself.
+
+``python -m harness calibrate`` (``make calibrate``) runs one adapter's cell again and again
+(``--repeats``), each time as a fresh small run of the normal protocol (resident workers taking
+turns, ``--rounds`` generations) beside twins of itself: identical twins (the same adapter under
+another name, ``~twin<i>``) and twins slowed by a known share of their step (a busy-wait inside
+the timed region, ``~slow10``, ``~slow25``; harness.running.resident.slowed). Every pair of cells of
+a repeat is judged as a report judges it (harness.stats.verdicts). ``calibration.md`` gives, per
+true effect, how many pairs were called different (false differences for 0%, power otherwise),
+with a Wilson interval, against the targets: at most 5% false, at least 80% power at 10%, 99% at
+25%. The records of every repeat are kept, so the table can be recomputed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from adapters import discover
+from harness import env, records
+from harness.running import turns
+from harness.running.plan import PlanError, plan, twins
+from harness.running.progress import MatrixProgress
+from harness.running.rounds import schedule
+from harness.stats import cells as stats_cells
+from harness.stats import verdicts
+
+#: Targets from the project's issue: false differences at most, power at least.
+TARGETS = {0.0: ("false differences", "<= 5%"), 0.1: ("detected", ">= 80%"), 0.25: ("detected", ">= 99%")}
+
+
+def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson's 95% interval of a proportion."""
+    if n == 0:
+        return 0.0, 1.0
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def effect(rec: dict[str, Any]) -> float:
+    return float(rec.get("slowdown") or 0.0)
+
+
+def judge(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every pair of cells of one repeat whose true effects differ by 0 or a known factor
+    (one side identical code): its true ratio, the estimate, the interval and the verdict."""
+    cells = [r for r in stats_cells.combine_all(recs) if r["status"] == "ok"]
+    out = []
+    for a, b in itertools.combinations(cells, 2):
+        if effect(a) and effect(b):
+            continue  # two slowed twins: no base to measure against
+        if effect(a):
+            a, b = b, a
+        v = verdicts.pair_verdict(a, b)
+        out.append(
+            {
+                "a": a["adapter"],
+                "b": b["adapter"],
+                "effect": effect(b),
+                "ratio": v.point,
+                "low": v.low,
+                "high": v.high,
+                "outcome": v.outcome,
+                "different": v.outcome in ("faster", "slower"),
+                "right_way": v.outcome == "slower" if effect(b) else None,
+            }
+        )
+    return out
+
+
+def table(pairs: list[dict[str, Any]]) -> str:
+    rows = []
+    for f in sorted({p["effect"] for p in pairs}):
+        mine = [p for p in pairs if p["effect"] == f]
+        judged = [p for p in mine if p["outcome"] != "not judged"]
+        hits = sum(p["right_way"] if f else p["different"] for p in judged)
+        low, high = wilson(hits, len(judged))
+        what, target = TARGETS.get(f, ("detected", "-"))
+        widths = sorted((p["high"] - p["low"]) / 2 for p in judged)
+        rows.append(
+            [
+                f"{100 * f:g}%",
+                len(mine),
+                len(judged),
+                f"{hits} {what}",
+                f"{100 * hits / max(len(judged), 1):.1f}% [{100 * low:.1f}, {100 * high:.1f}]",
+                target,
+                f"{100 * widths[len(widths) // 2]:.1f}%" if widths else "-",
+            ]
+        )
+    headers = ["true slow-down", "pairs", "judged", "called", "rate [95% Wilson]", "target", "median half-width"]
+    return tabulate(rows, headers, tablefmt="github")
+
+
+def write(out: Path, pairs: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
+    (out / "calibration.json").write_text(json.dumps({"meta": meta, "pairs": pairs}, indent=1) + "\n")
+    lines = [
+        "# Calibration: identical twins and known slow-downs",
+        "",
+        f"{meta['adapter']} on `{meta['workload']}` ({meta['device']}), {meta['repeats']} repeats, each a fresh run "
+        f"of the bench protocol with {meta['rounds']} generations (fresh processes per cell) taking turns; in each "
+        f"repeat the cell runs beside twins of itself: {meta['twins']}. Machine: {meta['machine']}. "
+        f"Took {meta['wall_min']:.0f} minutes. Command: `{meta['command']}`.",
+        "",
+        "Every pair of one repeat whose true ratio is known (identical code, or one side slowed by a "
+        "busy-wait of a known share of its step inside the timed region) is judged by the verdict rules "
+        "of the reports (harness.stats.verdicts, at the level a report uses). Pairs of twins in one "
+        "repeat share that repeat's machine state, so they are not independent: the Wilson interval "
+        "counts them as if they were and is too narrow by about the square root of the pairs per repeat.",
+        "",
+        table(pairs),
+        "",
+        "A slowed twin counts as detected only when called slower than its base (the right way).",
+        "",
+    ]
+    path = out / "calibration.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness calibrate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--framework", default="torch-eager", help="one adapter (default: torch-eager)")
+    parser.add_argument("--workload", default="mlp")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=2, help="generations (fresh processes) per cell and repeat")
+    parser.add_argument("--twins", default="0,0,0,0.1,0.25", help="slow-downs of the twins; 0: identical")
+    parser.add_argument("--out", type=Path, default=None, help="folder (default: reports/<date>-calibration)")
+    args = parser.parse_args(argv)
+    adapters = discover()
+    if args.repeats < 1 or args.rounds < 1:
+        print(f"error: --repeats and --rounds must be >= 1, got {args.repeats} and {args.rounds}")
+        return 2
+    factors = [float(f) for f in args.twins.split(",")]
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d")
+    out = args.out or Path("reports") / f"{stamp}-calibration"
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    pairs: list[dict[str, Any]] = []
+    for i in range(1, args.repeats + 1):
+        run_dir = out / f"repeat-{i:02d}"
+        run_dir.mkdir(exist_ok=True)
+        results = run_dir / records.RESULTS
+        try:
+            cells = plan(
+                adapters, args.framework, args.workload, args.device, [], "quick", env.default_threads(), run_dir.name
+            )
+        except PlanError as exc:
+            print(f"error: {exc}")
+            return 2
+        cells = twins(cells, factors)
+        done = records.load(results) if results.exists() else []
+        todo = schedule(cells, args.rounds, run_dir.name, done)
+        with MatrixProgress(len(todo)) as progress:
+            turns.run(todo, args.rounds, adapters, results, 600, progress)
+        found = judge(records.load(results))
+        pairs += [{**p, "repeat": i} for p in found]
+        print(table(pairs), flush=True)
+    meta = {
+        "adapter": args.framework,
+        "workload": args.workload,
+        "device": args.device,
+        "repeats": args.repeats,
+        "rounds": args.rounds,
+        "twins": ", ".join(f"{100 * f:g}%" for f in factors),
+        "machine": env.fingerprint().get("cpu", "?"),
+        "wall_min": (time.monotonic() - t0) / 60,
+        "command": "python -m harness calibrate " + " ".join(argv or []),
+    }
+    print(f"calibration: {write(out, pairs, meta)}")
+    return 0

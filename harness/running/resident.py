@@ -1,0 +1,172 @@
+"""A resident worker: one cell's fresh process that stays alive and takes turns with the other
+cells' workers (harness.running.turns drives them).
+
+It sets the cell up and runs its cold window alone (compiles included, as harness.measuring.timing
+describes), says ``ready``, then waits idle on its command pipe. Each ``turn`` runs one block of
+synced steps (each timed alone; about BLOCK_S, whole passes where steps differ in size) and one
+pipelined block (issued back to back, one sync), and replies with the block's step time. ``finish``
+names the turns to keep (the parent leaves out turns taken under contention); the record is built
+from those alone. End of file on the command pipe (the parent died) ends the worker silently.
+
+Messages are JSON lines: commands ``{"cmd": "turn", "turn": T}``, ``{"cmd": "finish", "keep": [T, ...]}``;
+replies ``{"event": "ready", ...}``, ``{"event": "turn", "turn": T, "block_s": S, ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from harness.measuring import timing
+from harness.measuring.gpu_util import UtilSampler
+from harness.records import new_record
+from harness.running import worker
+from harness.running.rounds import step_time
+
+#: Most steps in one block, whatever the step time (a tiny step would otherwise ask for millions).
+MAX_BLOCK_STEPS = 2000
+
+
+def block_steps(step_s: float, pass_steps: int, block_s: float = timing.BLOCK_S) -> int:
+    """Steps of a block lasting about ``block_s`` at ``step_s`` a step: whole passes of
+    ``pass_steps`` (at least one), at most MAX_BLOCK_STEPS (rounded up to a pass)."""
+    passes = math.ceil(block_s / max(step_s * pass_steps, 1e-9))
+    return pass_steps * max(1, min(passes, math.ceil(MAX_BLOCK_STEPS / pass_steps)))
+
+
+def slowed(step: Callable[[Any], Any], wait_s: float) -> Callable[[Any], Any]:
+    """``step`` followed by a busy-wait of ``wait_s`` inside the timed region: a twin of the
+    adapter slowed by a known amount, for calibration (harness.calibrate). A busy-wait, not a
+    sleep, so the core stays as busy as a slower kernel would keep it."""
+
+    def run(batch: Any) -> Any:
+        handle = step(batch)
+        until = time.perf_counter() + wait_s
+        while time.perf_counter() < until:
+            pass
+        return handle
+
+    return run
+
+
+def _lines(fd: int) -> Iterator[dict[str, Any]]:
+    with os.fdopen(fd, "r") as commands:
+        for line in commands:
+            if line.strip():
+                yield json.loads(line)
+
+
+def serve(cell: dict[str, Any], fd_in: int, fd_out: int) -> dict[str, Any] | None:
+    """Run the cell as a resident worker (module docstring); its record, or None if the parent
+    went away. A skip or a device failure is returned at once, before ``ready``."""
+    profile = timing.PROFILES[cell["profile"]]
+    reply = os.fdopen(fd_out, "w", buffering=1)
+    try:
+        s = worker.start(cell)
+    except worker.Skip as exc:
+        return new_record(cell, "skipped", str(exc))
+    except worker.DeviceFailure as exc:
+        return new_record(cell, "failed", str(exc))
+    stepper = timing.Stepper(s.step, s.adapter.sync, s.inputs, compiles=worker.compile_count(s.adapter))
+    cold, values, settled = stepper.cold_window(profile)
+    # The step time as the cold window ended (its last pass), to size the blocks.
+    tail = cold[-max(s.pass_steps, min(len(cold), 10)) :]
+    per_step = float(np.median(tail)) if s.pass_steps == 1 else float(np.mean(cold[-s.pass_steps :]))
+    slowdown = float(cell.get("slowdown") or 0.0)
+    if slowdown:
+        stepper.step_fn = slowed(s.step, slowdown * per_step)
+        per_step *= 1 + slowdown
+    steps = block_steps(per_step, s.pass_steps)
+    floor = worker.dispatch_floor(cell, s.spec, s.device)  # before ready: nobody else is running
+    sampler = UtilSampler(interval_s=0.01) if s.device == "cuda" else None
+    turns: dict[int, dict[str, Any]] = {}
+    reply.write(json.dumps({"event": "ready", "cold_s": sum(cold), "block_steps": steps}) + "\n")
+    for msg in _lines(fd_in):
+        if msg["cmd"] == "turn":
+            turns[msg["turn"]] = taken = take_turn(stepper, s, steps, sampler)
+            reply.write(json.dumps({"event": "turn", "turn": msg["turn"], "block_s": taken["block_s"]}) + "\n")
+        elif msg["cmd"] == "finish":
+            return record(cell, s, profile, sampler, cold, values, settled, turns, msg["keep"], steps, floor)
+    return None
+
+
+def take_turn(stepper: timing.Stepper, s: worker.Started, steps: int, sampler: UtilSampler | None) -> dict[str, Any]:
+    """One turn: ``steps`` synced steps, then a pipelined block of as many; a step or block during
+    which the adapter compiled is kept apart. ``block_s`` is None when every synced step compiled."""
+    times, batches, recompiled = [], [], []
+    with sampler or _Nothing():
+        for _ in range(steps):
+            before, batch = stepper.count(), stepper.step % len(stepper.batches)
+            elapsed, value = stepper.one()
+            if stepper.count() != before:
+                recompiled.append(elapsed)
+            else:
+                times.append(elapsed)
+                batches.append(batch)
+        before = stepper.count()
+        piped, value = stepper.block(steps, s.chained)
+    whole = times and (s.pass_steps == 1 or len(times) == steps)
+    return {
+        "times": times,
+        "batches": batches,
+        "recompiled": recompiled,
+        "piped_s": piped if stepper.count() == before else None,
+        "block_s": step_time(times, batches if s.pass_steps > 1 else None) if whole else None,
+        "loss": value,
+    }
+
+
+class _Nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def record(
+    cell: dict[str, Any],
+    s: worker.Started,
+    profile: timing.Profile,
+    sampler: UtilSampler | None,
+    cold: list[float],
+    values: list[float],
+    settled: bool | None,
+    turns: dict[int, dict[str, Any]],
+    keep: list[int],
+    steps: int,
+    floor: dict[str, Any],
+) -> dict[str, Any]:
+    """The cell's record from the kept turns (harness.running.worker.finish builds the rest)."""
+    kept = [t for t in keep if t in turns]
+    ok = [t for t in kept if turns[t]["block_s"] is not None]
+    m = timing.Measurement(
+        cold_times_s=cold,
+        step_times_s=[x for t in ok for x in turns[t]["times"]],
+        loss_first=values[0],
+        loss_last=turns[max(turns)]["loss"] if turns else values[-1],
+        step_batches=[b for t in ok for b in turns[t]["batches"]],
+        recompile_times_s=[x for t in turns for x in turns[t]["recompiled"]],
+        cold_settled=settled,
+        block_steps=steps,
+        block_times_s=[turns[t]["piped_s"] for t in kept if turns[t]["piped_s"] is not None],
+        block_recompiles=sum(turns[t]["piped_s"] is None for t in kept),
+    )
+    rec = worker.finish(cell, s, m, profile, sampler)
+    if rec["status"] != "ok":
+        return rec
+    rec["protocol"] = {**rec["protocol"], "mode": "turns", "block_steps": steps}
+    rec.update(
+        turn_ids=ok,
+        turn_block_s=[turns[t]["block_s"] for t in ok],
+        turn_block_steps=steps,
+        **({"slowdown": cell["slowdown"]} if cell.get("slowdown") else {}),
+        **floor,
+    )
+    return rec

@@ -1,0 +1,447 @@
+"""Resident workers taking turns: how a run's cells are timed on this machine.
+
+The cells compared with each other (a *group*: the same workload, setting, data mode, device and
+precision, differing only by adapter) are timed together. A *generation* of a group (a record's
+``round``) is one fresh worker process per cell, started one after another: each sets up and runs
+its cold window alone, then waits idle (harness.running.resident). Then the parent runs *turns*:
+each turn asks every worker, one at a time in a shuffled order, for one block of steps (tens of
+milliseconds), while the others wait on their pipes. Turns milliseconds apart see the same machine,
+so the machine's drift over minutes lands on every cell alike and cancels in their ratios; several
+generations measure what differs between processes (harness.stats has the verdict rules).
+
+A turn during which other processes used the CPU or the hypervisor stole it (/proc/stat,
+harness.measuring.contention.MachineLoad) is left out for every worker and retaken, up to
+MAX_DROPPED_SHARE of the turns; past that the turns are kept and the records marked contended.
+
+Memory: every worker of a generation is resident at once (its framework, model and data; on a GPU
+a context each, with no preallocation). A group of more cells than ``resident_limit()`` allows runs
+as several sub-groups, each its own group.
+
+Cells that cannot take turns run alone as before (harness.running.runner.run_cell): the idiomatic
+scripts of ``fidelity`` and image input pipelines (their loader workers would keep decoding while
+other cells take their turns).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from adapters import AdapterInfo
+from harness import records
+from harness.measuring.contention import MachineLoad
+from harness.running import runner
+from harness.running.progress import MatrixProgress
+from workloads import get_workload, override
+from workloads.images import has_images
+
+Record = dict[str, Any]
+
+#: Fewest kept turns per generation: each is one block per worker, the unit the verdicts average.
+MIN_TURNS = 8
+MAX_TURNS = 500
+#: Contended turns retaken, as a share of the turns wanted, before contended ones are kept.
+MAX_DROPPED_SHARE = 1.0
+#: Seconds of turns per cell in a generation, without a budget: the profile's steady budget (synced
+#: and pipelined blocks alike).
+TURN_S_PER_CELL = 2.0
+#: Memory one resident worker may take on a CPU machine (a framework, its model and data).
+WORKER_BYTES = 1.5 * 2**30
+#: Without a reply to a turn in this many seconds (or the cell's timeout, if shorter), a worker is hung.
+TURN_TIMEOUT_S = 120.0
+#: With a budget, the share of what is left that a generation's turns may take (the rest is
+#: start-up: imports, set-up, compiles).
+TURN_SHARE = 0.4
+#: Generations a group may get when a budget adds them to unsettled groups (looks at its verdicts).
+MAX_GENERATIONS = 4
+
+
+def group_of(cell: Record) -> str:
+    """The group key: the cell's id without its adapter (the same for the same setting in any run)."""
+    return cell["cell_id"].split("|", 1)[1]
+
+
+def servable(cell: Record) -> bool:
+    """Whether a cell can take turns (the module docstring says which cannot)."""
+    if cell.get("script"):
+        return False
+    if cell.get("data") == "loader":
+        return not has_images(override(get_workload(cell["workload"]), cell["overrides"]))
+    return True
+
+
+def resident_limit() -> int:
+    """Workers that may be resident at once: what the available memory holds (at least 2)."""
+    return max(2, int(psutil.virtual_memory().available * 0.8 // WORKER_BYTES))
+
+
+class Gone(Exception):
+    """The worker exited or stopped answering; the message says how."""
+
+
+class Resident:
+    """One resident worker process (harness.running.resident), driven over two pipes. Its output
+    goes to a log file (never a pipe that could fill and block it)."""
+
+    def __init__(self, info: AdapterInfo, cell: Record) -> None:
+        self.cell = cell
+        self.dir = Path(tempfile.mkdtemp(prefix="dlcompare-"))
+        (self.dir / "cell.json").write_text(json.dumps(cell))
+        self.out = self.dir / "record.json"
+        cmd_r, cmd_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        python = cell.get("python") or sys.executable
+        args = [python, "-m", "harness.running.worker", "serve", str(self.dir / "cell.json"), str(self.out)]
+        self.log = (self.dir / "log.txt").open("w+")
+        self.proc = subprocess.Popen(
+            [*args, "--fds", f"{cmd_r},{rep_w}"],
+            env=runner.worker_env(info, cell),
+            cwd=runner.REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(cmd_r, rep_w),
+            start_new_session=True,
+        )
+        os.close(cmd_r)
+        os.close(rep_w)
+        self._cmd = os.fdopen(cmd_w, "w", buffering=1)
+        self._rep, self._buf = rep_r, b""
+        self.t0 = time.perf_counter()
+        self.cold_s = 0.0
+
+    def _recv(self, timeout_s: float) -> Record:
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self._rep], [], [], max(left, 0))
+            if not ready:
+                raise Gone(f"timeout after {timeout_s:g} s")
+            chunk = os.read(self._rep, 1 << 16)
+            if not chunk:
+                raise Gone(self._exit_text())
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def _send(self, msg: Record) -> None:
+        try:
+            self._cmd.write(json.dumps(msg) + "\n")
+        except (BrokenPipeError, OSError):
+            raise Gone(self._exit_text()) from None
+
+    def _exit_text(self) -> str:
+        try:
+            code = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            return "worker stopped answering"
+        if code < 0:
+            return f"worker killed by {signal.Signals(-code).name}"
+        return f"worker exited with code {code} and no record"
+
+    def ready(self, timeout_s: float) -> bool:
+        """Wait until the worker is set up and warm; False if it ended instead (a skip, a
+        failure: its record is then ``record()``)."""
+        try:
+            msg = self._recv(timeout_s)
+        except Gone as exc:
+            self.reason = str(exc)
+            return False
+        self.cold_s = msg.get("cold_s", 0.0)
+        return True
+
+    def turn(self, turn: int, timeout_s: float) -> float | None:
+        """One turn's block; its step time (None if every step of it recompiled). Raises Gone."""
+        self._send({"cmd": "turn", "turn": turn})
+        msg = self._recv(timeout_s)
+        return msg.get("block_s")
+
+    def finish(self, keep: list[int], timeout_s: float) -> Record:
+        """Ask for the record built from the kept turns, and end the worker."""
+        try:
+            self._send({"cmd": "finish", "keep": keep})
+            self.proc.wait(timeout=timeout_s)
+        except (Gone, subprocess.TimeoutExpired) as exc:
+            self.reason = "timeout writing its record" if isinstance(exc, subprocess.TimeoutExpired) else str(exc)
+        return self.record()
+
+    def record(self, reason: str | None = None) -> Record:
+        """The worker's record (the one it wrote, else a failed one with ``reason`` and its
+        output's tail); the worker is ended and its files removed."""
+        self.kill()
+        if self.out.is_file() and reason is None:
+            rec = json.loads(self.out.read_text())
+        else:
+            reason = reason or getattr(self, "reason", None) or self._exit_text()
+            rec = records.new_record(self.cell, "failed", reason)
+        if rec["status"] == "failed":
+            self.log.seek(0)
+            tail = runner._tail(self.log.read())
+            if tail:
+                rec.setdefault("stderr_tail", tail)
+        rec["wall_s"] = time.perf_counter() - self.t0
+        self.close()
+        return rec
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+
+    def close(self) -> None:
+        for f in (self._cmd, self.log):
+            try:
+                f.close()
+            except OSError:
+                pass
+        try:
+            os.close(self._rep)
+        except OSError:
+            pass
+        for p in sorted(self.dir.iterdir()):
+            p.unlink()
+        self.dir.rmdir()
+
+
+@dataclass
+class Turns:
+    """How long a generation takes turns: at least ``min_turns`` kept turns, then until
+    ``seconds`` are spent (or ``max_turns``)."""
+
+    seconds: float
+    min_turns: int = MIN_TURNS
+    max_turns: int = MAX_TURNS
+
+
+@dataclass
+class Budget:
+    """A run's time budget in seconds (None: no budget, fixed generations)."""
+
+    total_s: float | None
+    t0: float = field(default_factory=time.monotonic)
+
+    def left(self) -> float:
+        return math.inf if self.total_s is None else self.total_s - (time.monotonic() - self.t0)
+
+
+def run_generation(
+    cells: list[Record],
+    k: int,
+    adapters: Mapping[str, AdapterInfo],
+    results: Path,
+    timeout_s: float,
+    progress: MatrixProgress,
+    ended: set[str],
+    plan: Turns,
+    first_turn: int,
+    extra: Record,
+    group: str | None = None,
+) -> int:
+    """Generation ``k`` of one group (module docstring): every cell's worker started and warmed
+    up in turn, then turns, then each record (with ``extra`` fields) appended to ``results``.
+    A cell that is skipped, fails or hangs gets its record; the others go on. Returns the next
+    free turn number. Every worker is ended on the way out, also on an interruption."""
+    residents: list[Resident] = []
+    rng = random.Random(f"{cells[0]['run_id']}:{group_of(cells[0])}:{k}")
+    order = list(cells)
+    rng.shuffle(order)
+    extra = {**extra, "group": group or group_of(cells[0])}
+
+    def done(rec: Record) -> None:
+        runner.finish_round({**rec, **extra}, extra["rounds"], results, progress, ended)
+
+    try:
+        for cell in order:
+            cell_k = {**cell, "round": k}
+            progress.start(cell, k)
+            try:
+                reason = runner.skip_reason(adapters[records.base_adapter(cell)], cell_k)
+            except Exception as exc:  # noqa: BLE001 - a bad spec is the cell's failure
+                done(records.new_record(cell_k, "failed", f"{type(exc).__name__}: {exc}"))
+                continue
+            if reason:
+                done(records.new_record(cell_k, "skipped", reason))
+                continue
+            r = Resident(adapters[records.base_adapter(cell)], cell_k)
+            if r.ready(timeout_s):
+                residents.append(r)
+            else:
+                done(r.record())
+        turn, kept, dropped, loads = first_turn, [], 0, []
+        start = time.monotonic()
+        while residents and len(kept) < plan.max_turns:
+            if len(kept) >= plan.min_turns and time.monotonic() - start >= plan.seconds:
+                break
+            load = MachineLoad()
+            load.start([r.proc.pid for r in residents])
+            for r in rng.sample(residents, len(residents)):
+                try:
+                    r.turn(turn, min(timeout_s, TURN_TIMEOUT_S))
+                except Gone as exc:
+                    residents.remove(r)
+                    done(r.record(f"{exc} during turn {turn}"))
+            load.stop()
+            if load.contended and dropped < MAX_DROPPED_SHARE * max(plan.min_turns, len(kept)):
+                dropped += 1
+            else:
+                kept.append(turn)
+                loads.append(load)
+            turn += 1
+        contended = sum(ld.contended for ld in loads)
+        turn_fields = {
+            "turns_dropped": dropped,
+            "turns_contended": contended,
+            "contended": contended > len(kept) / 2,
+            "other_cpu_cores": max((ld.other_cores for ld in loads), default=0.0),
+            "steal_share": max((ld.steal for ld in loads), default=0.0),
+        }
+        while residents:
+            r = residents.pop(0)
+            rec = r.finish(kept, timeout_s)
+            done({**rec, **turn_fields} if rec["status"] == "ok" else rec)
+        return turn
+    finally:
+        for r in residents:
+            r.kill()
+            r.close()
+
+
+def next_turn(results: Path) -> int:
+    """The first turn number no record of the run has used (turns are numbered run-wide)."""
+    done = records.load(results) if results.exists() else []
+    return 1 + max((t for r in done for t in r.get("turn_ids") or []), default=0)
+
+
+def split(cells: list[Record], limit: int) -> list[list[Record]]:
+    """A group's cells in sub-groups of at most ``limit`` resident workers, as even as possible."""
+    parts = math.ceil(len(cells) / limit)
+    return [cells[i::parts] for i in range(parts)]
+
+
+def run(
+    order: list[tuple[Record, int]],
+    rounds: int,
+    adapters: Mapping[str, AdapterInfo],
+    results: Path,
+    timeout_s: float,
+    progress: MatrixProgress,
+    budget: Budget | None = None,
+    level: float = 0.95,
+) -> None:
+    """Run (cell, round) pairs (harness.running.rounds.schedule): each round of a group as one
+    generation taking turns, round 1 of every group before round 2 of any; cells that cannot take
+    turns alone. With a ``budget``, a round after the first is not started once it is spent, and
+    what is left after the planned rounds goes to more generations of the groups whose verdicts
+    are unsettled (harness.stats), up to MAX_GENERATIONS. Records carry ``verdict_level``."""
+    budget = budget or Budget(None)
+    ended: set[str] = set()
+    extra = {"verdict_level": level, "rounds": rounds}
+    solo = [(c, k) for c, k in order if not servable(c)]
+    generations: dict[tuple[int, str], list[Record]] = {}
+    for cell, k in order:
+        if servable(cell):
+            generations.setdefault((k, group_of(cell)), []).append(cell)
+    if solo:
+        runner.run_cells(solo, rounds, adapters, results, timeout_s, progress)
+    turn = next_turn(results)
+    limit = resident_limit()
+    pending = list(generations.items())
+    while pending:
+        (k, _), cells = pending.pop(0)
+        cells = [c for c in cells if c["cell_id"] not in ended]
+        if not cells:
+            continue
+        if k > 1 and budget.left() <= 0:
+            for _ in cells:
+                progress.drop()
+            continue
+        parts = split(cells, limit)
+        for i, part in enumerate(parts):
+            seconds = TURN_S_PER_CELL * len(part)
+            if budget.total_s is not None:
+                seconds = min(seconds * 4, max(seconds / 4, budget.left() * TURN_SHARE / (1 + len(pending))))
+            group = group_of(part[0]) + (f"#part{i + 1}" if len(parts) > 1 else "")
+            turn = run_generation(
+                part, k, adapters, results, timeout_s, progress, ended, Turns(seconds), turn, extra, group
+            )
+    if budget.total_s is not None:
+        more_generations(rounds, adapters, results, timeout_s, progress, budget, ended, turn, extra)
+
+
+def more_generations(
+    rounds: int,
+    adapters: Mapping[str, AdapterInfo],
+    results: Path,
+    timeout_s: float,
+    progress: MatrixProgress,
+    budget: Budget,
+    ended: set[str],
+    turn: int,
+    extra: Record,
+) -> None:
+    """With budget left after the planned rounds: another generation of the group with the most
+    unsettled verdicts, while one fits in what is left (judged by that group's last generation)."""
+    from harness.stats import verdicts  # statistics decide what to measure next; they import no running
+
+    while budget.left() > 0:
+        recs = records.load(results)
+        wanted = verdicts.unsettled_groups(recs, extra["verdict_level"])
+        candidates = []
+        for group, count in wanted.items():
+            mine = [r for r in recs if r.get("group") == group]
+            k = max(records_round(r) for r in mine)
+            cost = sum(r.get("wall_s", 0.0) for r in mine if records_round(r) == k)
+            if k < MAX_GENERATIONS and cost < budget.left():
+                candidates.append((-count, group, k, mine))
+        if not candidates:
+            return
+        _, group, k, mine = min(candidates, key=lambda c: c[:2])
+        cells = {r["cell_id"]: r for r in mine if r["status"] == "ok" and r["cell_id"] not in ended}
+        planned = [_cell_of(r) for r in cells.values()]
+        progress.add(len(planned))
+        seconds = TURN_S_PER_CELL * len(planned)
+        turn = run_generation(
+            planned, k + 1, adapters, results, timeout_s, progress, ended, Turns(seconds), turn, extra, group
+        )
+
+
+def verdict_level(rounds: int, budget_s: float | None) -> float:
+    """The confidence level of the run's verdicts: 95%, or with a budget (which may look at a
+    group's verdicts after each generation from ``rounds`` up to MAX_GENERATIONS and stop when
+    they are settled) Pocock's per-look level, so repeated looks keep 5% overall."""
+    if budget_s is None:
+        return 0.95
+    from harness.stats import verdicts
+
+    return verdicts.pocock_level(max(1, MAX_GENERATIONS - rounds + 1))
+
+
+def records_round(rec: Record) -> int:
+    return int(rec.get("round") or 1)
+
+
+#: Fields of a record that its worker measured; what is left is the cell as planned.
+def _cell_of(rec: Record) -> Record:
+    """The planned cell a record ran (plan.json's fields), to run it again."""
+    keys = (
+        "run_id cell_id adapter base_adapter env python framework graph workload overrides spec param_count data "
+        "device_requested precision force_precision profile threads pipeline sweep kernel_floor_s slowdown"
+    ).split()
+    return {key: rec[key] for key in keys if key in rec}

@@ -1,0 +1,147 @@
+"""Resident workers taking turns (harness.running.turns, harness.running.resident): block sizes,
+groups, contention, and real worker processes that take turns, die or hang mid-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from adapters import discover
+from harness import cli, records
+from harness.measuring.contention import MachineLoad
+from harness.running import resident, turns
+from harness.running.plan import twins
+from tests.conftest import REPO
+from tests.test_faults import FAST, bench
+
+
+def test_blocks_last_about_the_block_time_in_whole_passes():
+    assert resident.block_steps(0.001, 1, 0.03) == 30
+    assert resident.block_steps(0.05, 1, 0.03) == 1  # a step longer than a block: one step
+    assert resident.block_steps(0.001, 8, 0.03) == 32  # whole passes of 8
+    assert resident.block_steps(0.1, 8, 0.03) == 8
+    assert resident.block_steps(1e-9, 1, 0.03) == resident.MAX_BLOCK_STEPS
+
+
+def test_a_slowed_twin_busy_waits_inside_the_step():
+    step = resident.slowed(lambda batch: batch + 1, 0.02)
+    t0 = time.perf_counter()
+    assert step(1) == 2
+    assert time.perf_counter() - t0 >= 0.02
+
+
+def test_groups_are_cells_that_differ_only_by_adapter():
+    a = {"cell_id": "torch-eager|mlp|cpu|data=resident|precision=fp32"}
+    b = {"cell_id": "jax-jit|mlp|cpu|data=resident|precision=fp32"}
+    c = {"cell_id": "jax-jit|mlp|cpu|batch_size=64|data=resident|precision=fp32"}
+    assert turns.group_of(a) == turns.group_of(b) != turns.group_of(c)
+    parts = turns.split(list(range(7)), 3)
+    assert [len(p) for p in parts] == [3, 2, 2] and sorted(x for p in parts for x in p) == list(range(7))
+    assert turns.resident_limit() >= 2
+
+
+def test_twins_run_the_same_adapter_under_other_names():
+    cell = {"adapter": "torch-eager", "cell_id": "torch-eager|mlp|cpu|data=resident", "run_id": "r"}
+    out = twins([cell], [0, 0, 0.1])
+    assert [c["adapter"] for c in out] == [
+        "torch-eager",
+        "torch-eager~twin1",
+        "torch-eager~twin2",
+        "torch-eager~slow10",
+    ]
+    assert {turns.group_of(c) for c in out} == {"mlp|cpu|data=resident"}
+    assert all(c.get("base_adapter", c["adapter"]) == "torch-eager" for c in out)
+    assert [c.get("slowdown") for c in out] == [None, None, None, 0.1]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("900", 900), ("90s", 90), ("15m", 900), ("1h", 3600), ("1h30m", 5400), ("2.5m", 150)]
+)
+def test_a_budget_is_a_duration(text, seconds):
+    assert cli._duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0", "15x", "m", "-5m", "1d"])
+def test_a_bad_budget_names_the_valid_forms(text, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", f"--budget={text}", "--dry-run"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--budget" in err and ("15m" in err or "more than 0" in err)
+
+
+def test_machine_load_sees_a_process_outside_the_workers():
+    spinner = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<3: pass"])
+    try:
+        time.sleep(0.2)
+        load = MachineLoad()
+        load.start([])
+        time.sleep(0.6)
+        load.stop()
+        assert load.other_cores > 0.5 and load.contended
+        mine = MachineLoad()
+        mine.start([spinner.pid])  # the same process counted as a worker is not other load
+        time.sleep(0.6)
+        mine.stop()
+        assert mine.other_cores < load.other_cores - 0.4
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+def _cell(adapter: str) -> dict:
+    [cell] = [
+        c for c in cli.plan(discover(), adapter, "mlp", "cpu", FAST[1:6:2], "quick", 1, "t") if c["adapter"] == adapter
+    ]
+    return cell
+
+
+@pytest.fixture
+def fault_adapters(monkeypatch):
+    monkeypatch.setenv("DLCOMPARE_EXTRA_ADAPTERS", "tests.fault_adapters")
+
+
+def test_a_worker_whose_parent_dies_ends_itself(fault_adapters):
+    adapters = discover()
+    cell = {**_cell("fault-ok"), "round": 1}
+    r = turns.Resident(adapters["fault-ok"], cell)
+    try:
+        assert r.ready(60)
+        assert r.turn(1, 30) > 0
+        r._cmd.close()  # what the parent's death does to the command pipe
+        assert r.proc.wait(timeout=30) == 0
+    finally:
+        r.kill()
+        r.close()
+
+
+def test_cells_take_turns_and_a_worker_lost_mid_turn_fails_alone(python, tmp_path):
+    faults = "fault-ok,fault-kill-late,fault-hang-late"
+    proc = bench(python, tmp_path, "--framework", faults, *FAST[:-2], "--timeout", "10", "--rounds", "2")
+    assert proc.returncode == 0, proc.stderr
+    recs = records.load(tmp_path / "r" / records.RESULTS)
+    by = {(r["adapter"], r["round"]): r for r in recs}
+    assert by["fault-kill-late", 1]["status"] == "failed"
+    assert by["fault-kill-late", 1]["reason"].startswith("worker killed by SIGKILL during turn")
+    assert by["fault-hang-late", 1]["reason"].startswith("timeout after 10 s during turn")
+    assert ("fault-kill-late", 2) not in by  # a failed cell runs no further round
+    ok = [by["fault-ok", k] for k in (1, 2)]
+    assert all(r["status"] == "ok" for r in ok)
+    first, second = (set(r["turn_ids"]) for r in ok)
+    assert len(first) >= turns.MIN_TURNS and not first & second  # turns are numbered run-wide
+    assert all(len(r["turn_block_s"]) == len(r["turn_ids"]) for r in ok)
+    assert all(
+        r["group"] == "mlp|cpu|" + "|".join(sorted(r["overrides"] + ["data=resident", "precision=fp32"])) for r in ok
+    )
+    assert all(r["protocol"]["mode"] == "turns" and r["verdict_level"] == 0.95 for r in ok)
+    assert all(r["steps"] == len(r["turn_ids"]) * r["turn_block_steps"] for r in ok)
+    leftover = subprocess.run(["pgrep", "-f", f"harness.running.worker serve .*{tmp_path.name}"], capture_output=True)
+    assert leftover.stdout == b""
+    plan = json.loads((tmp_path / "r" / "plan.json").read_text())
+    assert plan["budget_s"] is None and plan["rounds"] == 2
+    assert os.path.isdir(REPO)
