@@ -31,8 +31,6 @@ from harness.running import turns
 from harness.running.plan import PlanError, plan, twins
 from harness.running.progress import MatrixProgress
 from harness.running.rounds import schedule
-from harness.stats import cells as stats_cells
-from harness.stats import verdicts
 
 #: Targets from the project's issue: false differences at most, power at least.
 TARGETS = {0.0: ("false differences", "<= 5%"), 0.1: ("detected", ">= 80%"), 0.25: ("detected", ">= 99%")}
@@ -55,6 +53,9 @@ def effect(rec: dict[str, Any]) -> float:
 def judge(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every pair of cells of one repeat whose true effects differ by 0 or a known factor
     (one side identical code): its true ratio, the estimate, the interval and the verdict."""
+    from harness.stats import cells as stats_cells
+    from harness.stats import verdicts
+
     cells = [r for r in stats_cells.combine_all(recs) if r["status"] == "ok"]
     out = []
     for a, b in itertools.combinations(cells, 2):
@@ -138,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="generations (fresh processes) per cell and repeat")
     parser.add_argument("--twins", default="0,0,0,0.1,0.25", help="slow-downs of the twins; 0: identical")
     parser.add_argument("--out", type=Path, default=None, help="folder (default: reports/<date>-calibration)")
+    parser.add_argument("--judge-only", action="store_true", help="judge the repeats already in --out again, run none")
     args = parser.parse_args(argv)
     adapters = discover()
     if args.repeats < 1 or args.rounds < 1:
@@ -149,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     pairs: list[dict[str, Any]] = []
-    for i in range(1, args.repeats + 1):
+    for i in range(1, 0 if args.judge_only else args.repeats + 1):
         run_dir = out / f"repeat-{i:02d}"
         run_dir.mkdir(exist_ok=True)
         results = run_dir / records.RESULTS
@@ -165,14 +167,13 @@ def main(argv: list[str] | None = None) -> int:
         todo = schedule(cells, args.rounds, run_dir.name, done)
         with MatrixProgress(len(todo)) as progress:
             turns.run(todo, args.rounds, adapters, results, 600, progress)
-        found = judge(records.load(results))
-        pairs += [{**p, "repeat": i} for p in found]
-        print(table(pairs), flush=True)
+    for i, run_dir in enumerate(sorted(out.glob("repeat-*")), start=1):
+        pairs += [{**p, "repeat": i} for p in judge(records.load(run_dir / records.RESULTS))]
     meta = {
         "adapter": args.framework,
         "workload": args.workload,
         "device": args.device,
-        "repeats": args.repeats,
+        "repeats": len(list(out.glob("repeat-*"))),
         "rounds": args.rounds,
         "twins": ", ".join(f"{100 * f:g}%" for f in factors),
         "machine": env.fingerprint().get("cpu", "?"),

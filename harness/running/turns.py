@@ -162,6 +162,7 @@ class Resident:
             self.reason = str(exc)
             return False
         self.cold_s = msg.get("cold_s", 0.0)
+        self.ready_s = time.perf_counter() - self.t0
         return True
 
     def turn(self, turn: int, timeout_s: float) -> float | None:
@@ -194,6 +195,8 @@ class Resident:
             if tail:
                 rec.setdefault("stderr_tail", tail)
         rec["wall_s"] = time.perf_counter() - self.t0
+        if hasattr(self, "ready_s"):
+            rec["ready_s"] = self.ready_s  # start-up: import, set-up, cold window, dispatch floor
         self.close()
         return rec
 
@@ -267,6 +270,15 @@ def run_generation(
     def done(rec: Record) -> None:
         runner.finish_round({**rec, **extra}, extra["rounds"], results, progress, ended)
 
+    def take(turn: int) -> None:
+        """One turn: every resident worker's block, in a shuffled order; a worker lost fails its cell."""
+        for r in rng.sample(residents, len(residents)):
+            try:
+                r.turn(turn, min(timeout_s, TURN_TIMEOUT_S))
+            except Gone as exc:
+                residents.remove(r)
+                done(r.record(f"{exc} during turn {turn}"))
+
     try:
         for cell in order:
             cell_k = {**cell, "round": k}
@@ -285,18 +297,16 @@ def run_generation(
             else:
                 done(r.record())
         turn, kept, dropped, loads = first_turn, [], 0, []
+        # A warm-up turn, not kept: the first after a long wait (caches, thread pools asleep) is no steady step.
+        take(turn)
+        turn += 1
         start = time.monotonic()
         while residents and len(kept) < plan.max_turns:
             if len(kept) >= plan.min_turns and time.monotonic() - start >= plan.seconds:
                 break
             load = MachineLoad()
             load.start([r.proc.pid for r in residents])
-            for r in rng.sample(residents, len(residents)):
-                try:
-                    r.turn(turn, min(timeout_s, TURN_TIMEOUT_S))
-                except Gone as exc:
-                    residents.remove(r)
-                    done(r.record(f"{exc} during turn {turn}"))
+            take(turn)
             load.stop()
             if load.contended and dropped < MAX_DROPPED_SHARE * max(plan.min_turns, len(kept)):
                 dropped += 1
