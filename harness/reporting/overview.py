@@ -16,7 +16,7 @@ from tabulate import tabulate
 
 from harness.reporting.cells import best_per_adapter, comparable, strategy, what
 from harness.reporting.formatting import device_label, sig
-from harness.running.rounds import separated
+from harness.stats.verdicts import separated
 
 Record = dict[str, Any]
 

@@ -8,9 +8,9 @@ from typing import Any
 from tabulate import tabulate
 
 from harness.measuring.contention import CONTENDED_CORES
-from harness.measuring.stats import NOISY_IQR_RATIO
 from harness.reporting.cells import missing_pairs, strategy
 from harness.reporting.formatting import DASH, row_label, sig
+from harness.stats.steps import NOISY_IQR_RATIO
 
 
 def banner(recs: list[dict[str, Any]]) -> list[str]:
