@@ -10,7 +10,8 @@ of cell c in generation k) and what its group's model says:
   generation's drift ``gamma_k`` cancels). Residual variance ``s^2`` pooled over the group, with
   ``df = (C - 1)(K - 1)``. A pair's log ratio is ``mean_k(L[b, k] - L[a, k])``, its variance
   ``max(2 s^2 / K, var_k(L[b, k] - L[a, k]) / K)`` (the pair's own spread never under-counted),
-  and its interval uses the t quantile with the pooled df. "not judged" where there is one
+  and its interval uses the t quantile with the pooled df, or ``K - 1`` where the pair's own
+  spread is the larger (``pair_df``). "not judged" where there is one
   process per cell, too few blocks (``MIN_BLOCKS``), ``df < 2``, or a cell lacks a generation.
 - **Between groups of one run, and between runs**: nothing pairs the processes, so Welch's t on
   the two sides' process levels (unpaired, unequal variances). Between runs (``change``) the
@@ -119,15 +120,23 @@ def pair_interval(
     diffs: np.ndarray, s2: np.ndarray | float, df: int, level: float = DEFAULT_LEVEL
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Log ratio and its interval for a pair of cells from their per-generation differences
-    ``diffs[..., k] = L[b, k] - L[a, k]`` and the group's residual variance ``s2`` on ``df``:
-    variance ``max(2 s2 / K, var_k(diffs) / K)``, t quantile on ``df``."""
+    ``diffs[..., k] = L[b, k] - L[a, k]`` and the group's residual variance ``s2`` on ``df``
+    (``pair_df`` says which degrees of freedom the quantile uses)."""
     diffs = np.asarray(diffs, dtype=np.float64)
     k = diffs.shape[-1]
     point = diffs.mean(axis=-1)
-    own = diffs.var(axis=-1, ddof=1) / k
-    se = np.sqrt(np.maximum(2 * np.asarray(s2) / k, own))
-    half = t_quantile(level, df) * se
+    own, pooled = diffs.var(axis=-1, ddof=1) / k, 2 * np.asarray(s2) / k
+    se = np.sqrt(np.maximum(pooled, own))
+    half = t_quantile(level, pair_df(own, pooled, df, k)) * se
     return point, point - half, point + half
+
+
+def pair_df(own: np.ndarray | float, pooled: np.ndarray | float, df: int, k: int) -> np.ndarray:
+    """Degrees of freedom of a pair's interval: the group's pooled ``df`` where the pooled
+    variance ``2 s^2 / K`` is the larger, else ``K - 1``, those of the pair's own spread that
+    replaced it (a cell noisier than its group would otherwise get too short a quantile: in
+    simulation, coverage of one 3x noisier cell falls to 86-91% on the pooled df)."""
+    return np.where(np.asarray(own) > np.asarray(pooled), k - 1, df)
 
 
 def welch(log_a: np.ndarray, log_b: np.ndarray, level: float = DEFAULT_LEVEL) -> tuple[float, float, float, float]:
@@ -233,7 +242,8 @@ def pair_verdict(a: Record, b: Record, level: float | None = None) -> PairVerdic
     if df < 2:
         return _not_judged(math.exp(diffs.mean()), FEW_DF)
     point, low, high = (float(math.exp(v)) for v in pair_interval(diffs, s2, df, level))
-    return PairVerdict(point, low, high, outcome_of(low, high), "", float(df))
+    used = float(pair_df(diffs.var(ddof=1) / len(diffs), 2 * s2 / len(diffs), df, len(diffs)))
+    return PairVerdict(point, low, high, outcome_of(low, high), "", used)
 
 
 def relative(a: Record, b: Record) -> tuple[float, float, float]:
