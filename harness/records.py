@@ -22,6 +22,15 @@ class RecordError(ValueError):
     """A results file that is not ours or is damaged; the message names file and line."""
 
 
+#: The ``kind`` of a record (or cell) that an idiomatic script ran, not an adapter (harness.checks.fidelity).
+IDIOMATIC = "idiomatic"
+
+
+def is_idiomatic(rec: dict[str, Any]) -> bool:
+    """Whether a record (or cell) is an idiomatic script's rather than an adapter's."""
+    return rec.get("kind") == IDIOMATIC
+
+
 def base_adapter(cell: dict[str, Any]) -> str:
     """The adapter module a cell runs (``torch-eager@torch-next`` runs ``torch-eager``)."""
     return cell.get("base_adapter") or cell["adapter"]

@@ -94,3 +94,35 @@ def record(adapter: str, workload: str = "mlp", status: str = "ok", median_ms: f
         )
     rec.update(extra)
     return rec
+
+
+def process_levels(median_s: float, jitter: float, seed: int = 0, k: int = 5) -> dict[int, float]:
+    """``k`` processes' levels (log step times) around ``median_s``, scattered by ``jitter`` (in log
+    units) with a geometric mean of exactly ``median_s``: what a combined record carries."""
+    import numpy as np
+
+    z = np.random.default_rng(seed).standard_normal(k)
+    z = z - z.mean()
+    return {i + 1: float(np.log(median_s) + jitter * z[i]) for i in range(k)}
+
+
+#: Drift of the machine over five rounds (mean 1), the same for every cell of a run (it cancels in pairs).
+DRIFT = (1.0, 1.1, 0.9, 1.05, 0.95)
+
+
+def as_rounds(rec: dict, drift: tuple[float, ...] = DRIFT, spread: float = 0.01, n: int = 21) -> list[dict]:
+    """``rec`` as the records of its cell's rounds (fresh processes): round k's steps spread evenly
+    around its median times ``drift[k - 1]``, for harness.stats.cells.combine_all."""
+    import numpy as np
+
+    median = rec["median_s"]
+    cell_id = rec.get("cell_id") or "|".join(
+        [rec["adapter"], rec["workload"], rec.get("device_requested", "cpu"), *sorted(rec.get("overrides", []))]
+    )
+    out = []
+    for k, factor in enumerate(drift, start=1):
+        times = list(median * factor * (1 + spread * np.linspace(-1, 1, n)))
+        batch = rec.get("batch_size") or rec["spec"]["batch_size"]
+        fields = {"cell_id": cell_id, "round": k, "step_times_s": times, "median_s": median * factor}
+        out.append({"cold_s": 0.1, **rec, **fields, "batch_size": batch, "process_levels": None})
+    return out

@@ -13,7 +13,8 @@ import pytest
 from adapters import discover
 from harness import records
 from harness.reporting import hardware
-from harness.running import rounds, runner
+from harness.running import runner
+from harness.stats.cells import combine_all
 from tests.conftest import REPO, check_cell
 
 TORCH = discover()["torch-eager"]
@@ -43,7 +44,7 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
     raw = records.load(run / records.RESULTS)
     # each round of a cell is a record of its own; the skipped cuda cell runs no second round
     assert sorted((r["device_requested"], r["round"]) for r in raw if r["status"] == "ok") == [("cpu", 1), ("cpu", 2)]
-    recs = sorted(rounds.combine_all(raw), key=lambda r: r["device_requested"])
+    recs = sorted(combine_all(raw), key=lambda r: r["device_requested"])
     cpu, cuda = recs
     assert cpu["status"] == "ok" and cpu["rounds_done"] == 2 and len(cpu["round_medians_s"]) == 2
     assert cpu["median_s"] == pytest.approx(sum(cpu["round_medians_s"]) / 2)

@@ -286,7 +286,7 @@ def test_report_section_plots_and_names_the_crossover(tmp_path):
 
 
 def test_rounds_average_the_pipeline_measures_and_pool_the_waits():
-    from harness.running.rounds import combine
+    from harness.stats.cells import combine
 
     rounds = [
         dict(

@@ -10,7 +10,8 @@ import pytest
 from harness import records
 from harness.reporting import breakeven, formatting, hardware, report, sections, tables
 from harness.running.plan import PlanError, plan, select_adapters, select_devices, select_workloads
-from tests.fakes import fake_info, record
+from harness.stats.cells import combine_all
+from tests.fakes import as_rounds, fake_info, record
 
 ADAPTERS = {
     "jax-jit": fake_info("jax-jit", "jax"),
@@ -192,15 +193,13 @@ def test_break_even_from_cold_window_and_steady_medians():
 
 
 def test_static_vs_dynamic_section(tmp_path):
-    run = _run_dir(
-        tmp_path,
-        [
-            _timed("torch-eager", "dynamic", "exact", [0.01] * 4, 10.0),
-            _timed("jax-jit", "static", "exact", [1.0] * 4, 5.0, traces=4, compiles=4, compile_s=3.9),
-            _timed("jax-jit", "static", "padded", [1.0, 0.005, 0.005, 0.005], 5.0, traces=1, compiles=1),
-            _timed("tf-function", "static", "exact", [2.0] * 4, 20.0, traces=4),
-        ],
-    )
+    cells = [
+        _timed("torch-eager", "dynamic", "exact", [0.01] * 4, 10.0),
+        _timed("jax-jit", "static", "exact", [1.0] * 4, 5.0, traces=4, compiles=4, compile_s=3.9),
+        _timed("jax-jit", "static", "padded", [1.0, 0.005, 0.005, 0.005], 5.0, traces=1, compiles=1),
+        _timed("tf-function", "static", "exact", [2.0] * 4, 20.0, traces=4),
+    ]
+    run = _run_dir(tmp_path, [r for cell in cells for r in as_rounds(cell)])
     md = report.build(run)
     assert "### Loop strategies: rnn-caption on cpu" in md
     section = md.split("### Loop strategies")[1].split("\n## ")[0]
@@ -281,7 +280,9 @@ def test_within_framework_section_pairs_dynamic_and_static_modes(tmp_path):
         cold_times_s=[5.0, 0.001, 0.001, 0.001],
     )
     lonely = dict(record("jax-jit", median_ms=1.0), framework="jax", graph="static")
-    md = report.build(_run_dir(tmp_path, [eager, compiled, lonely]))
+    raw = [*as_rounds(eager), *as_rounds(compiled), lonely]
+    md = report.build(_run_dir(tmp_path, raw))
+    eager, compiled, _ = combine_all(raw)  # five processes each: the cold window their mean
     section = md.split("### Within each framework")[1].split("\n### ")[0]
     rows = [_cells(line) for line in section.splitlines() if line.startswith("| torch")]
     assert rows == [

@@ -18,7 +18,8 @@ import pytest
 from adapters import discover
 from harness import records
 from harness.checks import conformance
-from harness.running import precision, rounds
+from harness.running import precision
+from harness.stats.cells import combine_all
 from tests.conftest import REPO
 
 TORCH = discover()["torch-eager"]
@@ -93,7 +94,7 @@ def test_bench_skips_emulated_bf16_unless_forced(python, tmp_path):
     def bench(*extra: str) -> dict:
         proc = subprocess.run([python, *base, *extra], cwd=REPO, env=env, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        (record,) = rounds.combine_all(records.load(tmp_path / extra[-1] / records.RESULTS))
+        (record,) = combine_all(records.load(tmp_path / extra[-1] / records.RESULTS))
         return record
 
     skipped = bench("--run-id", "emulated")

@@ -1,12 +1,18 @@
-"""Rounds: interleaved order, resume, and statistics over fresh processes (synthetic records)."""
+"""Rounds: interleaved order, resume, and statistics over fresh processes (synthetic records).
+
+The verdict rules themselves are tested against simulated data with known answers in
+tests/test_stats_verdicts.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from harness.reporting import compare, summary
+from harness.reporting import summary
 from harness.running import rounds
+from harness.stats import cells as stat_cells
+from harness.stats import verdicts
+from harness.stats.steps import summarize
 from tests.fakes import record
 
 
@@ -44,7 +50,7 @@ def round_record(adapter: str, k: int, times: list[float], **extra) -> dict:
         round=k,
         cell_id=f"{adapter}|mlp|cpu",
         step_times_s=times,
-        median_s=float(np.median(times)),
+        **{k: v for k, v in summarize(times, 32).items() if k not in extra},
         batch_size=32,
         cold_s=0.1,
         host_peak_rss_bytes=100,
@@ -53,7 +59,7 @@ def round_record(adapter: str, k: int, times: list[float], **extra) -> dict:
 
 
 def cell(adapter: str, medians: list[float], seed: int = 0, **extra) -> dict:
-    return rounds.combine([round_record(adapter, k, steps(m, seed + k), **extra) for k, m in enumerate(medians, 1)])
+    return stat_cells.combine([round_record(adapter, k, steps(m, seed + k), **extra) for k, m in enumerate(medians, 1)])
 
 
 def test_a_cell_is_the_mean_of_its_round_medians_and_its_interval_spans_the_rounds():
@@ -62,28 +68,38 @@ def test_a_cell_is_the_mean_of_its_round_medians_and_its_interval_spans_the_roun
     assert c["median_s"] == pytest.approx(np.mean(c["round_medians_s"]))
     assert c["round_medians_s"] == pytest.approx([1.0, 1.4], rel=0.01)
     # the interval knows the processes differ: it reaches both round medians, not +-1% around one
-    assert c["ci_low_s"] < 1.01 and c["ci_high_s"] > 1.39
+    assert c["ci_low_s"] < 1.01 and c["ci_high_s"] > 1.39 and c["ci_kind"] == "processes"
+    assert c["process_levels"] == pytest.approx({1: np.log(1.0), 2: np.log(1.4)}, abs=0.01)
+    # a t interval over 2 processes (1 df), not the range of the two: [0.059, 2.68] for 0.463 / 0.343 ms
+    t = verdicts.t_quantile(0.95, 1) * np.std(np.log(c["round_medians_s"]), ddof=1) / np.sqrt(2)
+    assert c["ci_high_s"] == pytest.approx(c["median_s"] * np.exp(t)) and c["ci_high_s"] > 5
     assert c["steps"] == 400 and c["gflops"] == 10.0 and c["gflops_max_step"] == 12.0
-    low, high = rounds.interval(cell("torch-eager", [1.0]))
-    assert high - low < 0.01, "one round: the noise within one process"
+    one = cell("torch-eager", [1.0])
+    assert one["ci_kind"] == "steps" and one["ci_high_s"] - one["ci_low_s"] < 0.01, "one round: within one process"
 
 
 def test_a_failed_round_fails_the_cell_and_says_how_many_rounds_ran():
     ok = round_record("jax-jit", 1, steps(1.0, 0))
     failed = record("jax-jit", status="failed", reason="worker killed by SIGKILL", round=2, cell_id=ok["cell_id"])
-    c = rounds.combine([ok, failed])
+    c = stat_cells.combine([ok, failed])
     assert c["status"] == "failed" and c["reason"] == "worker killed by SIGKILL" and c["rounds_ok"] == 1
 
 
 def test_ratios_within_a_run_are_paired_by_round_so_common_drift_cancels():
-    # the machine slowed by 40% between round 1 and round 2, for both adapters alike
-    a = cell("torch-eager", [1.0, 1.4], seed=0)
-    b = cell("jax-jit", [1.1, 1.54], seed=10)
-    point, low, high = rounds.ratio(a, b, paired=True)
+    # the machine slowed by 40% and 20% in rounds 2 and 3, for both adapters alike
+    a = cell("torch-eager", [1.0, 1.4, 1.2], seed=0)
+    b = cell("jax-jit", [1.1, 1.54, 1.32], seed=10)
+    point, low, high = verdicts.relative(a, b)
     assert point == pytest.approx(1.1, rel=0.01) and 1.0 < low < high < 1.2
     assert summary.separated(a, b), "a 10% difference is seen through 40% drift"
-    _, low_u, high_u = rounds.ratio(a, b, paired=False)
+    v = verdicts.pair_verdict(a, b)
+    assert v.outcome == "slower" and v.df == 2
+    other_run = {**b, "run_id": "r2"}
+    _, low_u, high_u = verdicts.relative(a, other_run)
     assert low_u < 1 < high_u, "unpaired, the same drift hides it"
+    # two rounds: one degree of freedom, no verdict (a range of two values is no interval)
+    two = verdicts.pair_verdict(cell("torch-eager", [1.0, 1.4]), cell("jax-jit", [1.1, 1.54], seed=10))
+    assert two.outcome == "not judged" and two.reason == verdicts.FEW_DF and two.point == pytest.approx(1.1, rel=0.01)
 
 
 def test_cells_1_5x_apart_stay_separated_and_equal_ones_tie():
@@ -96,27 +112,32 @@ def test_compare_between_runs_uses_welch_on_round_medians_not_a_bootstrap_of_two
     # torch-compile's round medians (ms) in the committed 2-round rerun experiment: identical code
     before = cell("torch-compile", [1.037, 0.982], seed=0)
     after = cell("torch-compile", [1.074, 1.434], seed=60)
-    point, low, high = rounds.ratio(before, after, paired=False)
-    assert point == pytest.approx(np.sqrt(1.074 * 1.434 / (1.037 * 0.982)), rel=0.02)
-    assert compare.verdict(low, high) == "no change" and high > 2, "two processes per run say little"
-    rng = np.random.default_rng(1)
-    boots = [rounds._resampled_mean(rounds._boots(c, [1, 2]), rng) for c in (before, after)]
-    assert rounds.percentile_interval(boots[1] / boots[0])[0] > 1, "a bootstrap of 2 rounds calls it slower"
+    found = verdicts.change(before, after)
+    assert found.point == pytest.approx(np.sqrt(1.074 * 1.434 / (1.037 * 0.982)), rel=0.02)
+    assert found.low < 1 < found.high and found.high > 2, "two processes per run say little"
+    assert found.outcome == "inconclusive" and found.detectable > 1, "and the comparison says so"
+    # both round-by-round ratios exceed 1: a rule built from the range of two values called it slower
+    assert 1.074 / 1.037 > 1 and 1.434 / 0.982 > 1
 
 
-def test_compare_between_runs_resamples_rounds_unpaired():
+def test_compare_between_runs_is_unpaired_and_says_what_it_could_detect():
     before = cell("torch-eager", [1.0, 1.2, 1.1], seed=0)
     drifted = cell("torch-eager", [1.15, 1.05, 1.25], seed=40)
-    _, low, high = rounds.ratio(before, drifted, paired=False)
-    assert compare.verdict(low, high) == "no change", "rerun drift within what the rounds saw"
+    found = verdicts.change(before, drifted)
+    assert found.low < 1 < found.high, "rerun drift within what the rounds saw"
+    assert found.outcome == "inconclusive" and 0.2 < found.detectable < 0.5, "3 noisy rounds cannot see 10%"
+    steady = cell("torch-eager", [1.0, 1.01, 0.99, 1.0, 1.02, 0.98], seed=70)
+    rerun = cell("torch-eager", [1.01, 0.99, 1.0, 1.02, 0.98, 1.0], seed=80)
+    found = verdicts.change(steady, rerun)
+    assert found.outcome == "no change" and found.detectable < 0.1
     halved = cell("torch-eager", [0.5, 0.6, 0.55], seed=50)
-    point, low, high = rounds.ratio(before, halved, paired=False)
-    assert point == pytest.approx(0.5, rel=0.02) and compare.verdict(low, high) == "faster"
-    assert compare.verdict(1.01, 1.2) == "slower"
+    found = verdicts.change(before, halved)
+    assert found.point == pytest.approx(0.5, rel=0.02) and found.outcome == "faster"
+    assert verdicts.outcome_of(1.01, 1.2) == "slower" and verdicts.outcome_of(0.8, 0.99) == "faster"
 
 
 def test_variable_length_steps_are_timed_per_pass_never_by_a_median_of_mixed_lengths():
-    from harness.measuring.stats import pass_mean, summarize
+    from harness.stats.steps import pass_mean
 
     # batch 0 is short (1 ms), batch 1 long (9 ms); a window that saw batch 0 three times as often
     times = [0.001] * 30 + [0.009] * 10
@@ -127,6 +148,6 @@ def test_variable_length_steps_are_timed_per_pass_never_by_a_median_of_mixed_len
     assert steady["ci_low_s"] == pytest.approx(0.005) and steady["ci_high_s"] == pytest.approx(0.005)
     assert summarize(times, 32)["median_s"] == pytest.approx(0.001), "the plain median would be misled"
     a = [round_record("keras-torch", k, times, pass_steps=2, step_batches=batches) for k in (1, 2)]
-    c = rounds.combine(a)
+    c = stat_cells.combine(a)
     assert c["median_s"] == pytest.approx(0.005) and c["pass_s"] == pytest.approx(0.010)
     assert c["step_batches"] == batches * 2

@@ -10,16 +10,20 @@ import numpy as np
 from harness import records
 from harness.reporting import breakeven, compare, report, static_dynamic, summary, sweeps
 from tests.conftest import REPO
-from tests.fakes import record
+from tests.fakes import as_rounds, process_levels, record
 
 
 def timed(adapter, median_ms, spread=0.02, device="cpu", n=201, seed=0, **extra):
-    """Step times spread evenly (and shuffled) around an exact median."""
+    """A cell of five processes: step times spread evenly (and shuffled) around an exact median, and
+    its processes' levels scattered by a tenth of that spread around it."""
     rng = np.random.default_rng(seed)
     times = list(rng.permutation(median_ms * 1e-3 * (1 + spread * np.linspace(-1, 1, n))))
-    from harness.measuring.stats import summarize
+    from harness.stats.steps import summarize
 
-    return record(adapter, device=device, step_times_s=times, **{**summarize(times, 32), **extra})
+    levels = process_levels(median_ms * 1e-3, spread / 10, seed)
+    return record(
+        adapter, device=device, step_times_s=times, process_levels=levels, **{**summarize(times, 32), **extra}
+    )
 
 
 def test_summary_names_a_winner_only_when_intervals_separate():
@@ -86,7 +90,11 @@ def test_summary_static_against_dynamic_per_framework_with_break_even_range():
         f"its compiles paid off after {early:,} to {late:,} steps from a cold start."
     )
     tied = _modes("torch-eager", "dynamic", 5.0, "torch-compile", 5.02, seed=8)
-    tied = [dict(r, step_times_s=timed(r["adapter"], r["median_s"] * 1e3, 0.3, n=21)["step_times_s"]) for r in tied]
+    noisy = [timed(r["adapter"], r["median_s"] * 1e3, 0.3, n=21, seed=i) for i, r in enumerate(tied)]
+    tied = [
+        dict(r, step_times_s=x["step_times_s"], process_levels=x["process_levels"])
+        for r, x in zip(tied, noisy, strict=True)
+    ]
     slower = _modes("torch-eager", "dynamic", 2.0, "torch-compile", 3.0, seed=9, workload="cnn")
     (line,) = summary.framework_sentences(tied + slower)
     assert line == (
@@ -168,7 +176,8 @@ def test_crossover_is_where_the_faster_series_changes():
     ]
     # records without raw steps are compared by their intervals: overlapping ones tie
     wide = {"ci_low_s": 0.0, "ci_high_s": 1.0}
-    tied = {k: [{**{f: x for f, x in r.items() if f != "step_times_s"}, **wide} for r in v] for k, v in series.items()}
+    raw = ("step_times_s", "process_levels")
+    tied = {k: [{**{f: x for f, x in r.items() if f not in raw}, **wide} for r in v] for k, v in series.items()}
     assert sweeps.crossovers(tied) == [], "ties are never counted as a crossover"
 
 
@@ -196,7 +205,7 @@ def test_sweep_section_and_plots_are_written(tmp_path):
     for r in recs:
         r["overrides"] = [f"batch_size={int(r['sweep']['value'])}"]
         r["cell_id"] = f"{r['adapter']}|{r['device']}|{r['overrides'][0]}"
-    run = _write_run(tmp_path / "run", recs, ENV)
+    run = _write_run(tmp_path / "run", [p for r in recs for p in as_rounds(r)], ENV)
     path = report.write(run)
     md = path.read_text()
     assert "## Sweep: mlp over batch_size" in md
@@ -211,7 +220,9 @@ def test_sweep_section_and_plots_are_written(tmp_path):
 def test_compare_and_merge_on_the_command_line(python, tmp_path):
     def run(name, medians, host):
         recs = [dict(timed(a, m, seed=i), cell_id=f"{a}|mlp|cpu", run_id=name) for i, (a, m) in enumerate(medians)]
-        return _write_run(tmp_path / name, recs, dict(ENV, hostname=host))
+        return _write_run(tmp_path / name, [p for r in recs for p in as_rounds(r, drift)], dict(ENV, hostname=host))
+
+    drift = (1.0, 1.01, 0.99, 1.0, 1.005, 0.995)
 
     a = run("before", [("torch-eager", 1.0), ("jax-jit", 1.0)], "laptop")
     b = run("after", [("torch-eager", 0.5), ("jax-jit", 1.0)], "workstation")
@@ -220,7 +231,8 @@ def test_compare_and_merge_on_the_command_line(python, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     text = (b / "compare-before.md").read_text()
-    assert "2 matching cells: 1 faster, 0 slower, 1 without a significant change." in text
+    assert "2 matching cells: 1 faster, 0 slower, 1 without a change, 0 inconclusive." in text
+    assert "| detectable change |" in text.replace(" ", "").replace("|detectablechange|", "| detectable change |")
     assert "- Within A: 0 pairs of cells differ by 1.5x or more; its intervals separate 0 of them." in text
     assert "- Within B: 1 pairs of cells differ by 1.5x or more; its intervals separate 1 of them." in text
     assert "Fastest verdicts: 1 groups in both runs, 1 with a named fastest in at least one, 0 contradicted" in text

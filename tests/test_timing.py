@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from harness.measuring.stats import summarize
 from harness.measuring.timing import Diverged, Profile, measure
+from harness.stats.steps import summarize
 from tests.fakes import FakeAdapter, FakeClock
 
 PROFILE = Profile("t", 3, 10, 1000, budget_s=1.0, target_rel_iqr=0.0, rounds=1, timeout_s=10)
@@ -108,7 +108,7 @@ def test_steady_context_wraps_only_the_steady_window():
 
 
 def test_median_ci_brackets_the_median():
-    from harness.measuring.stats import median_ci
+    from harness.stats.steps import median_ci
 
     rng = np.random.default_rng(1)
     times = rng.normal(1.0, 0.1, 500)
@@ -210,7 +210,7 @@ def test_quantiles_of_the_sorted_window_match_numpy():
 
 
 def test_bootstrap_memory_is_bounded_and_the_interval_unchanged_in_substance(monkeypatch):
-    from harness.measuring import stats
+    from harness.stats import steps as stats
 
     times = np.random.default_rng(5).lognormal(-5, 0.2, size=4000)
     whole = stats.median_ci(times)

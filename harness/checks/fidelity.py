@@ -16,16 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from adapters import AdapterInfo
+from harness.records import IDIOMATIC, is_idiomatic  # noqa: F401 (harness.cli reads fidelity.is_idiomatic)
 
 FIDELITY_DIR = Path(__file__).resolve().parents[2] / "fidelity"
 WORKLOAD = "mlp"
 DEFAULT_BATCH_SIZES = "32,1024"
-IDIOMATIC = "idiomatic"
-
-
-def is_idiomatic(rec: dict[str, Any]) -> bool:
-    """Whether a record (or cell) is an idiomatic script's rather than an adapter's."""
-    return rec.get("kind") == IDIOMATIC
 
 
 def scripts(folder: Path = FIDELITY_DIR) -> dict[str, str]:

@@ -14,7 +14,7 @@ steady window: then at least ``min_steps`` steps, continuing until the spread is
     runs out, or ``max_steps``; the median of these is the steady-state step time. A step
     during which the compile count rose (a recompile) is kept apart, not in the statistics.
     Where steps differ in size (variable-length batches), it stops on whole passes only and
-    the step time is the mean over a pass of each batch's median (harness.measuring.stats.pass_mean).
+    the step time is the mean over a pass of each batch's median (harness.stats.steps.pass_mean).
 pipelined window: then blocks of K steps issued back to back with one ``sync`` at the end of
     each block, as a training loop runs them (dispatch overlaps device work). K makes a block
     last about BLOCK_S at the steady step time (a whole number of passes, with ``pass_steps``,

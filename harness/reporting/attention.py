@@ -11,7 +11,7 @@ from tabulate import tabulate
 from harness.reporting.cells import strategy
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig
 from harness.reporting.sweeps import crossovers
-from harness.running.rounds import separated
+from harness.stats.verdicts import separated
 
 Record = dict[str, Any]
 KINDS = ("naive", "fused")

@@ -5,38 +5,77 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from harness.running.rounds import relative, separated
+import numpy as np
+
+from harness.stats.verdicts import FASTER, NOT_JUDGED, SLOWER, TIE, pair_verdict, relative, separated
 
 Record = dict[str, Any]
 
 
+def cold_window(rec: Record) -> list[float]:
+    """A cell's cold window, step by step: the mean over its processes (generations) of each one's
+    ``cold_times_s``, over the length they all have; a lone process's own window."""
+    windows = [w for w in rec.get("round_cold_times_s") or [] if w]
+    if len(windows) < 2:
+        return list(rec["cold_times_s"])
+    n = min(len(w) for w in windows)
+    return [float(v) for v in np.mean([w[:n] for w in windows], axis=0)]
+
+
 def cumulative_s(rec: Record, steps: int) -> float:
-    """Seconds to train ``steps`` batches from a cold start: the measured cold window, then
-    the steady median per step beyond it."""
-    cold = rec["cold_times_s"]
+    """Seconds to train ``steps`` batches from a cold start: the measured cold window (``cold_window``),
+    then the steady median per step beyond it."""
+    cold = cold_window(rec)
     if steps <= len(cold):
         return float(sum(cold[:steps]))
     return float(sum(cold)) + (steps - len(cold)) * rec["median_s"]
 
 
 def break_even(static: Record, eager: Record) -> int | None:
-    """The first step count at which ``static`` has spent no more time than ``eager`` since a
-    cold start, or None if it never catches up (its steady step is not faster)."""
-    window = max(len(static["cold_times_s"]), len(eager["cold_times_s"]))
-    for n in range(1, window + 1):
-        if cumulative_s(static, n) <= cumulative_s(eager, n):
-            return n
+    """The step count from which ``static`` has spent no more time than ``eager`` since a cold
+    start and stays so: the step after the last one inside the cold window at which it is behind
+    (it is never behind again inside the window), extrapolated with the steady medians where it
+    is still behind at the window's end. None if its steady step is not faster (it falls behind
+    for good, whatever the window showed)."""
     gain = eager["median_s"] - static["median_s"]
     if gain <= 0:
         return None
-    behind = cumulative_s(static, window) - cumulative_s(eager, window)
-    return window + math.ceil(behind / gain)
+    window = max(len(cold_window(static)), len(cold_window(eager)))
+    behind = [n for n in range(1, window + 1) if cumulative_s(static, n) > cumulative_s(eager, n)]
+    if not behind:
+        return 1
+    if behind[-1] < window:
+        return behind[-1] + 1
+    gap = cumulative_s(static, window) - cumulative_s(eager, window)
+    return window + math.ceil(gap / gain)
+
+
+def steady_outcome(base: Record, static: Record) -> tuple[str, str]:
+    """``static``'s steady step against ``base``'s: faster, slower, tie or not judged (with the
+    reason) from harness.stats.verdicts; records without processes to read by their intervals."""
+    if not all(r.get("process_levels") or r.get("step_times_s") for r in (base, static)):
+        if not separated(base, static):
+            return TIE, ""
+        return (FASTER if static["median_s"] < base["median_s"] else SLOWER), ""
+    v = pair_verdict(base, static)
+    return v.outcome, v.reason
+
+
+def break_even_text(static: Record, base: Record) -> str:
+    """The break-even step of ``static`` against ``base`` for a table cell: ``tied`` where their
+    steady steps are not separated, ``not judged`` where the evidence cannot say, else a count or
+    ``never``."""
+    outcome, _ = steady_outcome(base, static)
+    if outcome in (TIE, NOT_JUDGED):
+        return "tied" if outcome == TIE else NOT_JUDGED
+    steps = break_even(static, base) if outcome == FASTER else None
+    return "never" if steps is None else f"{steps:,}"
 
 
 def break_even_range(static: Record, base: Record) -> tuple[int, int] | None:
-    """Where compiling pays off against ``base``: the break-even step at both ends of the 95%
-    interval of the steady-time ratio (paired by round). None unless ``static``'s steady step is
-    faster and separated from ``base``'s: overlapping steady times give no break-even."""
+    """Where compiling pays off against ``base``: the break-even step at both ends of the
+    interval of the steady-time ratio. None unless ``static``'s steady step is faster and
+    separated from ``base``'s: tied steady times give no break-even."""
     if static["median_s"] >= base["median_s"] or not separated(static, base):
         return None
     _, low, high = relative(base, static)  # time(static) / time(base), wholly below 1 here

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.running.rounds import separated
+from harness.stats.verdicts import separated
 
 Record = dict[str, Any]
 

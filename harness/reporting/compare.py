@@ -1,4 +1,4 @@
-"""Run-to-run comparison: matching cells, ratio of medians with a bootstrap CI, verdict.
+"""Run-to-run comparison: matching cells, ratio of geometric means with Welch's interval, verdict.
 
 The use: before/after a framework upgrade, or the same matrix on two machines. Cells match by
 ``cell_id`` (adapter, workload, device, overrides, data mode, precision), never by run id.
@@ -6,27 +6,30 @@ The use: before/after a framework upgrade, or the same matrix on two machines. C
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
 from harness import records
-from harness.checks.fidelity import is_idiomatic
+from harness.records import is_idiomatic
 from harness.reporting import cells, report
 from harness.reporting.formatting import fingerprint_name, machine_name, sig, status_text
-from harness.running import rounds
+from harness.stats.cells import combine_all, fingerprint_key
+from harness.stats.verdicts import INCONCLUSIVE, MEANINGFUL_CHANGE, NO_CHANGE, RunChange, change, separated
 
 Record = dict[str, Any]
 
 
-def verdict(low: float, high: float) -> str:
-    """B against A: ``faster`` when the whole CI of time(B)/time(A) is below 1."""
-    if high < 1:
-        return "faster"
-    if low > 1:
-        return "slower"
-    return "no change"
+def geometric_mean_s(rec: Record) -> float:
+    """A cell's steady time as the comparison reads it: the geometric mean of its processes'."""
+    levels = rec.get("process_levels") or {}
+    return math.exp(sum(levels.values()) / len(levels)) if levels else rec["median_s"]
+
+
+def detectable_text(found: RunChange) -> str:
+    return "—" if found.detectable is None else f"{found.detectable:.0%}"
 
 
 def match(recs_a: list[Record], recs_b: list[Record]) -> tuple[list[tuple[Record, Record]], list[Record]]:
@@ -40,16 +43,16 @@ def match(recs_a: list[Record], recs_b: list[Record]) -> tuple[list[tuple[Record
 
 def build(run_a: Path, run_b: Path) -> str:
     # Idiomatic scripts of a fidelity run are not cells of the matrix (harness.checks.fidelity).
-    recs_a = rounds.combine_all([r for r in records.load(run_a / records.RESULTS) if not is_idiomatic(r)])
-    recs_b = rounds.combine_all([r for r in records.load(run_b / records.RESULTS) if not is_idiomatic(r)])
+    recs_a = combine_all([r for r in records.load(run_a / records.RESULTS) if not is_idiomatic(r)])
+    recs_b = combine_all([r for r in records.load(run_b / records.RESULTS) if not is_idiomatic(r)])
     for recs in (recs_a, recs_b):  # a run over unlike cluster nodes: its verdicts stay within a machine
-        if len({rounds.fingerprint_key(r) for r in recs if r.get("fingerprint")}) > 1:
+        if len({fingerprint_key(r) for r in recs if r.get("fingerprint")}) > 1:
             for r in recs:
                 r["machine"] = fingerprint_name(r["fingerprint"]) if r.get("fingerprint") else None
     env_a, env_b = report.load_env(run_a), report.load_env(run_b)
     pairs, unmatched = match(recs_a, recs_b)
     rows = []
-    counts = {"faster": 0, "slower": 0, "no change": 0}
+    counts = {"faster": 0, "slower": 0, NO_CHANGE: 0, INCONCLUSIVE: 0}
     for a, b in pairs:
         label = [
             b["adapter"],
@@ -59,22 +62,23 @@ def build(run_a: Path, run_b: Path) -> str:
             b["device_requested"],
         ]
         if a["status"] != "ok" or b["status"] != "ok":
-            rows.append([*label, status_text(a), status_text(b), "—", "not comparable"])
+            rows.append([*label, status_text(a), status_text(b), "—", "—", "not comparable"])
             continue
-        ratio, low, high = rounds.ratio(a, b, paired=False)
-        word = verdict(low, high)
-        counts[word] += 1
+        found = change(a, b)
+        counts[found.outcome] += 1
+        interval = f"[{found.low:.3f}, {found.high:.3f}]" if math.isfinite(found.high) else "(one process)"
         rows.append(
             [
                 *label,
-                sig(a["median_s"] * 1e3),
-                sig(b["median_s"] * 1e3),
-                f"{ratio:.3f} [{low:.3f}, {high:.3f}]",
-                word,
+                sig(geometric_mean_s(a) * 1e3),
+                sig(geometric_mean_s(b) * 1e3),
+                f"{found.point:.3f} {interval}",
+                detectable_text(found),
+                found.outcome,
             ]
         )
     headers = ["adapter", "workload", "strategy", "data", "device", "A (ms/step)", "B (ms/step)", "B / A [95% CI]"]
-    headers.append("B vs A")
+    headers += ["detectable change", "B vs A"]
     out = [
         f"# dlcompare comparison: {run_b.name} (B) against {run_a.name} (A)",
         "",
@@ -82,15 +86,18 @@ def build(run_a: Path, run_b: Path) -> str:
         f"- B: `{run_b}`, {machine_name(env_b)}, git {env_b.get('git_sha')}, {_versions(env_b)}",
         "",
         f"{len(pairs)} matching cells: {counts['faster']} faster, {counts['slower']} slower, "
-        f"{counts['no change']} without a significant change.",
+        f"{counts[NO_CHANGE]} without a change, {counts[INCONCLUSIVE]} inconclusive.",
         "",
-        "B / A is the ratio of a cell's steady step times (geometric mean over its rounds of each "
-        "round's median; below 1: B is faster), with a 95% interval from Welch's t on the logarithms of "
-        "the round medians: each round is a fresh process, and the t quantile accounts for how few of "
-        "them there are (with 2 rounds per run the interval is very wide: two processes say little). "
-        "The verdict is `faster` or `slower` only when the whole interval lies on one side of 1. A cell "
-        "run in one round has only a bootstrap interval of the noise within one process, which two runs "
-        "of the same code often exceed.",
+        "A and B are a cell's steady step times, the geometric mean over its processes (fresh worker "
+        "processes, one per generation) of each one's step time. B / A is their ratio (below 1: B is faster), "
+        "with a 95% interval from Welch's t on the logarithms of the process step times: nothing pairs two "
+        "runs' processes, and the t quantile accounts for how few of them there are (two processes a side "
+        "say little). The verdict is `faster` or `slower` only when the whole interval lies on one side of "
+        "1; `no change` only when the comparison could have detected a change of "
+        f"{MEANINGFUL_CHANGE:.0%} (and of the size it reports) with 80% power; else `inconclusive`. "
+        "Detectable change: the smallest slow-down this comparison detects with 80% power, "
+        "exp((t_0.025 + t_0.2) se) - 1. A cell run in one process a side is `inconclusive`: one process "
+        "says nothing about a rerun.",
         *_few_rounds(recs_a + recs_b),
         "",
         *_verdicts(recs_a, recs_b),
@@ -164,7 +171,7 @@ def _resolution(label: str, recs: list[Record]) -> str:
         for b in cells[i + 1 :]
         if max(a["median_s"], b["median_s"]) >= CLEAR_RATIO * min(a["median_s"], b["median_s"])
     ]
-    apart = sum(rounds.separated(a, b) for a, b in clear)
+    apart = sum(separated(a, b) for a, b in clear)
     return (
         f"- Within {label}: {len(clear)} pairs of cells differ by {CLEAR_RATIO}x or more; "
         f"its intervals separate {apart} of them."

@@ -2,8 +2,8 @@
 
 Per adapter and batch size: latency (synced steps) and throughput (per step in pipelined
 blocks) of the adapter's cell and of the script, and their ratio adapter / script. The latency
-ratio is paired by round with a 95% interval (rounds resampled, then steps within them,
-harness.running.rounds.ratio); the throughput ratio is the mean of the per-round ratios with their range.
+ratio is paired by round with a 95% interval from the rounds' process levels (harness.stats.verdicts:
+"not judged" below three rounds); the throughput ratio is the mean of the per-round ratios with their range.
 A ratio above TARGET means the adapter costs more than the framework does.
 """
 
@@ -16,10 +16,10 @@ import numpy as np
 from tabulate import tabulate
 
 from harness import records
-from harness.checks.fidelity import IDIOMATIC, is_idiomatic
-from harness.records import load_env
+from harness.records import IDIOMATIC, is_idiomatic, load_env
 from harness.reporting.formatting import machine_name
-from harness.running import rounds
+from harness.stats.cells import process_level, round_of
+from harness.stats.verdicts import pair_verdict
 
 TARGET = 1.10
 #: Step-0 losses of adapter and script must agree this closely: they start from one model.
@@ -27,15 +27,18 @@ LOSS_RTOL = 1e-4
 
 
 def _pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """A cell's rounds as one record that harness.running.rounds.ratio reads."""
-    runs = sorted(runs, key=rounds.round_of)
+    """A cell's rounds as one record that harness.stats.verdicts.pair_verdict reads."""
+    runs = sorted(runs, key=round_of)
     return {
         "cell_id": runs[0]["cell_id"],
         "step_times_s": [t for r in runs for t in r["step_times_s"]],
-        "round_numbers": [rounds.round_of(r) for r in runs],
+        "round_numbers": [round_of(r) for r in runs],
+        "process_levels": {round_of(r): level[0] for r in runs if (level := process_level(r))},
+        "run_id": runs[0].get("run_id"),
+        "machine": runs[0].get("machine"),
         "round_steps": [len(r["step_times_s"]) for r in runs],
         "median_s": float(np.mean([np.median(r["step_times_s"]) for r in runs])),
-        "pipelined": {rounds.round_of(r): r.get("pipelined_s") for r in runs},
+        "pipelined": {round_of(r): r.get("pipelined_s") for r in runs},
         "loss_first": runs[0].get("loss_first"),
     }
 
@@ -63,13 +66,13 @@ def rows(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append(row)
             continue
         a, s = _pooled(runs), _pooled(twin)
-        point, low, high = rounds.ratio(s, a, paired=True)
+        latency = pair_verdict(s, a)
         common = sorted(set(a["pipelined"]) & set(s["pipelined"]))
         tput = [a["pipelined"][k] / s["pipelined"][k] for k in common if a["pipelined"][k] and s["pipelined"][k]]
         row.update(
             adapter_s=a["median_s"],
             script_s=s["median_s"],
-            latency=(point, low, high),
+            latency=(latency.point, latency.low, latency.high),
             adapter_pipelined_s=float(np.mean([v for v in a["pipelined"].values() if v])) if tput else None,
             script_pipelined_s=float(np.mean([v for v in s["pipelined"].values() if v])) if tput else None,
             throughput=(float(np.mean(tput)), min(tput), max(tput)) if tput else None,
@@ -113,7 +116,7 @@ def table(found: list[dict[str, Any]]) -> str:
                 r["batch"],
                 _ms(r["adapter_s"]),
                 _ms(r["script_s"]),
-                f"{lat[0]:.2f} [{lat[1]:.2f}, {lat[2]:.2f}]",
+                f"{lat[0]:.2f} [{lat[1]:.2f}, {lat[2]:.2f}]" if lat[2] < float("inf") else f"{lat[0]:.2f} (not judged)",
                 f"{_ms(r['adapter_pipelined_s'])} / {_ms(r['script_pipelined_s'])}",
                 "-" if tput is None else f"{tput[0]:.2f} ({tput[1]:.2f}..{tput[2]:.2f})",
                 {True: "yes", False: "NO", None: "-"}[r["same_start"]],

@@ -16,7 +16,7 @@ from tabulate import tabulate
 
 from harness.reporting.cells import best_per_adapter, comparable, strategy, what
 from harness.reporting.formatting import device_label, sig
-from harness.running.rounds import separated
+from harness.stats.verdicts import separated
 
 Record = dict[str, Any]
 
@@ -139,7 +139,7 @@ def caption(g: Grid, has_data_modes: bool) -> str:
     text = (
         "Each cell is the adapter's steady step time (synced, median; its best loop strategy, the fastest "
         "steady step, in brackets) over the fastest cell of the column: 1.00 (framed) is the fastest; `tie`: "
-        "the 95% interval of the ratio to the fastest, paired by round, includes 1 (dashed frame). Colours "
+        "the 95% interval of the ratio to the fastest, from their rounds, includes 1 (dashed frame). Colours "
         "are on a log scale. `skipped` and `failed` cells did not run (the tables below say why)"
     )
     if any(c.status == "contended" for c in g.cells.values()):

@@ -12,8 +12,7 @@ from typing import Any
 import pandas as pd
 
 from harness import records
-from harness.checks.fidelity import is_idiomatic
-from harness.records import load_env
+from harness.records import is_idiomatic, load_env
 from harness.reporting import attention, fidelity, html, overview, pipelines, plots, static_dynamic, summary
 from harness.reporting.breakeven import cumulative_s
 from harness.reporting.cells import strategy
@@ -22,7 +21,7 @@ from harness.reporting.hardware import hardware, memory, peak_gflops, same_machi
 from harness.reporting.sections import banner, failures, input_pipeline, method
 from harness.reporting.sweeps import sweep_section
 from harness.reporting.tables import env_table, machines_table, settings_table, table_title, workload_table
-from harness.running import rounds
+from harness.stats.cells import combine_all, fingerprint_key
 
 
 def load_runs(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
@@ -41,8 +40,8 @@ def load_runs(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, dic
             name = f"{name} [{run_dir.name}]"
         envs[name] = env
         adapter_recs = [r for r in records.load(run_dir / records.RESULTS) if not is_idiomatic(r)]
-        combined = rounds.combine_all(adapter_recs)
-        mixed = len({rounds.fingerprint_key(r) for r in combined if r.get("fingerprint")}) > 1
+        combined = combine_all(adapter_recs)
+        mixed = len({fingerprint_key(r) for r in combined if r.get("fingerprint")}) > 1
         for r in combined:
             r["machine"] = name
             if mixed and r.get("fingerprint"):

@@ -8,9 +8,9 @@ from typing import Any
 from tabulate import tabulate
 
 from harness.measuring.contention import CONTENDED_CORES
-from harness.measuring.stats import NOISY_IQR_RATIO
 from harness.reporting.cells import missing_pairs, strategy
 from harness.reporting.formatting import DASH, row_label, sig
+from harness.stats.steps import NOISY_IQR_RATIO
 
 
 def banner(recs: list[dict[str, Any]]) -> list[str]:
@@ -126,9 +126,15 @@ def method(recs: list[dict[str, Any]]) -> str:
             f"- Rounds: each cell ran in {processes} (rounds), round 1 of every cell in a shuffled order "
             "before round 2 of any, so the machine's drift during the run lands on every adapter alike. "
             "A cell's steady time is the mean over its rounds of each round's median step; its 95% "
-            "interval resamples rounds, then steps within each round, so it covers the difference "
-            "between processes, not only the noise within one. "
-            + ("With one round, the interval covers only the noise within that process. " if 1 in done else "")
+            "interval is a t interval over the rounds' log step times, so it covers the difference "
+            "between processes, not only the noise within one. Verdicts between cells come from a "
+            "two-way model of cells x rounds (harness.stats.verdicts): a pair needs 2 degrees of freedom "
+            "or more (two cells: 3 rounds), else it is `not judged`. "
+            + (
+                "With one round, the interval covers only the noise within that process, and no pair is judged. "
+                if 1 in done
+                else ""
+            )
             + "First step and cold window are those of round 1."
         )
     if any((r.get("pass_steps") or 1) > 1 for r in ok):
@@ -184,8 +190,9 @@ def method(recs: list[dict[str, Any]]) -> str:
         "- Each cell runs in a fresh process; every framework starts from the same NumPy parameters and "
         "trains on the same batches, already placed on the device (placement is timed apart).",
         "- `time vs fastest` is this cell's steady time over the fastest one of the workload (1.00 = "
-        "fastest); `(tie)`: the 95% interval of the ratio of the two, paired by round (round k of one "
-        "cell against round k of the other), includes 1, so the cell is not ranked against the fastest. "
+        "fastest); `(tie)`: the 95% interval of the ratio of the two, from their rounds (round k of one "
+        "cell against round k of the other), includes 1 or cannot be judged, so the cell is not ranked "
+        "against the fastest. "
         f"IQR (of all rounds' steps) is flagged `noisy` when it exceeds {NOISY_IQR_RATIO:.0%} of the median.",
         "- `first step` includes tracing and compilation for static-graph adapters. `traces / compiles` "
         "are counted during training by the framework's own instrumentation (tf.function's tracing "

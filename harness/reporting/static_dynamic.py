@@ -7,10 +7,10 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness.reporting.breakeven import break_even, break_even_range, cumulative_s, steps_text
+from harness.reporting.breakeven import break_even_range, break_even_text, cumulative_s, steady_outcome, steps_text
 from harness.reporting.cells import axes, comparable, name, strategy, what
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig
-from harness.running.rounds import separated
+from harness.stats.verdicts import NOT_JUDGED, TIE
 
 Record = dict[str, Any]
 
@@ -27,11 +27,14 @@ def _table(rows: list[list[str]], headers: list[str]) -> str:
 
 def payoff(static: Record, base: Record) -> str:
     """When ``static`` has paid for its compiles against ``base``, in words for a table cell."""
+    outcome, reason = steady_outcome(base, static)
+    if outcome == NOT_JUDGED:
+        return f"not judged ({reason})"
+    if outcome == TIE:
+        return "tied steady steps: no clear break-even"
     span = break_even_range(static, base)
     if span is not None:
         return f"after {steps_text(span)} steps"
-    if not separated(static, base):
-        return "tied steady steps: no clear break-even"
     return "never (slower steady step)" if static["median_s"] > base["median_s"] else "no cold window recorded"
 
 
@@ -71,8 +74,9 @@ def compile_costs(groups: dict[tuple, list[Record]]) -> list[str]:
         "What each static-graph cell pays to trace and compile (its loop strategy with the shortest cold "
         "start), and the step count from a cold start after which it has spent no more time in total than "
         "the fastest dynamic-graph cell of the same workload and device: a range from the two ends of the "
-        "95% interval of their steady-time ratio, paired by round. Cells that ran beside other CPU load "
-        "(`contended`) are left out."
+        "95% interval of their steady-time ratio (harness.stats.verdicts), the cold window averaged over every "
+        "process. Pairs whose steady steps tie get no break-even, and pairs the run cannot judge (one process "
+        "per cell, too few blocks) say so; cells that ran beside other CPU load (`contended`) are left out."
     )
     headers = [
         "static cell",
@@ -91,7 +95,7 @@ def strategies(groups: dict[tuple, list[Record]]) -> list[str]:
     """For workloads run under loop strategies: compiles, cold time and break-even per cell."""
     out: list[str] = []
     for (workload, setting), recs in groups.items():
-        ok = [r for r in recs if r["status"] == "ok" and strategy(r) and "cold_times_s" in r]
+        ok = [r for r in recs if r["status"] == "ok" and strategy(r) and "cold_times_s" in r and not r.get("contended")]
         for device in sorted({device_label(r) for r in ok}):
             cells = [r for r in ok if device_label(r) == device]
             eager = [r for r in cells if r.get("graph") == "dynamic"]
@@ -104,8 +108,7 @@ def strategies(groups: dict[tuple, list[Record]]) -> list[str]:
                 elif base is None or r.get("graph") != "static":
                     even = DASH
                 else:
-                    steps = break_even(r, base)
-                    even = "never" if steps is None else f"{steps:,}"
+                    even = break_even_text(r, base)
                 rows.append(
                     [
                         r["adapter"],
@@ -135,8 +138,11 @@ def strategies(groups: dict[tuple, list[Record]]) -> list[str]:
                     f"Break-even: the number of training steps from a cold start after which the static-graph "
                     f"cell has spent no more time in total than the fastest dynamic-graph cell, "
                     f"{base['adapter']} ({strategy(base)}, {sig(base['median_s'] * 1e3)} ms/step); measured over "
-                    f"the first {n} steps (every compile included), extrapolated with the steady medians beyond. "
-                    "`never`: its steady step is not faster.",
+                    f"the first {n} steps (every compile included; the mean over the cell's processes), and "
+                    "extrapolated with the steady medians beyond; the last crossing counts (the static cell is never "
+                    "behind again). `never`: its steady step is slower; `tied`: the steady steps are not separated; "
+                    "`not judged`: the run cannot tell (one process per cell, too few blocks). Cells that ran beside "
+                    "other CPU load (`contended`) are left out.",
                     "",
                 ]
             out += [_table(rows, headers), ""]
@@ -149,7 +155,7 @@ def within_frameworks(groups: dict[tuple, list[Record]]) -> list[str]:
     rows = []
     for (workload, setting), recs in groups.items():
         label = f"{workload} ({', '.join(setting)})" if setting else workload
-        ok = [r for r in recs if r["status"] == "ok"]
+        ok = [r for r in recs if r["status"] == "ok" and not r.get("contended")]
         for device in sorted({device_label(r) for r in ok}):
             for framework in sorted({r.get("framework", "") for r in ok}):
                 mine = [r for r in ok if device_label(r) == device and r.get("framework") == framework]
@@ -158,7 +164,7 @@ def within_frameworks(groups: dict[tuple, list[Record]]) -> list[str]:
                 if not dynamic or not static:
                     continue
                 d, st = min(dynamic, key=lambda r: r["median_s"]), min(static, key=lambda r: r["median_s"])
-                steps = break_even(st, d) if "cold_times_s" in st and "cold_times_s" in d else None
+                even = break_even_text(st, d) if "cold_times_s" in st and "cold_times_s" in d else DASH
                 rows.append(
                     [
                         framework,
@@ -170,7 +176,7 @@ def within_frameworks(groups: dict[tuple, list[Record]]) -> list[str]:
                         sig(st["median_s"] * 1e3),
                         f"{d['median_s'] / st['median_s']:.2f}x",
                         compiles_text(st),
-                        "never" if steps is None else f"{steps:,}",
+                        even,
                     ]
                 )
     if not rows:
@@ -191,6 +197,8 @@ def within_frameworks(groups: dict[tuple, list[Record]]) -> list[str]:
         "Each framework's fastest dynamic-graph cell against its fastest static-graph cell (best loop "
         "strategy: the one with the fastest steady step). Speed-up is dynamic time over static time (above "
         "1: the static graph is faster once compiled); break-even is the step count from a cold start after "
-        "which the static mode has spent no more time in total."
+        "which the static mode has spent no more time in total and stays so (the last crossing), `tied` where the "
+        "steady steps are not separated and `not judged` where the run cannot tell. Cells that ran beside other "
+        "CPU load (`contended`) are left out."
     )
     return ["### Within each framework", "", intro, "", _table(rows, headers), ""]

@@ -1,7 +1,7 @@
 """The report's summary: a few plain sentences derived from records alone.
 
-At most about eight: who is fastest per device (named only where separated, harness.running.rounds:
-the 95% interval of their time ratio, paired by round, excludes 1), each framework's static
+At most about eight: who is fastest per device (named only where separated, harness.stats.verdicts:
+the interval of their time ratio from their processes excludes 1), each framework's static
 against its dynamic mode (speed-up and break-even as ranges), the input-bound finding where
 data modes ran, CPU against GPU where both ran, and what the run did not measure. A sentence
 whose data is missing is left out, never guessed; cells that ran beside other CPU load
@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.reporting.breakeven import break_even_range, steps_text
 from harness.reporting.cells import axes, comparable, leaders, name, strategy, what
-from harness.running.rounds import separated
+from harness.stats.verdicts import separated
 
 Record = dict[str, Any]
 

@@ -10,7 +10,7 @@ from tabulate import tabulate
 from harness.reporting import plots
 from harness.reporting.cells import strategy
 from harness.reporting.formatting import DASH, device_label, sig, slug
-from harness.running.rounds import separated
+from harness.stats.verdicts import separated
 
 
 def crossovers(series: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:

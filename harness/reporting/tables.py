@@ -8,7 +8,7 @@ from tabulate import tabulate
 
 from harness.reporting.cells import overlap, strategy
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig, status_text
-from harness.running.rounds import separated
+from harness.stats.verdicts import separated
 
 
 def table_title(rec: dict[str, Any]) -> str:

@@ -37,10 +37,9 @@ from adapters.base import Options
 from harness import env
 from harness.measuring import input_pipeline, timing
 from harness.measuring.gpu_util import UtilSampler
-from harness.measuring.stats import summarize
 from harness.records import base_adapter, new_record, writable
 from harness.running import devices
-from harness.running.rounds import step_time
+from harness.stats.steps import step_time, summarize
 from workloads import get_workload, override
 from workloads.images import PipelineSkip, has_images, image_dataset, pipeline_settings
 from workloads.rnn import decoded_lengths

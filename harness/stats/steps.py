@@ -1,4 +1,5 @@
-"""Summary statistics of raw per-step times (seconds)."""
+"""Summary statistics of one process's raw per-step times (seconds): step time, quartiles, and the
+bootstrap interval of its median (the noise within that one process)."""
 
 from __future__ import annotations
 
@@ -83,3 +84,8 @@ def pass_mean(times: list[float], batches: list[int]) -> float:
 def pass_bootstrap(times: list[float], batches: list[int], seed: int = 0) -> np.ndarray:
     """Bootstrap samples of ``pass_mean``: steps resampled within each batch."""
     return np.mean([bootstrap_medians(t, seed + i) for i, t in enumerate(_by_batch(times, batches))], axis=0)
+
+
+def step_time(times: list[float], batches: list[int] | None) -> float:
+    """One process's step time: the median, or over a pass of variable-size steps, ``pass_mean``."""
+    return float(np.median(times)) if batches is None else pass_mean(times, batches)

@@ -1,0 +1,247 @@
+"""A cell's record from its processes, and a run's records grouped into cells and groups.
+
+A generation (``round`` in the record) is one fresh worker process per cell of a group. A cell's
+record (``combine``) keeps its steady time as the mean over its processes of each one's step
+time, raw steps pooled for plots and quartiles, and each process's level (the log of its step
+time, from the blocks every cell of its generation kept: ``process_levels``). Its interval is a t
+interval over those levels where it ran in two processes or more (``ci_kind`` "processes"), else
+the bootstrap of the steps within its one process (``ci_kind`` "steps"). ``combine_all`` also
+writes on each cell what its group's model says, so that pairwise verdicts
+(harness.stats.verdicts) read two records alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+from harness.stats.steps import step_time, summarize
+from harness.stats.verdicts import DEFAULT_LEVEL, cell_interval, level_of, residual_variance
+
+Record = dict[str, Any]
+
+
+def round_of(rec: Record) -> int:
+    """The generation (round) a record ran in (records written before rounds existed are round 1)."""
+    return int(rec.get("round") or 1)
+
+
+def fingerprint_key(rec: Record) -> str | None:
+    """The record's machine fingerprint (harness.env.fingerprint) as one comparable string."""
+    fp = rec.get("fingerprint")
+    return json.dumps(fp, sort_keys=True) if fp else None
+
+
+def group_of(rec: Record) -> str:
+    """The group a record's cell is compared within: its ``group`` where the runner wrote one,
+    else (older records) its setting: the cell id without its adapter (workload, device,
+    overrides; ``|``-joined, so equal across runs for the same setting)."""
+    if rec.get("group"):
+        return str(rec["group"])
+    return (rec.get("cell_id") or "").partition("|")[2] or json.dumps(
+        [rec.get("workload"), rec.get("device_requested"), sorted(rec.get("overrides") or [])]
+    )
+
+
+def _batches(rec: Record) -> list[int] | None:
+    """The batch each steady step ran, where steps differ in size (else None: plain medians)."""
+    return rec.get("step_batches") if (rec.get("pass_steps") or 1) > 1 else None
+
+
+def process_level(rec: Record, turns: set[int] | None = None) -> tuple[float, int | None] | None:
+    """One process's level, the log of its step time, and how many blocks it rests on: the mean
+    of log block times over ``turns`` (default: every block it kept), or for records without
+    blocks (one process at a time) the log of its step time, on no count of blocks (None). None
+    for a record without raw times (a summary: nothing to judge from)."""
+    blocks = rec.get("turn_block_s")
+    if not rec.get("step_times_s") and not blocks:
+        return None
+    if blocks:
+        ids = rec.get("turn_ids") or list(range(len(blocks)))
+        kept = [b for i, b in zip(ids, blocks, strict=True) if turns is None or i in turns]
+        if kept:
+            return float(np.mean(np.log(kept))), len(kept)
+    steady = step_time(rec["step_times_s"], _batches(rec)) if rec.get("step_times_s") else rec["median_s"]
+    return math.log(steady), (0 if blocks else None)
+
+
+def _levels(found: dict[int, tuple[float, int | None] | None]) -> tuple[dict[int, float], int | None]:
+    """Generation -> level, and the fewest blocks behind one (None: records without blocks)."""
+    kept = {k: v for k, v in found.items() if v is not None}
+    counts = [n for _, n in kept.values() if n is not None]
+    return {k: v for k, (v, _) in kept.items()}, (min(counts) if counts else None)
+
+
+def combine_all(recs: list[Record]) -> list[Record]:
+    """One record per cell and machine from its processes, in first-seen order: rounds of one cell
+    that ran on machines with different fingerprints (a mixed cluster) are never pooled. A round
+    without a fingerprint (a job the scheduler lost with its node) joins its cell's machine where
+    the cell has one. Each ok cell is annotated with its group's model (``annotate_groups``)."""
+    machines: dict[tuple, set[str]] = {}
+    for r in recs:
+        if key := fingerprint_key(r):
+            machines.setdefault((r.get("machine"), r.get("run_id"), r.get("cell_id")), set()).add(key)
+    groups: dict[tuple, list[Record]] = {}
+    for r in recs:
+        cell = (r.get("machine"), r.get("run_id"), r.get("cell_id"))
+        known = machines.get(cell, set())
+        fp = fingerprint_key(r) or (next(iter(known)) if len(known) == 1 else None)
+        groups.setdefault((*cell[:2], fp, r.get("cell_id") or id(r)), []).append(r)
+    cells = [(key, runs) for key, runs in groups.items()]
+    levels = _group_levels(cells)
+    out = []
+    for key, runs in cells:
+        rec = combine(runs, levels.get(id(runs)))
+        fp = key[2]
+        out.append(rec if rec.get("fingerprint") or not fp else {**rec, "fingerprint": json.loads(fp)})
+    annotate_groups([(key[:3], rec) for (key, _), rec in zip(cells, out, strict=True)])
+    return out
+
+
+def _group_levels(cells: list[tuple[tuple, list[Record]]]) -> dict[int, tuple[dict[int, float], int | None]]:
+    """For each cell (by ``id`` of its runs): generation -> level over the turns that every ok
+    cell of that generation of its group kept, and the fewest such blocks in any generation."""
+    by_group: dict[tuple, list[list[Record]]] = {}
+    for key, runs in cells:
+        by_group.setdefault((*key[:3], group_of(runs[0])), []).append(runs)
+    out: dict[int, tuple[dict[int, float], int | None]] = {}
+    for members in by_group.values():
+        common: dict[int, set[int]] = {}
+        for runs in members:
+            for r in runs:
+                if r["status"] == "ok" and r.get("turn_block_s"):
+                    ids = set(r.get("turn_ids") or range(len(r["turn_block_s"])))
+                    k = round_of(r)
+                    common[k] = common[k] & ids if k in common else ids
+        for runs in members:
+            found = {round_of(r): process_level(r, common.get(round_of(r))) for r in runs if r["status"] == "ok"}
+            out[id(runs)] = _levels(found)
+    return out
+
+
+def annotate_groups(cells: list[tuple[tuple, Record]]) -> None:
+    """Write on each ok cell (in place) its group's two-way model: ``group``, the generations the
+    group ran (``group_generations``), how many complete cells (``group_cells``), the residual
+    variance of their process levels and its degrees of freedom (``group_resid_var``,
+    ``group_df``; None where the model has no residual), and ``verdict_level``. ``key`` is the
+    (machine, run id, fingerprint) the cell ran on."""
+    by_group: dict[tuple, list[Record]] = {}
+    for key, rec in cells:
+        if rec["status"] == "ok":
+            by_group.setdefault((*key, group_of(rec)), []).append(rec)
+    for (*_, group), recs in by_group.items():
+        gens = sorted({k for r in recs for k in r["process_levels"]})
+        complete = [r for r in recs if set(r["process_levels"]) >= set(gens)]
+        s2, df = None, None
+        if len(complete) >= 2 and len(gens) >= 2:
+            matrix = np.array([[r["process_levels"][k] for k in gens] for r in complete])
+            var, df = residual_variance(matrix)
+            s2 = float(var) if df else None
+        level = level_of(*recs)
+        for r in recs:
+            r.update(
+                group=group,
+                group_generations=gens,
+                group_cells=len(complete),
+                group_resid_var=s2,
+                group_df=df if s2 is not None else None,
+                verdict_level=level,
+            )
+
+
+#: Per-round measures of an image pipeline cell that its record holds as the mean over rounds.
+PIPELINE_MEANS = (
+    "wait_median_s",
+    "input_bound_share",
+    "compute_median_s",
+    "cpu_cores_busy",
+    "cpu_worker_cores_busy",
+    "cpu_util",
+    "pipeline_batches_per_s",
+    "pipeline_ceiling_s",
+    "gpu_util_mean",
+)
+
+
+def combine(runs: list[Record], levels: tuple[dict[int, float], int | None] | None = None) -> Record:
+    """A cell's record from its processes (rounds). A round that did not end ``ok`` decides the
+    status (its record is returned, with the number of rounds that did). Otherwise: the cold
+    window and first step of round 1 (the first cold start), each round's cold window kept
+    (``round_cold_times_s``), steady statistics over rounds as the module says, raw steps pooled
+    for plots and quartiles, each round's median and level kept. ``levels``: each generation's
+    level and the fewest blocks behind one (``combine_all``, from the turns its group shares);
+    by default each process's own blocks."""
+    runs = sorted(runs, key=round_of)
+    bad = [r for r in runs if r["status"] != "ok"]
+    if bad:
+        return {**bad[0], "rounds_ok": len(runs) - len(bad)}
+    if levels is None:
+        levels = _levels({round_of(r): process_level(r) for r in runs})
+    process_levels, blocks = levels
+    extra = {
+        "process_levels": process_levels,
+        "blocks": blocks,
+        "verdict_level": level_of(*runs),
+    }
+    if all(r.get("cold_times_s") for r in runs):
+        extra["round_cold_times_s"] = [r["cold_times_s"] for r in runs]
+    if len(runs) == 1:  # its interval, from the worker, covers the noise within one process
+        return {**runs[0], **extra, "ci_kind": "steps"}
+    record = {**runs[0], **extra}
+    per_round = [r["step_times_s"] for r in runs]
+    pooled = [t for times in per_round for t in times]
+    medians = [step_time(r["step_times_s"], _batches(r)) for r in runs]
+    mean = float(np.mean(medians))  # one value per process: processes differ more than steps
+    record.update(summarize(pooled, record["batch_size"], ci=False))
+    if _batches(record) is not None:
+        record["step_batches"] = [b for r in runs for b in r["step_batches"]]
+        record["pass_s"] = mean * record["pass_steps"]
+    record.update(
+        median_s=mean,
+        samples_per_s=record["batch_size"] / mean,
+        step_times_s=pooled,
+        steps=len(pooled),
+        rounds_done=len(runs),
+        round_numbers=[round_of(r) for r in runs],
+        round_medians_s=medians,
+        round_steps=[len(t) for t in per_round],
+        round_cold_s=[r["cold_s"] for r in runs],
+        nodes=sorted({r["node"] for r in runs if r.get("node")}),
+        host_peak_rss_bytes=max(r.get("host_peak_rss_bytes") or 0 for r in runs),
+        wall_s=sum(r.get("wall_s", 0.0) for r in runs),
+        other_cpu_cores=max(r.get("other_cpu_cores", 0.0) for r in runs),
+        contended=any(r.get("contended") for r in runs),
+        steady_recompiles=sum(r.get("steady_recompiles") or 0 for r in runs),
+        recompile_times_s=[t for r in runs for t in r.get("recompile_times_s") or []],
+        cold_settled=None if runs[0].get("cold_settled") is None else all(r.get("cold_settled") for r in runs),
+    )
+    if len(process_levels) >= 2:
+        record["ci_low_s"], record["ci_high_s"] = cell_interval(
+            list(process_levels.values()), mean, record.get("verdict_level") or DEFAULT_LEVEL
+        )
+        record["ci_kind"] = "processes"
+    # An image pipeline's measures (harness.measuring.input_pipeline): each round's, averaged; waits pooled.
+    for field in PIPELINE_MEANS:
+        if all(r.get(field) is not None for r in runs):
+            record[field] = float(np.mean([r[field] for r in runs]))
+    if all("wait_times_s" in r for r in runs):
+        record["wait_times_s"] = [t for r in runs for t in r["wait_times_s"]]
+    for field in ("tokens_per_s", "gflops"):
+        if record.get(field) is not None:
+            record[field] = float(np.mean([r[field] for r in runs]))
+    for field in ("gflops_max_step", "pipelined_gflops_max"):
+        if all(r.get(field) is not None for r in runs):
+            record[field] = max(r[field] for r in runs)
+    if all(r.get("pipelined_s") is not None for r in runs):
+        record["round_pipelined_s"] = [r["pipelined_s"] for r in runs]
+        record["pipelined_s"] = float(np.mean(record["round_pipelined_s"]))
+        if all(r.get("synced_block_s") for r in runs):
+            record["synced_block_s"] = float(np.mean([r["synced_block_s"] for r in runs]))
+        record["pipelined_samples_per_s"] = record["batch_size"] / record["pipelined_s"]
+        record["pipelined_recompiles"] = sum(r.get("pipelined_recompiles") or 0 for r in runs)
+    else:
+        record["pipelined_s"] = None
+    return record

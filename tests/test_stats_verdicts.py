@@ -1,0 +1,326 @@
+"""The verdict rules (harness.stats.verdicts) against simulated data with known answers.
+
+A group of C cells runs K generations (one fresh process per cell each), each process timed in T
+blocks taken in turns. Simulated: a drift per generation (the machine, common to every cell), a
+drift per turn (common to the cells of a generation), an effect per process, and noise per
+block, at levels measured on this 2-core VM (issue 28): process effects ~1.5%, blocks ~5%,
+generations ~15%. Identical twins must be called different at the nominal rate (A/A), known
+slow-downs found at the stated power. Fixed seeds: every run of the suite sees the same data.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from harness.reporting import breakeven, compare
+from harness.stats import cells, verdicts
+
+REPS = 2000
+
+
+def simulate(
+    rng: np.random.Generator,
+    c: int,
+    k: int,
+    t: int = 20,
+    reps: int = REPS,
+    effects: np.ndarray | None = None,
+    process: float = 0.015,
+    block: float = 0.05,
+    generation: float = 0.15,
+    turn: float = 0.05,
+    noisy: dict[int, float] | None = None,
+) -> np.ndarray:
+    """Block log times, shape (reps, C, K, T): cell effects (log), then the common drifts, then
+    each process's effect and each block's noise (scaled per cell by ``noisy``)."""
+    scale = np.ones(c)
+    for cell, factor in (noisy or {}).items():
+        scale[cell] = factor
+    logs = np.zeros((reps, c, k, t)) + (np.zeros(c) if effects is None else effects)[None, :, None, None]
+    logs += generation * rng.standard_normal((reps, 1, k, 1))
+    logs += turn * rng.standard_normal((reps, 1, k, t))
+    logs += process * scale[None, :, None, None] * rng.standard_normal((reps, c, k, 1))
+    logs += block * scale[None, :, None, None] * rng.standard_normal((reps, c, k, t))
+    return logs
+
+
+def verdicts_of(blocks: np.ndarray, a: int = 0, b: int = 1, level: float = 0.95):
+    """(low, high) of log time(b) / time(a) per repetition, by the module's rules on arrays."""
+    levels = blocks.mean(axis=-1)  # L[c, k]: mean log block time over the turns all cells kept
+    s2, df = verdicts.residual_variance(levels)
+    _, low, high = verdicts.pair_interval(levels[:, b] - levels[:, a], s2, df, level)
+    return low, high
+
+
+@pytest.mark.parametrize(("c", "k"), [(2, 3), (2, 5), (4, 2), (4, 3), (4, 5), (10, 2), (10, 3), (10, 5)])
+def test_identical_twins_are_covered_at_the_nominal_rate(c, k):
+    rng = np.random.default_rng(100 * c + k)
+    low, high = verdicts_of(simulate(rng, c, k))
+    coverage = np.mean((low <= 0) & (high >= 0))
+    assert 0.935 <= coverage <= 0.985, f"A/A coverage {coverage:.3f} at C={c}, K={k}"
+
+
+def test_two_cells_and_two_generations_are_not_judged_df_1():
+    blocks = simulate(np.random.default_rng(0), 2, 2, reps=1)[0]
+    recs = group_records(blocks)
+    v = verdicts.pair_verdict(recs[0], recs[1])
+    assert v.outcome == "not judged" and v.reason == verdicts.FEW_DF
+
+
+@pytest.mark.parametrize(("slowdown", "power"), [(1.10, 0.80), (1.25, 0.99)])
+def test_a_slowed_twin_is_found_at_the_stated_power(slowdown, power):
+    rng = np.random.default_rng(int(slowdown * 100))
+    effects = np.array([0.0, math.log(slowdown), 0.0, 0.0])
+    low, high = verdicts_of(simulate(rng, 4, 3, effects=effects))  # 4 cells, 3 generations
+    # (at K = 2 a pair whose own spread exceeds the pooled one has 1 df: 10% is found in about half)
+    found = np.mean(low > 0)
+    assert found >= power, f"a {slowdown - 1:.0%} slow-down found in {found:.1%}"
+    assert np.mean(high < 0) == 0, "never called faster"
+
+
+def test_a_noisier_cell_keeps_its_coverage():
+    rng = np.random.default_rng(7)
+    for c, k in [(4, 3), (4, 5), (10, 5)]:  # (at K = 2 the pair's own spread has 1 df: 89-94%)
+        blocks = simulate(rng, c, k, noisy={1: 3.0})
+        low, high = verdicts_of(blocks)  # the noisy cell against its twin
+        assert np.mean((low <= 0) & (high >= 0)) >= 0.93, f"C={c}, K={k}"
+        low, high = verdicts_of(blocks, 2, 3)  # two quiet cells beside it
+        assert np.mean((low <= 0) & (high >= 0)) >= 0.93
+
+
+def test_sequential_looks_use_pococks_levels():
+    alphas = [1 - verdicts.pocock_level(n) for n in range(1, 6)]
+    assert alphas == pytest.approx([0.05, 0.0294, 0.0221, 0.0182, 0.0158], abs=2e-4)
+    with pytest.raises(ValueError):
+        verdicts.pocock_level(0)
+    # three looks at the Pocock level, stopping at the first separation: about 5% A/A overall
+    rng = np.random.default_rng(11)
+    blocks = simulate(rng, 4, 4)
+    level = verdicts.pocock_level(3)
+    called = np.zeros(REPS, dtype=bool)
+    for looks in (2, 3, 4):
+        low, high = verdicts_of(blocks[:, :, :looks], level=level)
+        called |= (low > 0) | (high < 0)
+    assert np.mean(called) <= 0.06
+
+
+# -- on records: the same rules through combine_all --------------------------------------------
+
+
+def group_records(blocks: np.ndarray, run_id: str = "r", **extra) -> list[dict]:
+    """Records of a group (turns protocol) from block log times of shape (C, K, T)."""
+    c, k, t = blocks.shape
+    out = []
+    for i in range(c):
+        for g in range(k):
+            times = np.exp(blocks[i, g]) * 1e-3
+            out.append(
+                {
+                    "run_id": run_id,
+                    "adapter": f"a{i}",
+                    "cell_id": f"a{i}|mlp|cpu",
+                    "workload": "mlp",
+                    "group": "mlp|cpu",
+                    "round": g + 1,
+                    "status": "ok",
+                    "batch_size": 32,
+                    "cold_s": 0.1,
+                    "step_times_s": list(times),
+                    "median_s": float(np.median(times)),
+                    "turn_ids": list(range(t)),
+                    "turn_block_s": list(times),
+                    **extra,
+                }
+            )
+    return cells.combine_all(out)
+
+
+def test_combined_records_carry_what_pairs_need_and_agree_with_the_arrays():
+    rng = np.random.default_rng(3)
+    blocks = simulate(rng, 4, 3, reps=1, effects=np.array([0.0, 0.1, 0.0, 0.0]))[0]
+    recs = group_records(blocks)
+    first = recs[0]
+    assert first["group"] == "mlp|cpu" and first["group_generations"] == [1, 2, 3] and first["group_df"] == 6
+    assert first["group_cells"] == 4 and first["verdict_level"] == 0.95 and first["blocks"] == 20
+    assert first["process_levels"] == pytest.approx({g + 1: blocks[0, g].mean() + math.log(1e-3) for g in range(3)})
+    assert first["ci_kind"] == "processes" and first["ci_low_s"] < first["median_s"] < first["ci_high_s"]
+    low, high = verdicts_of(blocks[None])
+    v = verdicts.pair_verdict(recs[0], recs[1])
+    assert (math.log(v.low), math.log(v.high)) == pytest.approx((low[0], high[0]))
+    assert v.outcome == "slower" and verdicts.separated(recs[0], recs[1])
+    assert verdicts.relative(recs[0], recs[1]) == (v.point, v.low, v.high)
+
+
+def test_only_the_turns_every_cell_kept_count():
+    blocks = simulate(np.random.default_rng(4), 3, 3, reps=1)[0]
+    recs = []
+    for i in range(3):
+        for g in range(3):
+            times = list(np.exp(blocks[i, g]) * 1e-3)
+            ids = list(range(20))
+            if i == 0:  # cell 0 lost turn 0 to contention in every generation: a slow block, dropped
+                ids, times = ids[1:], times[1:]
+            recs.append(
+                {
+                    "run_id": "r",
+                    "adapter": f"a{i}",
+                    "cell_id": f"a{i}|mlp|cpu",
+                    "group": "g",
+                    "round": g + 1,
+                    "status": "ok",
+                    "batch_size": 32,
+                    "cold_s": 0.1,
+                    "step_times_s": times,
+                    "turn_ids": ids,
+                    "turn_block_s": times,
+                }
+            )
+    combined = cells.combine_all(recs)
+    assert all(r["blocks"] == 19 for r in combined)
+    assert combined[1]["process_levels"][1] == pytest.approx(blocks[1, 0, 1:].mean() + math.log(1e-3))
+
+
+def test_not_judged_one_process_few_blocks_or_a_missing_generation():
+    rng = np.random.default_rng(5)
+    one = group_records(simulate(rng, 4, 1, reps=1)[0])
+    v = verdicts.pair_verdict(one[0], one[1])
+    assert v.outcome == "not judged" and v.reason == verdicts.ONE_PROCESS and not verdicts.separated(one[0], one[1])
+    few = group_records(simulate(rng, 4, 3, t=3, reps=1, effects=np.array([0, 1.0, 0, 0]))[0])
+    v = verdicts.pair_verdict(few[0], few[1])
+    assert v.outcome == "not judged" and v.reason == verdicts.FEW_BLOCKS, "even a 2.7x gap"
+    blocks = simulate(rng, 4, 3, reps=1)[0]
+    recs = group_records(blocks)
+    partial = cells.combine_all(
+        [r for r in _raw(blocks) if not (r["adapter"] == "a1" and r["round"] == 3)]  # a1 lacks generation 3
+    )
+    v = verdicts.pair_verdict(partial[0], partial[1])
+    assert v.outcome == "not judged" and v.reason == verdicts.MISSING_GENERATION
+    assert partial[0]["group_cells"] == 3 and partial[0]["group_df"] == 4, "the complete cells keep their model"
+    assert verdicts.pair_verdict(partial[0], partial[2]).outcome != "not judged"
+    assert verdicts.pair_verdict(recs[0], recs[2]).outcome != "not judged"
+
+
+def _raw(blocks: np.ndarray) -> list[dict]:
+    c, k, t = blocks.shape
+    return [
+        {
+            "run_id": "r",
+            "adapter": f"a{i}",
+            "cell_id": f"a{i}|mlp|cpu",
+            "group": "g",
+            "round": g + 1,
+            "status": "ok",
+            "batch_size": 32,
+            "cold_s": 0.1,
+            "step_times_s": list(np.exp(blocks[i, g]) * 1e-3),
+            "turn_ids": list(range(t)),
+            "turn_block_s": list(np.exp(blocks[i, g]) * 1e-3),
+        }
+        for i in range(c)
+        for g in range(k)
+    ]
+
+
+def test_older_records_group_by_setting_and_pair_across_groups_unpaired():
+    rng = np.random.default_rng(6)
+    blocks = simulate(rng, 3, 4, reps=1)[0]
+    old = [{k: v for k, v in r.items() if k not in ("group", "turn_ids", "turn_block_s")} for r in _raw(blocks)]
+    other = [{**r, "cell_id": r["cell_id"] + "|batch_size=64", "adapter": r["adapter"]} for r in old[:4]]
+    recs = cells.combine_all(old + other)
+    assert {r["group"] for r in recs} == {"mlp|cpu", "mlp|cpu|batch_size=64"}
+    assert recs[0]["group_df"] == 6 and recs[0]["blocks"] is None and recs[-1]["group_df"] is None
+    v = verdicts.pair_verdict(recs[0], recs[-1])
+    assert v.reason == "unpaired: different groups" and v.outcome == "tie"
+
+
+def test_settled_means_separated_or_a_tie_within_the_margin():
+    rng = np.random.default_rng(8)
+    effects = np.array([0.0, 0.0, math.log(1.3), 0.0])
+    recs = group_records(simulate(rng, 4, 5, t=40, reps=1, effects=effects, process=0.005)[0])
+    assert verdicts.settled(recs[0], recs[2]), "separated"
+    v = verdicts.pair_verdict(recs[0], recs[1])
+    assert v.outcome == "tie" and 0.95 < v.low and v.high < 1.05 and verdicts.settled(recs[0], recs[1])
+    loose = group_records(simulate(rng, 4, 2, reps=1, process=0.1)[0])
+    assert not verdicts.settled(loose[0], loose[1]), "a wide tie could hide a real difference"
+
+
+# -- between runs --------------------------------------------------------------------------------
+
+
+def run_cell(levels: np.ndarray, run_id: str) -> dict:
+    """A cell of one run from its processes' log step times (seconds)."""
+    return {
+        "run_id": run_id,
+        "median_s": float(np.mean(np.exp(levels))),
+        "process_levels": {k + 1: float(v) for k, v in enumerate(levels)},
+    }
+
+
+def test_compare_never_calls_a_tenfold_regression_no_change():
+    rng = np.random.default_rng(9)
+    outcomes = []
+    for drift in (0.15, 0.5, 1.0):  # rerun drift between processes, up to wild
+        for _ in range(200):
+            a = run_cell(drift * rng.standard_normal(2), "A")
+            b = run_cell(math.log(10) + drift * rng.standard_normal(2), "B")
+            found = verdicts.change(a, b)
+            outcomes.append(found.outcome)
+            if found.outcome == "inconclusive":
+                assert found.detectable > 1, "it says how large a change it could have seen"
+    assert "no change" not in outcomes and "faster" not in outcomes
+    assert "slower" in outcomes and "inconclusive" in outcomes
+
+
+def test_compare_of_identical_runs_with_enough_processes_says_no_change():
+    rng = np.random.default_rng(10)
+    found = [
+        verdicts.change(run_cell(0.015 * rng.standard_normal(8), "A"), run_cell(0.015 * rng.standard_normal(8), "B"))
+        for _ in range(500)
+    ]
+    assert np.mean([f.outcome == "no change" for f in found]) >= 0.92
+    assert max(f.detectable for f in found) < verdicts.MEANINGFUL_CHANGE
+    # the detectable change is exp((t_0.025 + t_0.2) se) - 1 at Welch's df: 2.228 + 0.879 at 10 df
+    assert verdicts.detectable_change(0.01, 10) == pytest.approx(math.expm1((2.2281 + 0.8791) * 0.01), rel=1e-3)
+
+
+def test_compare_prints_geometric_means():
+    cell = run_cell(np.log([1e-3, 4e-3]), "A")
+    assert compare.geometric_mean_s(cell) == pytest.approx(2e-3), "not the arithmetic 2.5 ms"
+
+
+# -- break-even ------------------------------------------------------------------------------------
+
+
+def test_break_even_is_the_last_crossing_of_the_cold_window():
+    eager = {"cold_times_s": [0.01] * 10, "median_s": 0.01}
+    # static's running total against eager's (0.01 n): ahead at 1, behind at 2-3, ahead at 4-5,
+    # behind at 6, ahead from 7 on: three crossings
+    totals = [0.005, 0.025, 0.035, 0.036, 0.045, 0.065, 0.066, 0.067, 0.068, 0.069]
+    static = {"cold_times_s": list(np.diff([0.0, *totals])), "median_s": 0.001}
+    assert breakeven.break_even(static, eager) == 7, "not 1, the first crossing"
+    behind = {**static, "cold_times_s": [*static["cold_times_s"][:-1], 0.05]}  # behind at the window's end
+    gap = sum(behind["cold_times_s"]) - 0.1
+    assert breakeven.break_even(behind, eager) == 10 + math.ceil(gap / 0.009)
+    assert breakeven.break_even({**static, "median_s": 0.02}, eager) is None, "a slower steady step never pays off"
+
+
+def test_the_cold_window_is_the_mean_of_every_process():
+    rec = {"cold_times_s": [1.0, 0.1, 0.1], "round_cold_times_s": [[1.0, 0.1, 0.1], [3.0, 0.3]], "median_s": 0.1}
+    assert breakeven.cold_window(rec) == pytest.approx([2.0, 0.2])
+    assert breakeven.cumulative_s(rec, 3) == pytest.approx(2.3)
+
+
+def test_tied_or_unjudged_pairs_get_no_break_even():
+    rng = np.random.default_rng(13)
+    effects = np.array([0.0, math.log(0.5), 0.0, 0.0])
+    recs = group_records(simulate(rng, 4, 3, reps=1, effects=effects, process=0.03)[0], cold_times_s=[0.5, 0.01, 0.01])
+    base, fast, tied = recs[0], recs[1], recs[3]
+    assert breakeven.break_even_text(fast, base).replace(",", "").isdigit()
+    assert breakeven.break_even_range(fast, base) is not None
+    assert verdicts.pair_verdict(base, tied).outcome == "tie"
+    assert breakeven.break_even_text(tied, base) == "tied" and breakeven.break_even_range(tied, base) is None
+    one = group_records(simulate(rng, 4, 1, reps=1, effects=effects)[0], cold_times_s=[0.5, 0.01, 0.01])
+    assert breakeven.break_even_text(one[1], one[0]) == "not judged"
