@@ -416,3 +416,25 @@ def test_a_damaged_plan_is_refused_on_resume(plan_text, message, bench, tmp_path
     assert (
         line.startswith(f"error: {tmp_path / 'r' / cli.PLAN} is damaged ({message}") and "start the run again" in line
     )
+
+
+# --- docs/faults.md stays true ----------------------------------------------------------------
+
+FAULTS_DOC = Path(__file__).resolve().parent.parent / "docs" / "faults.md"
+ROWS = [ln for ln in FAULTS_DOC.read_text().splitlines() if ln.startswith("| ") and not ln.startswith("| Class ")]
+
+
+def test_the_fault_table_has_sixty_classes_each_named_once():
+    classes = [row.split(" | ")[0].lstrip("| ") for row in ROWS]
+    assert len(classes) >= 60 and len(set(classes)) == len(classes)
+
+
+def test_every_test_the_fault_table_names_exists():
+    missing = []
+    for row in ROWS:
+        names = re.findall(r"`(tests/test_\w+\.py)::(test_\w+)`\s*\|\s*$", row)
+        path, test = names[0] if names else (row, "")
+        source = FAULTS_DOC.parent.parent / path
+        if not (names and source.is_file() and re.search(rf"^def {test}\(", source.read_text(), re.M)):
+            missing.append(f"{path}::{test}")
+    assert not missing, f"docs/faults.md names tests that do not exist: {missing}"
