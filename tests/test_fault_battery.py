@@ -57,15 +57,6 @@ def _mount(target: Path, options: str) -> None:
         pytest.skip(f"this machine does not allow mounting a tmpfs: {proc.stderr.strip()}")
 
 
-@pytest.fixture
-def small_fs(tmp_path):
-    """A 1 MiB tmpfs (root and a kernel that allows it), unmounted afterwards; skips otherwise."""
-    mnt = tmp_path / "fs"
-    _mount(mnt, "size=1m")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
 def fill(folder: Path) -> Path:
     """Fill the file system of ``folder`` to the last byte; returns the ballast file."""
     ballast = folder / "ballast"
