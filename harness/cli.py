@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import errno
 import fcntl
 import json
+import os
 import re
 import signal
 import sys
@@ -31,6 +33,9 @@ DEFAULT_OUT = Path("reports")
 PLAN = "plan.json"
 LOCK = ".lock"
 DEFAULT_SWEEP = "batch_size=16,32,64,128,256,512,1024"
+RUN_ID = re.compile(r"[A-Za-z0-9_.-]+")
+# Write failures of the storage (not of the harness): one line and exit 2, never a traceback.
+STORAGE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG}
 
 
 def _fail(message: str) -> int:
@@ -69,6 +74,14 @@ def _new_run(args: argparse.Namespace, adapters) -> tuple[Path, Run]:
     """Plan a new run; raises PlanError. Nothing is written here."""
     if args.threads is not None and args.threads < 1:
         raise PlanError(f"--threads must be >= 1, got {args.threads}")
+    cores = os.cpu_count() or 1
+    if args.threads is not None and args.threads > cores:  # one rule for every executor
+        raise PlanError(f"--threads {args.threads} is more than the {cores} logical cores of this machine")
+    if args.run_id is not None and (not RUN_ID.fullmatch(args.run_id) or args.run_id in (".", "..")):
+        raise PlanError(
+            f"--run-id {args.run_id!r} is not a name: letters, digits and - _ . only "
+            "(no path separator), and not . or .."
+        )
     if args.rounds is not None and args.rounds < 1:
         raise PlanError(f"--rounds must be >= 1, got {args.rounds}")
     if args.timeout is not None and args.timeout <= 0:
@@ -118,8 +131,11 @@ def _resumed_run(run_dir: Path, adapters) -> Run:
     plan_path = run_dir / PLAN
     if not plan_path.is_file():
         raise PlanError(f"{run_dir} is not a run folder (no {PLAN}); valid: a folder written by bench")
-    saved = json.loads(plan_path.read_text())
-    run = Run(saved["cells"], saved.get("rounds", 1), saved["timeout_s"], saved.get("budget_s"))
+    try:
+        saved = json.loads(plan_path.read_text())
+        run = Run(saved["cells"], saved.get("rounds", 1), saved["timeout_s"], saved.get("budget_s"))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PlanError(f"{plan_path} is damaged ({type(exc).__name__}: {exc}); start the run again") from None
     unknown = sorted({records.base_adapter(c) for c, _ in run.todo(run_dir / records.RESULTS)} - set(adapters))
     if unknown:
         raise PlanError(f"adapters of that run are not installed here: {', '.join(unknown)}")
@@ -167,6 +183,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.dry_run:
         _dry_run(run, adapters)
         return 0
+    unwritable = _unwritable(run_dir)
+    if unwritable:
+        return _fail(f"{'--resume' if args.resume else '--out'}: cannot write to {run_dir}: {unwritable}")
     lock = _lock(run_dir)
     if lock is None:
         return _fail(
@@ -180,7 +199,44 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 raise PlanError(f"{run_dir} already holds results; resume it with --resume {run_dir}")
         except (PlanError, records.RecordError) as exc:
             return _fail(str(exc))
-        return _run(args, adapters, run_dir, run)
+        try:
+            return _run(args, adapters, run_dir, run)
+        except OSError as exc:  # a full disk, a quota, an I/O error: one line, exit 2
+            if not isinstance(exc, records.RecordWriteError) and exc.errno not in STORAGE_ERRORS:
+                raise
+            return _write_failed(exc, run_dir)
+
+
+def _unwritable(run_dir: Path) -> str | None:
+    """Why ``run_dir`` cannot hold a run (created here if need be, a test write made), or None."""
+    probe = run_dir / f".write-test-{os.getpid()}"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b"dlcompare write test\n" * 200)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            probe.unlink(missing_ok=True)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename and Path(exc.filename) not in (run_dir, probe) else ""
+        return f"{exc.strerror or exc}{where}"
+    return None
+
+
+def _write_failed(exc: OSError, run_dir: Path) -> int:
+    """The one line for a write that failed mid-run; every record written before it is whole."""
+    what = (
+        str(exc)
+        if isinstance(exc, records.RecordWriteError)
+        else f"cannot write {exc.filename or run_dir}: {exc.strerror}"
+    )
+    if (run_dir / PLAN).is_file():
+        then = f"finished cells are kept; free space, then: python -m harness bench --resume {run_dir}"
+    else:
+        then = "nothing was measured yet; free space and start the run again"
+    return _fail(f"{what}; {then}")
 
 
 def _lock(run_dir: Path) -> IO[str] | None:
