@@ -27,6 +27,7 @@ from harness.reporting.hardware import physics_violations
 from harness.running import devices, executors, rounds, runner, turns
 from harness.running.plan import DATA_MODES, DEVICES, PlanError, plan, select_adapters, select_workloads, twins
 from harness.running.progress import MatrixProgress
+from harness.stats.cells import combine_all
 from workloads import STRATEGIES, WORKLOADS
 
 DEFAULT_OUT = Path("reports")
@@ -337,7 +338,7 @@ def _run_with(args: argparse.Namespace, adapters, run_dir: Path, run: Run, backe
         if (run_dir / "fidelity.md").exists():
             print(f"fidelity: {run_dir / 'fidelity.md'}")
         measured = records.load(run_dir / records.RESULTS)
-        cells_done = rounds.combine_all([r for r in measured if not fidelity.is_idiomatic(r)])
+        cells_done = combine_all([r for r in measured if not records.is_idiomatic(r)])
         problems = physics_violations(cells_done, report.load_env(run_dir))
         for problem in problems:
             print(f"warning: {problem}", file=sys.stderr)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters import AdapterInfo
-from harness.records import IDIOMATIC, is_idiomatic  # noqa: F401 (harness.cli reads fidelity.is_idiomatic)
+from harness.records import IDIOMATIC
 
 FIDELITY_DIR = Path(__file__).resolve().parents[2] / "fidelity"
 WORKLOAD = "mlp"

@@ -27,7 +27,7 @@ from harness.measuring import timing
 from harness.measuring.gpu_util import UtilSampler
 from harness.records import new_record
 from harness.running import worker
-from harness.running.rounds import step_time
+from harness.stats.steps import step_time
 
 #: Most steps in one block, whatever the step time (a tiny step would otherwise ask for millions).
 MAX_BLOCK_STEPS = 2000

@@ -12,11 +12,10 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from harness.stats.cells import combine_all, round_of
+from harness.stats.cells import round_of
 
 Record = dict[str, Any]
 
-__all__ = ["combine_all", "round_of", "schedule"]  # combine_all: read here by harness.cli
 
 
 def schedule(cells: list[Record], rounds: int, run_id: str, done: Iterable[Record] = ()) -> list[tuple[Record, int]]:

@@ -408,11 +408,9 @@ def more_generations(
 ) -> None:
     """With budget left after the planned rounds: another generation of the group with the most
     unsettled verdicts, while one fits in what is left (judged by that group's last generation)."""
-    from harness.stats import verdicts  # statistics decide what to measure next; they import no running
-
     while budget.left() > 0:
         recs = records.load(results)
-        wanted = verdicts.unsettled_groups(recs, extra["verdict_level"])
+        wanted = unsettled_groups(recs, extra["verdict_level"])
         candidates = []
         for group, count in wanted.items():
             mine = [r for r in recs if r.get("group") == group]
@@ -430,6 +428,23 @@ def more_generations(
         turn = run_generation(
             planned, k + 1, adapters, results, timeout_s, progress, ended, Turns(seconds), turn, extra, group
         )
+
+
+def unsettled_groups(recs: list[Record], level: float) -> dict[str, int]:
+    """Group -> how many of its pairs of ``ok`` cells are not settled (harness.stats.verdicts.settled)."""
+    from harness.stats import verdicts
+    from harness.stats.cells import combine_all
+
+    by_group: dict[str, list[Record]] = {}
+    for rec in combine_all(recs):
+        if rec["status"] == "ok" and rec.get("group"):
+            by_group.setdefault(rec["group"], []).append(rec)
+    counts = {}
+    for group, cells in by_group.items():
+        n = sum(not verdicts.settled(a, b, level) for i, a in enumerate(cells) for b in cells[i + 1 :])
+        if n:
+            counts[group] = n
+    return counts
 
 
 def verdict_level(rounds: int, budget_s: float | None) -> float:
