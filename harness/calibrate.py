@@ -6,7 +6,8 @@ they see a known slow-down, measured on this machine with the run protocol itsel
 turns, ``--rounds`` generations) beside twins of itself: identical twins (the same adapter under
 another name, ``~twin<i>``) and twins slowed by a known share of their step (a busy-wait inside
 the timed region, ``~slow10``, ``~slow25``; harness.running.resident.slowed). Every pair of cells of
-a repeat is judged as a report judges it (harness.stats.verdicts). ``calibration.md`` gives, per
+a repeat is judged as a report judges it (harness.stats.verdicts). ``calibration-<K>-generations.md``
+(``--generations K`` judges the first K of each repeat again) gives, per
 true effect, how many pairs were called different (false differences for 0%, power otherwise),
 with a Wilson interval, against the targets: at most 5% false, at least 80% power at 10%, 99% at
 25%. The records of every repeat are kept, so the table can be recomputed.
@@ -105,7 +106,8 @@ def table(pairs: list[dict[str, Any]]) -> str:
 
 
 def write(out: Path, pairs: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
-    (out / "calibration.json").write_text(json.dumps({"meta": meta, "pairs": pairs}, indent=1) + "\n")
+    name = f"calibration-{meta['rounds']}-generations"
+    (out / f"{name}.json").write_text(json.dumps({"meta": meta, "pairs": pairs}, indent=1) + "\n")
     lines = [
         "# Calibration: identical twins and known slow-downs",
         "",
@@ -125,7 +127,7 @@ def write(out: Path, pairs: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
         "A slowed twin counts as detected only when called slower than its base (the right way).",
         "",
     ]
-    path = out / "calibration.md"
+    path = out / f"{name}.md"
     path.write_text("\n".join(lines))
     return path
 
@@ -140,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--twins", default="0,0,0,0.1,0.25", help="slow-downs of the twins; 0: identical")
     parser.add_argument("--out", type=Path, default=None, help="folder (default: reports/<date>-calibration)")
     parser.add_argument("--judge-only", action="store_true", help="judge the repeats already in --out again, run none")
+    parser.add_argument(
+        "--generations", type=int, default=None, help="judge only the first N generations of each repeat (default: all)"
+    )
     args = parser.parse_args(argv)
     adapters = discover()
     if args.repeats < 1 or args.rounds < 1:
@@ -167,17 +172,23 @@ def main(argv: list[str] | None = None) -> int:
         todo = schedule(cells, args.rounds, run_dir.name, done)
         with MatrixProgress(len(todo)) as progress:
             turns.run(todo, args.rounds, adapters, results, 600, progress)
+    ran = out / "calibration-run.json"  # what the repeats took, kept for a later --judge-only
+    if not args.judge_only:
+        ran.write_text(json.dumps({"wall_min": (time.monotonic() - t0) / 60, "rounds": args.rounds}) + "\n")
+    done = json.loads(ran.read_text()) if ran.is_file() else {"wall_min": math.nan, "rounds": args.rounds}
+    keep = args.generations or done["rounds"]
     for i, run_dir in enumerate(sorted(out.glob("repeat-*")), start=1):
-        pairs += [{**p, "repeat": i} for p in judge(records.load(run_dir / records.RESULTS))]
+        recs = [r for r in records.load(run_dir / records.RESULTS) if int(r.get("round") or 1) <= keep]
+        pairs += [{**p, "repeat": i} for p in judge(recs)]
     meta = {
         "adapter": args.framework,
         "workload": args.workload,
         "device": args.device,
         "repeats": len(list(out.glob("repeat-*"))),
-        "rounds": args.rounds,
+        "rounds": keep,
         "twins": ", ".join(f"{100 * f:g}%" for f in factors),
         "machine": env.fingerprint().get("cpu", "?"),
-        "wall_min": (time.monotonic() - t0) / 60,
+        "wall_min": done["wall_min"],
         "command": "python -m harness calibrate " + " ".join(argv or []),
     }
     print(f"calibration: {write(out, pairs, meta)}")

@@ -299,9 +299,9 @@ def _run_with(args: argparse.Namespace, adapters, run_dir: Path, run: Run, backe
         for c in cells:  # in plan.json too, so a resumed run's cells keep them
             c["kernel_floor_s"] = found["floors"][c["cell_id"]]
         info["kernel_floors"] = {k: found[k] for k in ("kernels", "fastest_library", "errors")}
-        (run_dir / records.ENV).write_text(json.dumps(info, indent=2) + "\n")
+        records.write_json(run_dir / records.ENV, info)
         plan_json = {"timeout_s": run.timeout_s, "rounds": run.rounds, "budget_s": run.budget_s, "cells": cells}
-        (run_dir / PLAN).write_text(json.dumps(plan_json, indent=1) + "\n")
+        records.write_json(run_dir / PLAN, plan_json, indent=1)
     results = run_dir / records.RESULTS
     todo = run.todo(results)
     where = f" on {backend.name}" if backend is not None else ""
@@ -332,7 +332,7 @@ def _run_with(args: argparse.Namespace, adapters, run_dir: Path, run: Run, backe
         info = records.load_env(run_dir)
         end = runner.measure_peaks(list(info.get("peaks", {})), info.get("threads", 1), info.get("precision", "fp32"))
         info["peaks"] = peak.best_of(info.get("peaks", {}), end)
-        (run_dir / records.ENV).write_text(json.dumps(info, indent=2) + "\n")
+        records.write_json(run_dir / records.ENV, info)
     if (run_dir / records.RESULTS).exists():
         print(f"report: {report.write(run_dir)}")
         if (run_dir / "fidelity.md").exists():

@@ -169,6 +169,21 @@ def _warn(message: str) -> None:
         print(f"warning: {message}", file=sys.stderr)
 
 
+def write_json(path: Path, data: Any, indent: int = 2) -> None:
+    """Write a run folder's JSON file (env.json, plan.json) whole or not at all: a temporary file
+    beside it, fsynced, then renamed over it, so a full disk never leaves half a plan behind."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with tmp.open("w") as f:
+            f.write(json.dumps(data, indent=indent) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise RecordWriteError(path, exc) from None
+
+
 def load_env(run_dir: Path) -> dict[str, Any]:
     """A run's environment (env.json), or {} where it has none."""
     path = run_dir / ENV

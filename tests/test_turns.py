@@ -145,3 +145,44 @@ def test_cells_take_turns_and_a_worker_lost_mid_turn_fails_alone(python, tmp_pat
     plan = json.loads((tmp_path / "r" / "plan.json").read_text())
     assert plan["budget_s"] is None and plan["rounds"] == 2
     assert os.path.isdir(REPO)
+
+
+def _turn_records(adapter: str, factor: float, rounds: int = 3, noise: float = 0.002, seed: int = 0) -> list[dict]:
+    """A cell's records as resident workers write them: per generation, 20 time-paired blocks."""
+    import numpy as np
+
+    from tests.fakes import record
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(1, rounds + 1):
+        blocks = list(1e-3 * factor * (1 + 0.1 * k) * np.exp(noise * rng.standard_normal(20)))
+        rec = record(
+            adapter, cell_id=f"{adapter}|mlp|cpu", group="mlp|cpu", round=k, run_id="r", batch_size=32, cold_s=0.1
+        )
+        rec.update(turn_ids=list(range(100 * k, 100 * k + 20)), turn_block_s=blocks, step_times_s=blocks)
+        out.append(rec)
+    return out
+
+
+def test_a_budget_looks_again_only_where_verdicts_are_unsettled():
+    clear = _turn_records("a", 1.0) + _turn_records("b", 2.0, seed=1) + _turn_records("c", 1.0, seed=2)
+    assert turns.unsettled_groups(clear, 0.95) == {}  # b separated from both; a and c tied within 5%
+    close = _turn_records("a", 1.0, noise=0.05) + _turn_records("b", 1.03, noise=0.05, seed=1)
+    assert turns.unsettled_groups(close, 0.95) == {"mlp|cpu": 1}
+    assert turns.verdict_level(2, None) == 0.95
+    assert 0.95 < turns.verdict_level(2, 900.0) < 0.99  # Pocock: 3 looks (generations 2, 3, 4)
+
+
+def test_run_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    path = tmp_path / "plan.json"
+    records.write_json(path, {"a": 1})
+    assert json.loads(path.read_text()) == {"a": 1}
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(records.RecordWriteError, match="No space left"):
+        records.write_json(path, {"a": 2})
+    assert json.loads(path.read_text()) == {"a": 1} and not list(tmp_path.glob(".*.tmp"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from tabulate import tabulate
@@ -10,6 +11,7 @@ from tabulate import tabulate
 from harness.measuring.contention import CONTENDED_CORES
 from harness.reporting.cells import missing_pairs, strategy
 from harness.reporting.formatting import DASH, row_label, sig
+from harness.stats import verdicts
 from harness.stats.steps import NOISY_IQR_RATIO
 
 
@@ -94,6 +96,20 @@ def input_pipeline(recs: list[dict[str, Any]]) -> list[str]:
 
 
 def _protocol_line(p: dict[str, Any]) -> str:
+    if p.get("mode") == "turns":
+        return (
+            f"- Profile `{p['name']}`, resident workers taking turns (harness/running/turns.py): each cell's "
+            "fresh process ran its cold window alone, every step timed: at least "
+            f"{1 + p['warmup_steps']} steps and one whole pass over the dataset (its first step holds trace, "
+            "compile and first run), then, where the adapter counts its compiles, more passes until one runs "
+            f"without compiling (at most {p['max_cold_passes']}). Then it waited while the others warmed up, "
+            "and the processes of its group (the same setting, every adapter) took turns: each turn, one "
+            f"after another in a shuffled order, a block of synced steps (about {p['block_s'] * 1e3:g} ms, "
+            "whole passes where steps differ in size) and a pipelined block of as many; the first turn is a "
+            "warm-up, not kept. A block's step time is the median of its synced steps (or their pass mean); "
+            "a step during which the adapter compiled is kept out and counted. A turn during which other "
+            "processes used the CPU or the hypervisor stole it (/proc/stat) is retaken."
+        )
     return (
         f"- Profile `{p['name']}`: a cold window of every step from a cold start, each timed: at least "
         f"{1 + p['warmup_steps']} steps and one whole pass over the dataset (its first step holds trace, "
@@ -105,6 +121,27 @@ def _protocol_line(p: dict[str, Any]) -> str:
         f"pipelined window: blocks of about {p['block_s'] * 1e3:g} ms, at least {p['min_blocks']}, until "
         f"{p['budget_s'] / 2:g} s."
     )
+
+
+def _resolution(ok: list[dict[str, Any]]) -> list[str]:
+    """What differences this run's verdicts could tell apart: per group, the slow-down a pair of its
+    cells would be called different for with 80% power, from the group's residual variance."""
+    found = {}
+    for r in ok:
+        s2, df, gens = r.get("group_resid_var"), r.get("group_df"), r.get("group_generations")
+        if s2 is not None and df and df >= 2 and gens:
+            se = math.sqrt(2 * s2 / len(gens))
+            found[r.get("group")] = verdicts.detectable_change(se, df, r.get("verdict_level") or 0.95)
+    if not found:
+        return []
+    values = sorted(found.values())
+    middle = values[len(values) // 2]
+    return [
+        f"- Resolution: this run can tell apart differences of about {middle:.0%} between two cells of one "
+        f"setting (80% power; the median over its {len(values)} settings, {values[0]:.0%} to {values[-1]:.0%}), "
+        "from the spread of their processes; a pair noisier than its setting needs more. `make calibrate` "
+        "measures how often identical code is called different on a machine (README: Calibration)."
+    ]
 
 
 def method(recs: list[dict[str, Any]]) -> str:
@@ -137,6 +174,7 @@ def method(recs: list[dict[str, Any]]) -> str:
             )
             + "First step and cold window are those of round 1."
         )
+    lines += _resolution(ok)
     if any((r.get("pass_steps") or 1) > 1 for r in ok):
         lines.append(
             "- † Steps of different sizes (variable-length batches): the steady window and every "
@@ -185,8 +223,9 @@ def method(recs: list[dict[str, Any]]) -> str:
         "device has finished and reads the loss, so asynchronous dispatch cannot hide work. On a GPU, "
         "one more step checks that the device has nothing queued right after `sync`. This synced step "
         "time (latency) is what tables and the summary rank by.",
-        f"- A cell that ran while other processes used more than {CONTENDED_CORES:g} cores is marked "
-        "`contended` and left out of the summary's verdicts.",
+        f"- A cell that ran while other processes used more than {CONTENDED_CORES:g} cores (with resident "
+        "workers: in most of its kept turns, after contended turns were retaken) is marked `contended` and "
+        "left out of the summary's verdicts.",
         "- Each cell runs in a fresh process; every framework starts from the same NumPy parameters and "
         "trains on the same batches, already placed on the device (placement is timed apart).",
         "- `time vs fastest` is this cell's steady time over the fastest one of the workload (1.00 = "

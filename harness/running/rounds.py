@@ -17,7 +17,6 @@ from harness.stats.cells import round_of
 Record = dict[str, Any]
 
 
-
 def schedule(cells: list[Record], rounds: int, run_id: str, done: Iterable[Record] = ()) -> list[tuple[Record, int]]:
     """(cell, round) pairs still to run, round by round, each round in its own shuffled order
     (seeded by the run id and round, so a resumed run keeps its order). A cell with a record

@@ -415,7 +415,8 @@ def more_generations(
         for group, count in wanted.items():
             mine = [r for r in recs if r.get("group") == group]
             k = max(records_round(r) for r in mine)
-            cost = sum(r.get("wall_s", 0.0) for r in mine if records_round(r) == k)
+            # The first worker started lives through the whole generation: its wall time is the generation's.
+            cost = max((r.get("wall_s", 0.0) for r in mine if records_round(r) == k), default=0.0)
             if k < MAX_GENERATIONS and cost < budget.left():
                 candidates.append((-count, group, k, mine))
         if not candidates:
