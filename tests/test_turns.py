@@ -28,11 +28,16 @@ def test_blocks_last_about_the_block_time_in_whole_passes():
     assert resident.block_steps(1e-9, 1, 0.03) == resident.MAX_BLOCK_STEPS
 
 
-def test_a_slowed_twin_busy_waits_inside_the_step():
-    step = resident.slowed(lambda batch: batch + 1, 0.02)
+def test_a_slowed_twin_busy_waits_a_share_of_each_step():
+    def step(batch):
+        time.sleep(0.02)
+        return batch + 1
+
+    synced = []
+    slow = resident.slowed(step, synced.append, 0.5)
     t0 = time.perf_counter()
-    assert step(1) == 2
-    assert time.perf_counter() - t0 >= 0.02
+    assert slow(1) == 2 and synced == [2]
+    assert time.perf_counter() - t0 >= 0.03  # the step's 20 ms, then half of it again
 
 
 def test_groups_are_cells_that_differ_only_by_adapter():
@@ -43,6 +48,8 @@ def test_groups_are_cells_that_differ_only_by_adapter():
     parts = turns.split(list(range(7)), 3)
     assert [len(p) for p in parts] == [3, 2, 2] and sorted(x for p in parts for x in p) == list(range(7))
     assert turns.resident_limit() >= 2
+    assert turns.resident_limit("cuda", gpu_free_bytes=10 * turns.GPU_WORKER_BYTES) <= 8  # 80% of the free memory
+    assert turns.resident_limit("cuda", gpu_free_bytes=0) == 2
 
 
 def test_twins_run_the_same_adapter_under_other_names():

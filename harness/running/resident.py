@@ -40,14 +40,18 @@ def block_steps(step_s: float, pass_steps: int, block_s: float = timing.BLOCK_S)
     return pass_steps * max(1, min(passes, math.ceil(MAX_BLOCK_STEPS / pass_steps)))
 
 
-def slowed(step: Callable[[Any], Any], wait_s: float) -> Callable[[Any], Any]:
-    """``step`` followed by a busy-wait of ``wait_s`` inside the timed region: a twin of the
-    adapter slowed by a known amount, for calibration (harness.calibrate). A busy-wait, not a
-    sleep, so the core stays as busy as a slower kernel would keep it."""
+def slowed(step: Callable[[Any], Any], sync: Callable[[Any], float], factor: float) -> Callable[[Any], Any]:
+    """``step``, synced, then a busy-wait of ``factor`` times what it took, inside the timed
+    region: a twin of the adapter slowed by a known share of each step whatever the machine's
+    drift, for calibration (harness.calibrate). A busy-wait, not a sleep, so the core stays as
+    busy as a slower kernel would keep it. (The harness's own sync afterwards finds nothing
+    left to wait for.)"""
 
     def run(batch: Any) -> Any:
+        t0 = time.perf_counter()
         handle = step(batch)
-        until = time.perf_counter() + wait_s
+        sync(handle)
+        until = time.perf_counter() + factor * (time.perf_counter() - t0)
         while time.perf_counter() < until:
             pass
         return handle
@@ -73,15 +77,13 @@ def serve(cell: dict[str, Any], fd_in: int, fd_out: int) -> dict[str, Any] | Non
         return new_record(cell, "skipped", str(exc))
     except worker.DeviceFailure as exc:
         return new_record(cell, "failed", str(exc))
-    stepper = timing.Stepper(s.step, s.adapter.sync, s.inputs, compiles=worker.compile_count(s.adapter))
+    slowdown = float(cell.get("slowdown") or 0.0)
+    step = slowed(s.step, s.adapter.sync, slowdown) if slowdown else s.step
+    stepper = timing.Stepper(step, s.adapter.sync, s.inputs, compiles=worker.compile_count(s.adapter))
     cold, values, settled = stepper.cold_window(profile)
     # The step time as the cold window ended (its last pass), to size the blocks.
     tail = cold[-max(s.pass_steps, min(len(cold), 10)) :]
     per_step = float(np.median(tail)) if s.pass_steps == 1 else float(np.mean(cold[-s.pass_steps :]))
-    slowdown = float(cell.get("slowdown") or 0.0)
-    if slowdown:
-        stepper.step_fn = slowed(s.step, slowdown * per_step)
-        per_step *= 1 + slowdown
     steps = block_steps(per_step, s.pass_steps)
     floor = worker.dispatch_floor(cell, s.spec, s.device)  # before ready: nobody else is running
     sampler = UtilSampler(interval_s=0.01) if s.device == "cuda" else None

@@ -61,6 +61,8 @@ MAX_DROPPED_SHARE = 1.0
 TURN_S_PER_CELL = 2.0
 #: Memory one resident worker may take on a CPU machine (a framework, its model and data).
 WORKER_BYTES = 1.5 * 2**30
+#: GPU memory one resident worker may take: a CUDA context (~0.5 GiB) and the default workloads.
+GPU_WORKER_BYTES = 2 * 2**30
 #: Without a reply to a turn in this many seconds (or the cell's timeout, if shorter), a worker is hung.
 TURN_TIMEOUT_S = 120.0
 #: With a budget, the share of what is left that a generation's turns may take (the rest is
@@ -84,9 +86,35 @@ def servable(cell: Record) -> bool:
     return True
 
 
-def resident_limit() -> int:
-    """Workers that may be resident at once: what the available memory holds (at least 2)."""
-    return max(2, int(psutil.virtual_memory().available * 0.8 // WORKER_BYTES))
+def resident_limit(device: str = "cpu", gpu_free_bytes: int | None = None) -> int:
+    """Workers that may be resident at once (at least 2): what the available host memory holds,
+    and on a GPU also what its free memory holds at GPU_WORKER_BYTES each (a CUDA context, the
+    model and data; the frameworks are set not to preallocate). ``gpu_free_bytes``: read with
+    NVML where not given; without NVML the host's limit alone."""
+    limit = int(psutil.virtual_memory().available * 0.8 // WORKER_BYTES)
+    if device == "cuda":
+        free = gpu_free_bytes if gpu_free_bytes is not None else _gpu_free_bytes()
+        if free is not None:
+            limit = min(limit, int(free * 0.8 // GPU_WORKER_BYTES))
+    return max(2, limit)
+
+
+def _gpu_free_bytes() -> int | None:
+    """Free memory of the GPU the cells use (NVML, the first visible GPU), None without NVML."""
+    try:
+        import pynvml
+
+        from harness.measuring.gpu_util import cell_gpu
+
+        pynvml.nvmlInit()
+        try:
+            kind, key = cell_gpu()
+            get = pynvml.nvmlDeviceGetHandleByUUID if kind == "uuid" else pynvml.nvmlDeviceGetHandleByIndex
+            return int(pynvml.nvmlDeviceGetMemoryInfo(get(key if kind == "uuid" else int(key))).free)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no NVML, no driver: the host's limit stands
+        return None
 
 
 class Gone(Exception):
@@ -371,7 +399,6 @@ def run(
     if solo:
         runner.run_cells(solo, rounds, adapters, results, timeout_s, progress)
     turn = next_turn(results)
-    limit = resident_limit()
     pending = list(generations.items())
     while pending:
         (k, _), cells = pending.pop(0)
@@ -382,7 +409,7 @@ def run(
             for _ in cells:
                 progress.drop()
             continue
-        parts = split(cells, limit)
+        parts = split(cells, resident_limit(cells[0]["device_requested"]))
         for i, part in enumerate(parts):
             seconds = TURN_S_PER_CELL * len(part)
             if budget.total_s is not None:
