@@ -68,7 +68,7 @@ def test_static_graph_compiles_once_per_input_shape(spec, trained, adapter_name)
     check(spec, trained, "compiles once per input shape")
 
 
-#: The framework's own optimiser kernel each built-in adapter runs (README, "Adapters").
+#: The framework's own optimiser kernel each built-in adapter runs (docs/adapters-and-frameworks.md).
 OWN_KERNELS = {
     "adam": {
         "torch-eager": "torch.optim.Adam (fused)",

@@ -30,7 +30,7 @@ from workloads.spec import Batch, SpecError, Workload
 
 #: The stored images are this many times the network's input size in each dimension: the
 #: per-sample decode + resize is the pipeline's work, sized so that on a 2-core CPU one
-#: process's decoding cannot keep up with the ``cnn`` step (see the README's input pipeline).
+#: process's decoding cannot keep up with the ``cnn`` step (see docs/input-pipelines.md).
 STORED_SCALE = 8
 JPEG_QUALITY = 90
 #: Zero padding before the random crop (the CIFAR recipe: pad 4, crop back).
