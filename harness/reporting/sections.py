@@ -140,7 +140,7 @@ def _resolution(ok: list[dict[str, Any]]) -> list[str]:
         f"- Resolution: this run can tell apart differences of about {middle:.0%} between two cells of one "
         f"setting (80% power; the median over its {len(values)} settings, {values[0]:.0%} to {values[-1]:.0%}), "
         "from the spread of their processes; a pair noisier than its setting needs more. `make calibrate` "
-        "measures how often identical code is called different on a machine (README: Calibration)."
+        "measures how often identical code is called different on a machine (docs/measurement.md, Calibration)."
     ]
 
 
