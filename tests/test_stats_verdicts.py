@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import scipy.stats
 import pytest
 
 from harness.reporting import breakeven, compare
@@ -49,7 +50,7 @@ def simulate(
 
 def verdicts_of(blocks: np.ndarray, a: int = 0, b: int = 1, level: float = 0.95):
     """(low, high) of log time(b) / time(a) per repetition, by the module's rules on arrays."""
-    levels = blocks.mean(axis=-1)  # L[c, k]: mean log block time over the turns all cells kept
+    levels = scipy.stats.trim_mean(blocks, cells.TRIM, axis=-1)  # L[c, k]: over the turns all cells kept
     s2, df = verdicts.residual_variance(levels)
     _, low, high = verdicts.pair_interval(levels[:, b] - levels[:, a], s2, df, level)
     return low, high
@@ -145,7 +146,9 @@ def test_combined_records_carry_what_pairs_need_and_agree_with_the_arrays():
     first = recs[0]
     assert first["group"] == "mlp|cpu" and first["group_generations"] == [1, 2, 3] and first["group_df"] == 6
     assert first["group_cells"] == 4 and first["verdict_level"] == 0.95 and first["blocks"] == 20
-    assert first["process_levels"] == pytest.approx({g + 1: blocks[0, g].mean() + math.log(1e-3) for g in range(3)})
+    assert first["process_levels"] == pytest.approx(
+        {g + 1: scipy.stats.trim_mean(blocks[0, g], cells.TRIM) + math.log(1e-3) for g in range(3)}
+    )
     assert first["ci_kind"] == "processes" and first["ci_low_s"] < first["median_s"] < first["ci_high_s"]
     low, high = verdicts_of(blocks[None])
     v = verdicts.pair_verdict(recs[0], recs[1])
@@ -180,7 +183,9 @@ def test_only_the_turns_every_cell_kept_count():
             )
     combined = cells.combine_all(recs)
     assert all(r["blocks"] == 19 for r in combined)
-    assert combined[1]["process_levels"][1] == pytest.approx(blocks[1, 0, 1:].mean() + math.log(1e-3))
+    assert combined[1]["process_levels"][1] == pytest.approx(
+        scipy.stats.trim_mean(blocks[1, 0, 1:], cells.TRIM) + math.log(1e-3)
+    )
 
 
 def test_not_judged_one_process_few_blocks_or_a_missing_generation():

@@ -22,10 +22,22 @@ from tests.test_faults import FAST, bench
 
 def test_blocks_last_about_the_block_time_in_whole_passes():
     assert resident.block_steps(0.001, 1, 0.03) == 30
-    assert resident.block_steps(0.05, 1, 0.03) == 1  # a step longer than a block: one step
+    assert resident.block_steps(0.05, 1, 0.03) == resident.MIN_BLOCK_STEPS  # never one step's median
     assert resident.block_steps(0.001, 8, 0.03) == 32  # whole passes of 8
     assert resident.block_steps(0.1, 8, 0.03) == 8
     assert resident.block_steps(1e-9, 1, 0.03) == resident.MAX_BLOCK_STEPS
+
+
+def test_the_probe_sizes_blocks_from_steps_timed_now():
+    from harness.measuring import timing
+
+    ticks = iter(range(10**6))
+    stepper = timing.Stepper(lambda b: b, lambda h: 1.0, [0, 1, 2], clock=lambda: next(ticks) * 0.001)
+    assert resident.probe(stepper, 1, seconds=0.0) == 0.001  # each step reads the clock twice, 1 ms apart
+    assert stepper.step == resident.MIN_BLOCK_STEPS
+    assert (
+        resident.probe(stepper, 3, seconds=0.0) == pytest.approx(0.001) and stepper.step == resident.MIN_BLOCK_STEPS + 6
+    )
 
 
 def test_a_slowed_twin_busy_waits_a_share_of_each_step():

@@ -31,13 +31,32 @@ from harness.stats.steps import step_time
 
 #: Most steps in one block, whatever the step time (a tiny step would otherwise ask for millions).
 MAX_BLOCK_STEPS = 2000
+#: Fewest synced steps in a block: its median must not be one step's (the first after a wait is slow).
+MIN_BLOCK_STEPS = 5
+#: Seconds of synced steps after the cold window that size the blocks (the cold window's own
+#: steps may have run beside another worker's start-up).
+PROBE_S = 0.1
 
 
 def block_steps(step_s: float, pass_steps: int, block_s: float = timing.BLOCK_S) -> int:
     """Steps of a block lasting about ``block_s`` at ``step_s`` a step: whole passes of
-    ``pass_steps`` (at least one), at most MAX_BLOCK_STEPS (rounded up to a pass)."""
-    passes = math.ceil(block_s / max(step_s * pass_steps, 1e-9))
-    return pass_steps * max(1, min(passes, math.ceil(MAX_BLOCK_STEPS / pass_steps)))
+    ``pass_steps``, at least MIN_BLOCK_STEPS steps, at most MAX_BLOCK_STEPS (rounded up to a pass)."""
+    steps = max(MIN_BLOCK_STEPS, math.ceil(block_s / max(step_s, 1e-9)))
+    return pass_steps * math.ceil(min(steps, MAX_BLOCK_STEPS) / pass_steps)
+
+
+def probe(stepper: timing.Stepper, pass_steps: int, seconds: float = PROBE_S) -> float:
+    """The step time now: synced steps for about ``seconds`` (whole passes where steps differ in
+    size, at least one pass or MIN_BLOCK_STEPS steps); their median, or their mean over passes."""
+    times: list[float] = []
+    start = time.perf_counter()
+    while (
+        len(times) < max(pass_steps, MIN_BLOCK_STEPS)
+        or (time.perf_counter() - start < seconds and len(times) < MAX_BLOCK_STEPS)
+        or len(times) % pass_steps
+    ):
+        times.append(stepper.one()[0])
+    return float(np.median(times)) if pass_steps == 1 else float(np.mean(times))
 
 
 def slowed(step: Callable[[Any], Any], sync: Callable[[Any], float], factor: float) -> Callable[[Any], Any]:
@@ -81,10 +100,7 @@ def serve(cell: dict[str, Any], fd_in: int, fd_out: int) -> dict[str, Any] | Non
     step = slowed(s.step, s.adapter.sync, slowdown) if slowdown else s.step
     stepper = timing.Stepper(step, s.adapter.sync, s.inputs, compiles=worker.compile_count(s.adapter))
     cold, values, settled = stepper.cold_window(profile)
-    # The step time as the cold window ended (its last pass), to size the blocks.
-    tail = cold[-max(s.pass_steps, min(len(cold), 10)) :]
-    per_step = float(np.median(tail)) if s.pass_steps == 1 else float(np.mean(cold[-s.pass_steps :]))
-    steps = block_steps(per_step, s.pass_steps)
+    steps = block_steps(probe(stepper, s.pass_steps), s.pass_steps)
     floor = worker.dispatch_floor(cell, s.spec, s.device)  # before ready: nobody else is running
     sampler = UtilSampler(interval_s=0.01) if s.device == "cuda" else None
     turns: dict[int, dict[str, Any]] = {}

@@ -17,11 +17,16 @@ import math
 from typing import Any
 
 import numpy as np
+import scipy.stats
 
 from harness.stats.steps import step_time, summarize
 from harness.stats.verdicts import DEFAULT_LEVEL, cell_interval, level_of, residual_variance
 
 Record = dict[str, Any]
+
+
+#: Share of a process's block times left out at each end of its level (``process_level``).
+TRIM = 0.2
 
 
 def round_of(rec: Record) -> int:
@@ -52,8 +57,10 @@ def _batches(rec: Record) -> list[int] | None:
 
 
 def process_level(rec: Record, turns: set[int] | None = None) -> tuple[float, int | None] | None:
-    """One process's level, the log of its step time, and how many blocks it rests on: the mean
-    of log block times over ``turns`` (default: every block it kept), or for records without
+    """One process's level, the log of its step time, and how many blocks it rests on: the median
+    of log block times over ``turns``, trimmed by TRIM at each end (a block caught by a passing
+    disturbance that the contention check missed must not move a process's level; the trimmed mean
+    keeps nearly all of the plain mean's efficiency on well-behaved blocks, a median does not) (default: every block it kept), or for records without
     blocks (one process at a time) the log of its step time, on no count of blocks (None). None
     for a record without raw times (a summary: nothing to judge from)."""
     blocks = rec.get("turn_block_s")
@@ -63,7 +70,7 @@ def process_level(rec: Record, turns: set[int] | None = None) -> tuple[float, in
         ids = rec.get("turn_ids") or list(range(len(blocks)))
         kept = [b for i, b in zip(ids, blocks, strict=True) if turns is None or i in turns]
         if kept:
-            return float(np.mean(np.log(kept))), len(kept)
+            return float(scipy.stats.trim_mean(np.log(kept), TRIM)), len(kept)
     steady = step_time(rec["step_times_s"], _batches(rec)) if rec.get("step_times_s") else rec["median_s"]
     return math.log(steady), (0 if blocks else None)
 
