@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.stats
 import pytest
+import scipy.stats
 
 from harness.reporting import breakeven, compare
 from harness.stats import cells, verdicts
