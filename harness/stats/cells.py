@@ -57,12 +57,13 @@ def _batches(rec: Record) -> list[int] | None:
 
 
 def process_level(rec: Record, turns: set[int] | None = None) -> tuple[float, int | None] | None:
-    """One process's level, the log of its step time, and how many blocks it rests on: the median
-    of log block times over ``turns``, trimmed by TRIM at each end (a block caught by a passing
-    disturbance that the contention check missed must not move a process's level; the trimmed mean
-    keeps nearly all of the plain mean's efficiency on well-behaved blocks, a median does not) (default: every block it kept), or for records without
-    blocks (one process at a time) the log of its step time, on no count of blocks (None). None
-    for a record without raw times (a summary: nothing to judge from)."""
+    """One process's level, the log of its step time, and how many blocks it rests on: the mean
+    of log block times over ``turns`` (default: every block it kept), trimmed by TRIM at each end
+    (a block caught by a passing disturbance that the contention check missed must not move a
+    process's level; the trimmed mean keeps nearly all of the plain mean's efficiency on
+    well-behaved blocks, a median does not); for records without blocks (one process at a time)
+    the log of its step time, on no count of blocks (None). None for a record without raw times
+    (a summary: nothing to judge from)."""
     blocks = rec.get("turn_block_s")
     if not rec.get("step_times_s") and not blocks:
         return None
