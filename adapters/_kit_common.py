@@ -1,0 +1,93 @@
+"""adapters.kit, the part no framework needs: thread pools, canonical layouts, Adam, mixed-precision names.
+
+Private: adapters import these names from ``adapters.kit``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+
+import numpy as np
+
+from adapters.base import Options
+from workloads.optim import ADAM_BETA2, ADAM_EPS
+
+# --------------------------------------------------------------------------- worker environments
+
+
+def threads_env(threads: int) -> dict[str, str]:
+    """OpenMP/MKL pool sizes: the base of every adapter's ``worker_env``."""
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
+# ------------------------------------------------------------------ canonical layouts, optimisers
+
+
+def hwio_to_oihw(kernel: np.ndarray) -> np.ndarray:
+    """A canonical conv kernel (H, W, in, out) in PyTorch's (out, in, H, W) order."""
+    return np.ascontiguousarray(kernel.transpose(3, 2, 0, 1))
+
+
+def oihw_to_hwio(kernel: np.ndarray) -> np.ndarray:
+    """The inverse of ``hwio_to_oihw``."""
+    return np.ascontiguousarray(kernel.transpose(2, 3, 1, 0))
+
+
+def swap_rz_gates(a: np.ndarray) -> np.ndarray:
+    """GRU gate blocks along the last axis, canonical (r, z, n) <-> Keras's (z, r, n); the swap
+    is its own inverse."""
+    r, z, n = np.split(a, 3, axis=-1)
+    return np.concatenate([z, r, n], axis=-1)
+
+
+def adam_eps_hat(step: int) -> float:
+    """The epsilon that makes an Adam kernel adding epsilon *before* the bias correction (Keras,
+    TensorFlow's ``ResourceApplyAdam``) run the workloads' Algorithm 1 at ``step`` (1-based):
+    ``eps * sqrt(1 - beta2^step)``. optax's and torch's Adam need no correction."""
+    return ADAM_EPS * math.sqrt(1.0 - ADAM_BETA2**step)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+# ------------------------------------------------------------ mixed precision (``--precision bf16``)
+#
+# ``options.bf16``: float32 master weights and optimiser state, bfloat16 compute in the training
+# step's forward and backward, loss in float32. Each framework's own mechanism, applied to the
+# whole step or model, never layer by layer, so a new workload family gets it with no edit:
+#
+# - PyTorch: ``torch.autocast(device_type, dtype=torch.bfloat16)`` around forward and loss
+#   (``torch_autocast``); the backward runs outside it, as torch's AMP docs teach.
+# - Keras: the ``mixed_bfloat16`` dtype policy, set before the model's layers are built
+#   (``keras_policy``): float32 variables, bfloat16 layer compute, losses in float32.
+# - TensorFlow without Keras: mixed-precision *policies* are a Keras concept (TensorFlow's mixed
+#   precision guide is ``tf.keras.mixed_precision``); a raw-TF step casts explicitly
+#   (``tf_mixed_loss``): the variables and float inputs to bfloat16 at the loss function's
+#   entry, the loss back to float32; gradients flow through the casts into the float32 variables.
+# - JAX and Flax: the same explicit casts (``jax_mixed_loss``, ``flax_mixed_loss``), the usual way
+#   in JAX (jmp, the "mixed precision" pattern of the JAX/Flax docs). nnx layers take
+#   ``dtype``/``param_dtype`` arguments, but only layer by layer; casting the module's state at the
+#   loss's entry does the same for every layer of every family.
+#
+# ``MIXED_PRECISION`` names each mechanism as records keep it (settings()["mixed_precision"]).
+
+MIXED_PRECISION = {
+    "torch": "torch.autocast(bfloat16) around forward and loss; float32 master weights, backward outside autocast",
+    "keras": "keras.mixed_precision policy mixed_bfloat16 (float32 variables, bfloat16 compute, float32 loss)",
+    "tensorflow": "explicit tf.cast of variables and float inputs to bfloat16 at the loss's entry, float32 "
+    "loss; float32 variables and optimiser slots (no Keras policy in a raw-TF step)",
+    "jax": "explicit astype(bfloat16) of the parameter tree and float inputs at the loss's entry, float32 "
+    "loss; float32 master parameters and optax state",
+    "flax": "explicit astype(bfloat16) of the nnx module's state and float inputs at the loss's entry "
+    "(nnx.split/merge), float32 loss; float32 nnx.Param and optax state",
+}
+
+
+def mixed_precision(framework: str, options: Options) -> str:
+    """``settings()["mixed_precision"]``: the mechanism that ran (``MIXED_PRECISION``), or "off"."""
+    return MIXED_PRECISION[framework] if options.bf16 else "off"

@@ -1,0 +1,92 @@
+"""adapters.kit's PyTorch helpers: devices, precision and settings, busy and peak memory, compiles, autocast.
+
+Private: adapters import these names from ``adapters.kit``. Nothing here imports torch at module
+level: each helper imports it, or takes it as an argument, when called (``adapters.kit`` must
+stay cheap to import).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adapters.base import pick_device
+
+
+def torch_build_info() -> dict[str, Any]:
+    """``build_info`` for a torch-based adapter (``torch.cuda.init``'s own error included)."""
+    import torch
+
+    info: dict[str, Any] = {"cuda": torch.version.cuda, "cudnn": None, "gpus": [], "error": None}
+    if torch.version.cuda is None:
+        return info
+    try:
+        torch.cuda.init()  # raises with torch's own reason (driver too old, no device, ...)
+        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        v = torch.backends.cudnn.version()
+        info["cudnn"] = f"{v // 10000}.{v // 100 % 100}.{v % 100}" if v else None
+    except Exception as exc:  # noqa: BLE001 - the message is the diagnosis
+        info["error"] = f"{type(exc).__name__}: {exc}"
+    return info
+
+
+def torch_resolve_device(device: str, framework: str = "torch") -> str:
+    """``resolve_device`` for a torch-based adapter; ``framework`` names it in the error."""
+    import torch
+
+    if device == "cpu" or torch.cuda.is_available():
+        return pick_device(device, torch.cuda.is_available(), framework)
+    build = torch_build_info()
+    why = build["error"] or (f"torch {torch.__version__} is a CPU-only build" if build["cuda"] is None else None)
+    return pick_device(device, False, framework, why)
+
+
+def torch_precision(torch: Any, tf32: bool) -> None:
+    """Equal footing with the other frameworks: TF32 only where the run asks for it (PyTorch's
+    per-backend ``fp32_precision`` API), and cuDNN autotuning on, as TensorFlow's and XLA's are
+    by default. Call ``torch.set_num_threads(options.threads)`` beside it."""
+    precision = "tf32" if tf32 else "ieee"
+    torch.backends.cuda.matmul.fp32_precision = precision
+    torch.backends.cudnn.conv.fp32_precision = precision
+    torch.backends.cudnn.rnn.fp32_precision = precision
+    torch.backends.cudnn.benchmark = True
+
+
+def torch_settings(torch: Any) -> dict[str, Any]:
+    """The settings as torch reports them back, for ``settings()``."""
+    return {
+        "fp32_precision_matmul": torch.backends.cuda.matmul.fp32_precision,
+        "fp32_precision_conv": torch.backends.cudnn.conv.fp32_precision,
+        "cudnn_autotune": torch.backends.cudnn.benchmark,
+        "intra_op_threads": torch.get_num_threads(),
+    }
+
+
+def torch_device_busy(torch: Any, device: Any) -> bool | None:
+    """``device_busy``: whether the device's current stream still has queued work."""
+    if torch.device(device).type != "cuda":
+        return None
+    return not torch.cuda.current_stream(device).query()
+
+
+def torch_peak_bytes(torch: Any, device: Any) -> int | None:
+    """``device_memory_peak``: torch's peak allocation on a CUDA device; None on CPU."""
+    return torch.cuda.max_memory_allocated(device) if torch.device(device).type == "cuda" else None
+
+
+def torch_compile_stats() -> dict[str, Any]:
+    """``compile_stats`` for ``torch.compile``: frames TorchDynamo traced, graphs it compiled,
+    seconds spent compiling (its own counters, cumulative for the process)."""
+    from torch._dynamo.utils import compilation_time_metrics, counters
+
+    seconds = compilation_time_metrics.get("_compile.compile_inner", [])
+    return {
+        "traces": int(counters["frames"].get("ok", 0)),
+        "compiles": int(counters["stats"].get("unique_graphs", 0)),
+        "compile_s": float(sum(seconds)),
+    }
+
+
+def torch_autocast(torch: Any, device: Any, enabled: bool) -> Any:
+    """The context to run forward and loss in: bfloat16 autocast on ``device``'s type when
+    ``enabled`` (``options.bf16``), a no-op otherwise."""
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=enabled)

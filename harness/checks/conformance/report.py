@@ -1,0 +1,21 @@
+"""``harness check``'s plain-word lines: one per check of every variant, PASS, FAIL or SKIP."""
+
+from __future__ import annotations
+
+from adapters import AdapterInfo
+from harness.checks.conformance.judging import evaluate
+from harness.checks.conformance.variants import Variant, spec_of, variant_id
+
+
+def report_lines(info: AdapterInfo, results: dict[Variant, dict]) -> tuple[list[str], int]:
+    """Plain-word lines for ``harness check`` and the number of failed checks."""
+    lines, failed = [], 0
+    for variant, result in results.items():
+        label = f"{info.name} / {variant_id(variant)}"
+        if "skipped" in result:
+            lines.append(f"SKIP  {label}: {result['skipped']}")
+            continue
+        for check in evaluate(spec_of(variant), result):
+            failed += not check.passed
+            lines.append(f"{'PASS' if check.passed else 'FAIL'}  {label}: {check.name}: {check.detail}")
+    return lines, failed

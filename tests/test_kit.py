@@ -1,0 +1,51 @@
+"""adapters.kit, the adapter-author API, keeps its names however its helpers are arranged.
+
+Third-party adapters import ``adapters.kit`` (docs/adding-an-adapter.md); its helpers live in
+private per-framework modules (``adapters/_kit_*.py``) that it re-exports.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+from adapters import kit
+from tests.conftest import ADAPTERS, REPO
+
+#: adapters.kit.__all__ as it stood when the helpers were split per framework: names may be
+#: added (here too), never dropped or renamed.
+PUBLIC = {
+    "ADAM_BETA1", "ADAM_BETA2", "ADAM_EPS", "Adapter", "DeviceUnavailable", "JaxCompileEvents",
+    "Options", "adam_eps_hat", "flax_mixed_loss", "gpu_autotune_level", "hwio_to_oihw",
+    "jax_build_info", "jax_device_busy", "jax_env", "jax_mixed_loss", "jax_peak_bytes",
+    "jax_place", "jax_precision", "jax_resolve_device", "jax_settings", "keras_env",
+    "keras_policy", "mixed_precision", "no_cuda", "oihw_to_hwio", "pick_device", "swap_rz_gates",
+    "tf_build_info", "tf_compile_stats", "tf_env", "tf_mixed_loss", "tf_peak_bytes",
+    "tf_precision", "tf_resolve_device", "threads_env", "torch_autocast", "torch_build_info",
+    "torch_compile_stats", "torch_device_busy", "torch_peak_bytes", "torch_precision",
+    "torch_resolve_device", "torch_settings",
+}  # fmt: skip
+#: Public constants importable from adapters.kit though not in __all__.
+CONSTANTS = {"CUDA_PLUGINS", "GPU_AUTOTUNE_LEVEL", "MIXED_PRECISION"}
+
+
+def test_kit_exports_the_same_names():
+    assert set(kit.__all__) == PUBLIC
+    assert len(kit.__all__) == len(PUBLIC)
+    for name in PUBLIC | CONSTANTS:
+        assert hasattr(kit, name), f"adapters.kit has no {name}"
+
+
+def test_kit_parts_are_private_and_not_adapters():
+    parts = sorted(p.name for p in (REPO / "adapters").glob("_kit_*.py"))
+    assert parts, "adapters.kit's per-framework modules are gone"
+    assert not any(info.module.startswith("adapters._kit") for info in ADAPTERS.values())
+
+
+def test_kit_imports_no_framework(python):
+    code = (
+        "import sys\n"
+        "import adapters.kit\n"
+        "print(sorted(m for m in ('torch', 'tensorflow', 'jax', 'keras', 'flax', 'optax') if m in sys.modules))\n"
+    )
+    out = subprocess.run([python, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
