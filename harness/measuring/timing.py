@@ -52,11 +52,17 @@ class Profile:
     """Fresh worker processes per cell, interleaved with the other cells' (harness.running.rounds)."""
     timeout_s: float
     """Per worker process, the whole of it."""
+    turn_s: float = 2.0
+    """Resident workers taking turns (harness.running.turns): seconds of turns per cell of a
+    generation (its steady window, shared with the other cells of its group)."""
 
 
+# quick: 3 rounds, since a verdict between two cells rests on their processes: at 2, a pair whose
+# own spread exceeds its group's has 1 degree of freedom, and the calibration on the 2-core VM
+# found a 10% slow-down in 75% of pairs at 2 generations, all of them at 3 (harness.calibrate).
 PROFILES = {
-    "quick": Profile("quick", 5, 30, 5000, budget_s=0.6, target_rel_iqr=0.05, rounds=2, timeout_s=600),
-    "full": Profile("full", 30, 200, 100_000, budget_s=6.0, target_rel_iqr=0.02, rounds=5, timeout_s=3600),
+    "quick": Profile("quick", 5, 30, 5000, budget_s=0.6, target_rel_iqr=0.05, rounds=3, timeout_s=600, turn_s=2.0),
+    "full": Profile("full", 30, 200, 100_000, budget_s=6.0, target_rel_iqr=0.02, rounds=5, timeout_s=3600, turn_s=10.0),
 }
 #: How often (in steps) the adaptive rule looks at the spread.
 CHECK_EVERY = 10

@@ -43,6 +43,7 @@ import psutil
 
 from adapters import AdapterInfo
 from harness import records
+from harness.measuring import timing
 from harness.measuring.contention import MachineLoad
 from harness.running import runner
 from harness.running.progress import MatrixProgress
@@ -56,9 +57,6 @@ MIN_TURNS = 8
 MAX_TURNS = 500
 #: Contended turns retaken, as a share of the turns wanted, before contended ones are kept.
 MAX_DROPPED_SHARE = 1.0
-#: Seconds of turns per cell in a generation, without a budget: the profile's steady budget (synced
-#: and pipelined blocks alike).
-TURN_S_PER_CELL = 2.0
 #: Memory one resident worker may take on a CPU machine (a framework, its model and data).
 WORKER_BYTES = 1.5 * 2**30
 #: GPU memory one resident worker may take: a CUDA context (~0.5 GiB) and the default workloads.
@@ -361,6 +359,12 @@ def run_generation(
             r.close()
 
 
+def turn_seconds(cells: list[Record]) -> float:
+    """Seconds of turns a generation of these cells takes without a budget: its profile's
+    ``turn_s`` per cell."""
+    return sum(timing.PROFILES[c["profile"]].turn_s for c in cells)
+
+
 def next_turn(results: Path) -> int:
     """The first turn number no record of the run has used (turns are numbered run-wide)."""
     done = records.load(results) if results.exists() else []
@@ -411,7 +415,7 @@ def run(
             continue
         parts = split(cells, resident_limit(cells[0]["device_requested"]))
         for i, part in enumerate(parts):
-            seconds = TURN_S_PER_CELL * len(part)
+            seconds = turn_seconds(part)
             if budget.total_s is not None:
                 seconds = min(seconds * 4, max(seconds / 4, budget.left() * TURN_SHARE / (1 + len(pending))))
             group = group_of(part[0]) + (f"#part{i + 1}" if len(parts) > 1 else "")
@@ -452,7 +456,7 @@ def more_generations(
         cells = {r["cell_id"]: r for r in mine if r["status"] == "ok" and r["cell_id"] not in ended}
         planned = [_cell_of(r) for r in cells.values()]
         progress.add(len(planned))
-        seconds = TURN_S_PER_CELL * len(planned)
+        seconds = turn_seconds(planned)
         turn = run_generation(
             planned, k + 1, adapters, results, timeout_s, progress, ended, Turns(seconds), turn, extra, group
         )
