@@ -388,10 +388,11 @@ def run(
     level: float = 0.95,
 ) -> None:
     """Run (cell, round) pairs (harness.running.rounds.schedule): each round of a group as one
-    generation taking turns, round 1 of every group before round 2 of any; cells that cannot take
-    turns alone. With a ``budget``, a round after the first is not started once it is spent, and
-    what is left after the planned rounds goes to more generations of the groups whose verdicts
-    are unsettled (harness.stats), up to MAX_GENERATIONS. Records carry ``verdict_level``."""
+    generation taking turns, round 1 of every group before any further round, then each group's
+    further rounds one after another; cells that cannot take turns alone. With a ``budget``, a
+    round after the first is not started once it is spent, and what is left after the planned
+    rounds goes to more generations of the groups whose verdicts are unsettled (harness.stats), up
+    to MAX_GENERATIONS. Records carry ``verdict_level``."""
     budget = budget or Budget(None)
     ended: set[str] = set()
     extra = {"verdict_level": level, "rounds": rounds}
@@ -403,7 +404,12 @@ def run(
     if solo:
         runner.run_cells(solo, rounds, adapters, results, timeout_s, progress)
     turn = next_turn(results)
-    pending = list(generations.items())
+    # Round 1 of every group first (every cell present, whatever the budget), then a group's
+    # further rounds together: a budget that runs out leaves some groups judged, not all unjudged.
+    order_of: dict[str, int] = {}
+    for _, g in generations:
+        order_of.setdefault(g, len(order_of))
+    pending = sorted(generations.items(), key=lambda item: (item[0][0] > 1, order_of[item[0][1]], item[0][0]))
     while pending:
         (k, _), cells = pending.pop(0)
         cells = [c for c in cells if c["cell_id"] not in ended]
