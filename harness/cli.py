@@ -19,8 +19,8 @@ from tabulate import tabulate
 from adapters import discover
 from adapters.base import PRECISIONS
 from harness import env, records
-from harness.checks import conformance, fidelity
-from harness.install import doctor, variant
+from harness.checks import conformance, doctor, fidelity
+from harness.install import variant
 from harness.measuring import floors, peak, timing
 from harness.reporting import compare, report
 from harness.reporting.hardware import physics_violations
