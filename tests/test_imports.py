@@ -1,4 +1,5 @@
-"""Importing the harness, the workloads and adapter discovery must import no framework."""
+"""Importing the harness, the workloads and adapter discovery must import no framework (the
+import graph between the harness's parts: tests/test_imports_graph.py)."""
 
 from __future__ import annotations
 
