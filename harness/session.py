@@ -199,7 +199,8 @@ class Session:
     def finish(self, ran: bool, interrupted: bool, strict: bool) -> int:
         """After the rounds: the peaks again (if rounds ran to the end), the report and its physics
         check; the exit code (130 interrupted; 1 under ``strict`` with a failed cell or a violation)."""
-        run_dir, problems = self.run_dir, []
+        run_dir = self.run_dir
+        problems: list[str] = []
         if not interrupted and ran:
             print("measuring device peaks again (the run keeps the better of start and end) ...", flush=True)
             info = records.load_env(run_dir)
