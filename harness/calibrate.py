@@ -28,10 +28,10 @@ from tabulate import tabulate
 
 from adapters import discover
 from harness import env, records
-from harness.running import turns
+from harness.running import executors
 from harness.running.plan import PlanError, plan, twins
 from harness.running.progress import MatrixProgress
-from harness.running.rounds import schedule
+from harness.running.rounds import Run
 
 #: Targets from the project's issue: false differences at most, power at least.
 TARGETS = {0.0: ("false differences", "<= 5%"), 0.1: ("detected", ">= 80%"), 0.25: ("detected", ">= 99%")}
@@ -167,11 +167,10 @@ def main(argv: list[str] | None = None) -> int:
         except PlanError as exc:
             print(f"error: {exc}")
             return 2
-        cells = twins(cells, factors)
-        done = records.load(results) if results.exists() else []
-        todo = schedule(cells, args.rounds, run_dir.name, done)
+        run = Run(twins(cells, factors), args.rounds, timeout_s=600)
+        todo = run.todo(results)
         with MatrixProgress(len(todo)) as progress:
-            turns.run(todo, args.rounds, adapters, results, 600, progress)
+            executors.LocalExecutor(adapters).run(todo, run, results, progress)
     ran = out / "calibration-run.json"  # what the repeats took, kept for a later --judge-only
     if not args.judge_only:
         ran.write_text(json.dumps({"wall_min": (time.monotonic() - t0) / 60, "rounds": args.rounds}) + "\n")

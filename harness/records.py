@@ -33,6 +33,11 @@ def is_idiomatic(rec: dict[str, Any]) -> bool:
     return rec.get("kind") == IDIOMATIC
 
 
+#: A record whose cell ran beside more than this much other CPU load (in cores) is tagged
+#: ``contended`` (harness.measuring.contention measures the load; reports leave such cells out of verdicts).
+CONTENDED_CORES = 0.25
+
+
 class RecordWriteError(OSError):
     """A record that could not be written (disk full, quota, I/O error, read-only file system).
 

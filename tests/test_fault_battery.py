@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, records
+from harness import cli, records, session
 from harness.reporting import report
 from tests.fakes import record
 from tests.test_summary_compare_sweep import ENV, _write_run, timed
@@ -328,7 +328,7 @@ def test_an_unwritable_output_folder_is_refused_before_any_work(bench, read_only
 def test_resume_of_an_unwritable_run_folder_is_refused_before_any_work(bench, read_only):
     def a_run(folder):
         (folder / "r").mkdir()
-        (folder / "r" / cli.PLAN).write_text(json.dumps({"cells": [], "rounds": 1, "timeout_s": 10}))
+        (folder / "r" / session.PLAN).write_text(json.dumps({"cells": [], "rounds": 1, "timeout_s": 10}))
 
     folder = read_only(a_run)
     code, out, err = bench("--resume", str(folder / "r"))
@@ -401,12 +401,11 @@ def test_threads_above_the_logical_cores_are_refused_with_the_count(bench, tmp_p
 )
 def test_a_damaged_plan_is_refused_on_resume(plan_text, message, bench, tmp_path):
     (tmp_path / "r").mkdir()
-    (tmp_path / "r" / cli.PLAN).write_text(plan_text)
+    (tmp_path / "r" / session.PLAN).write_text(plan_text)
     code, _, err = bench("--resume", str(tmp_path / "r"))
     line = one_line_error(code, err)
-    assert (
-        line.startswith(f"error: {tmp_path / 'r' / cli.PLAN} is damaged ({message}") and "start the run again" in line
-    )
+    damaged = f"error: {tmp_path / 'r' / session.PLAN} is damaged ({message}"
+    assert line.startswith(damaged) and "start the run again" in line
 
 
 # --- docs/faults.md stays true ----------------------------------------------------------------

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from harness import records
-from harness.install import doctor, lock, variant
+from harness.checks import doctor
+from harness.install import lock, variant
 from harness.measuring.gpu_util import cell_gpu
 from harness.reporting import cells, sections, summary
 from harness.running import runner

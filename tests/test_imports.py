@@ -1,4 +1,5 @@
-"""Importing the harness, the workloads and adapter discovery must import no framework."""
+"""Importing the harness, the workloads and adapter discovery must import no framework (the
+import graph between the harness's parts: tests/test_imports_graph.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ FRAMEWORKS = ("torch", "tensorflow", "jax", "keras", "optax", "flax")
 def test_harness_and_workloads_import_no_framework(python):
     code = (
         "import sys\n"
-        "import harness, harness.cli, harness.reporting.report, workloads\n"
+        "import harness, harness.cli, harness.session, harness.reporting.report, workloads\n"
         "import harness.running.runner, harness.running.worker\n"
         "from adapters import discover\n"
         "assert len(discover()) >= 4\n"

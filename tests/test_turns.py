@@ -15,6 +15,7 @@ from adapters import discover
 from harness import cli, records
 from harness.measuring.contention import MachineLoad
 from harness.running import resident, turns
+from harness.running.plan import plan as plan_cells
 from harness.running.plan import twins
 from tests.conftest import REPO
 from tests.test_faults import FAST, bench
@@ -115,7 +116,9 @@ def test_machine_load_sees_a_process_outside_the_workers():
 
 def _cell(adapter: str) -> dict:
     [cell] = [
-        c for c in cli.plan(discover(), adapter, "mlp", "cpu", FAST[1:6:2], "quick", 1, "t") if c["adapter"] == adapter
+        c
+        for c in plan_cells(discover(), adapter, "mlp", "cpu", FAST[1:6:2], "quick", 1, "t")
+        if c["adapter"] == adapter
     ]
     return cell
 

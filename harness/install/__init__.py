@@ -1,4 +1,6 @@
-"""Installing and checking the frameworks: install variants (``variant``), their lock files
-(``lock``), named environments for version comparisons (``environments``) and ``doctor``.
+"""Installing the frameworks: install variants (``variant``, with the NVIDIA driver query the rest
+of the harness uses), their lock files (``lock``) and named environments for version comparisons
+(``environments``). Checking the installed builds is harness.checks.doctor.
 
-``variant`` runs before any environment exists and uses the standard library only."""
+``variant`` runs before any environment exists and uses the standard library only; this package
+imports nothing else of the harness (tests/test_imports_graph.py)."""

@@ -8,14 +8,15 @@ the harness's own dependencies come from the base. pip runs with this machine's 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import sysconfig
 import venv
 from pathlib import Path
 
-from harness.running.plan import ENV_NAME
-
+#: A named environment's name (``.venv-NAME``, the ``@NAME`` of its adapters); ``--env`` checks it too.
+ENV_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 REPO = Path(__file__).resolve().parents[2]
 LAYER = "dlcompare-base.pth"
 

@@ -13,8 +13,7 @@ import time
 
 import psutil
 
-#: Cells that ran beside more than this much other CPU load (in cores) count as contended.
-CONTENDED_CORES = 0.25
+from harness.records import CONTENDED_CORES  # the ``contended`` tag's rule, with the records
 
 
 def _snapshot() -> dict[tuple[int, float], tuple[float, int | None]]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness.measuring.contention import CONTENDED_CORES
+from harness import records
 from harness.reporting.cells import missing_pairs, strategy
 from harness.reporting.formatting import DASH, row_label, sig
 from harness.stats import verdicts
@@ -223,7 +223,7 @@ def method(recs: list[dict[str, Any]]) -> str:
         "device has finished and reads the loss, so asynchronous dispatch cannot hide work. On a GPU, "
         "one more step checks that the device has nothing queued right after `sync`. This synced step "
         "time (latency) is what tables and the summary rank by.",
-        f"- A cell that ran while other processes used more than {CONTENDED_CORES:g} cores (with resident "
+        f"- A cell that ran while other processes used more than {records.CONTENDED_CORES:g} cores (with resident "
         "workers: in most of its kept turns, after contended turns were retaken) is marked `contended` and "
         "left out of the summary's verdicts.",
         "- Each cell runs in a fresh process; every framework starts from the same NumPy parameters and "

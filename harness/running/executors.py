@@ -1,5 +1,10 @@
-"""Where the cells of a run execute: on this machine (``local``, harness.running.runner.run_cells), on a
-Slurm cluster through submitit (``slurm``), or on a Ray cluster (``ray``).
+"""Where the cells of a run execute: on this machine (``local``: resident workers taking turns,
+harness.running.turns), on a Slurm cluster through submitit (``slurm``), or on a Ray cluster (``ray``).
+
+Every executor is an ``Executor``: ``run(todo, run, results, progress)`` runs a run's (cell, round)
+pairs and appends their records, ``close()`` releases what it holds; ``executor()`` makes the one
+``--executor`` names. ``LocalExecutor`` applies the run's time budget; ``ClusterExecutor`` wraps a
+cluster *backend* (``SlurmBackend``, ``RayBackend``: submit, poll, cancel jobs) around ``run_rounds``.
 
 An executor has one job: hand a (cell, round) to somewhere that runs ``python -m harness.running.worker``
 and bring its record back. On a cluster the job is ``run_job``: the same ``runner.run_cell`` the
@@ -25,16 +30,19 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 
+from adapters import AdapterInfo
 from harness import records
+from harness.running import turns
 from harness.running.progress import MatrixProgress
+from harness.running.rounds import Run
 from harness.running.runner import REPO, finish_round
 
 EXECUTORS = ("local", "slurm", "ray")
@@ -386,3 +394,68 @@ def run_rounds(
         except BaseException:
             backend.cancel([h for h, _ in running])
             raise
+
+
+# --- the executors a run uses ------------------------------------------------------------------
+
+
+class Executor(Protocol):
+    """Where a run's rounds execute. ``where``: the run line's `` on <executor>`` ('' on this machine)."""
+
+    where: str
+
+    def run(self, todo: list[tuple[Record, int]], run: Run, results: Path, progress: MatrixProgress) -> None:
+        """Run the (cell, round) pairs ``todo`` of ``run``, appending each record to ``results``; a
+        KeyboardInterrupt stops every worker or job, then propagates (records appended stay)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class LocalExecutor:
+    """This machine: each round of a group of cells as one generation of resident workers taking
+    turns (harness.running.turns), with the run's time budget if it has one."""
+
+    where = ""
+
+    def __init__(self, adapters: Mapping[str, AdapterInfo]) -> None:
+        self.adapters = adapters
+
+    def run(self, todo: list[tuple[Record, int]], run: Run, results: Path, progress: MatrixProgress) -> None:
+        # A resumed run's budget counts afresh: what it had spent is not known.
+        budget = turns.Budget(run.budget_s)
+        progress.budget = budget if run.budget_s is not None else None
+        level = turns.verdict_level(run.rounds, run.budget_s)
+        turns.run(todo, run.rounds, self.adapters, results, run.timeout_s, progress, budget, level)
+
+    def close(self) -> None:
+        """Nothing held: every worker ends with its generation."""
+
+
+class ClusterExecutor:
+    """A cluster backend's jobs, a round at a time (``run_rounds``); the planned rounds run (a
+    time budget applies on this machine only)."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.where = f" on {backend.name}"
+
+    def run(self, todo: list[tuple[Record, int]], run: Run, results: Path, progress: MatrixProgress) -> None:
+        run_rounds(self.backend, todo, run.rounds, results, run.timeout_s, progress)
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+def executor(
+    name: str,
+    run_dir: Path,
+    adapters: Mapping[str, AdapterInfo],
+    slurm: SlurmOptions,
+    ray_address: str | None,
+    ray_cpus: int | None,
+) -> Executor:
+    """The executor of ``--executor name``; raises ExecutorError (a missing extra, no cluster there)."""
+    if name == "local":
+        return LocalExecutor(adapters)
+    return ClusterExecutor(make(name, run_dir, slurm, ray_address, ray_cpus))

@@ -10,13 +10,13 @@ import difflib
 import itertools
 import math
 import os
-import re
 import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from adapters import AdapterInfo
 from adapters.base import PRECISIONS
+from harness.install.environments import ENV_NAME
 from harness.records import base_adapter, cell_id
 from workloads import STRATEGIES, WORKLOADS, SpecError, get_workload, override
 from workloads.images import PIPELINE_FIELDS, has_images, parse_setting
@@ -231,9 +231,6 @@ def twins(cells: list[dict], factors: list[float]) -> list[dict]:
             twin = {**cell, "adapter": label, "base_adapter": base_adapter(cell), "cell_id": ident}
             out.append({**twin, **({"slowdown": f} if f else {})})
     return out
-
-
-ENV_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
 
 def parse_envs(exprs: Iterable[str]) -> dict[str, str]:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
+from harness import records
 from harness.stats.cells import round_of
 
 Record = dict[str, Any]
@@ -29,3 +31,18 @@ def schedule(cells: list[Record], rounds: int, run_id: str, done: Iterable[Recor
         random.Random(f"{run_id}:{k}").shuffle(shuffled)
         order += [(c, k) for c in shuffled if c["cell_id"] not in ended and (c["cell_id"], k) not in finished]
     return order
+
+
+class Run(NamedTuple):
+    """A planned run (as plan.json keeps it): its cells, rounds per cell, seconds per worker, and
+    its time budget (seconds, or None: fixed rounds)."""
+
+    cells: list[Record]
+    rounds: int
+    timeout_s: float
+    budget_s: float | None = None
+
+    def todo(self, results: Path) -> list[tuple[Record, int]]:
+        """(cell, round) pairs without a record in ``results`` yet, in running order."""
+        done = records.load(results) if results.exists() else []
+        return schedule(self.cells, self.rounds, self.cells[0]["run_id"] if self.cells else "", done)

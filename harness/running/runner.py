@@ -18,7 +18,7 @@ from adapters import AdapterInfo
 from harness import env as machine_env
 from harness import records
 from harness.measuring import limits_cache
-from harness.measuring.contention import CONTENDED_CORES, OtherLoad
+from harness.measuring.contention import OtherLoad
 from harness.running import precision
 from harness.running.progress import MatrixProgress
 from workloads import SpecError, get_workload, override
@@ -159,7 +159,7 @@ def _run_once(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict
     record["wall_s"] = time.perf_counter() - t0
     if load.cores is not None:
         record["other_cpu_cores"] = load.cores
-        record["contended"] = load.cores > CONTENDED_CORES
+        record["contended"] = load.cores > records.CONTENDED_CORES
     return record
 
 

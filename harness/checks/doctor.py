@@ -2,7 +2,8 @@
 GPUs it sees, and the next step when that is not what this machine needs.
 
 Each framework is asked in its own worker process (the one adapter per framework family that a
-cell would run), so this process imports none of them.
+cell would run), so this process imports none of them. The machine's NVIDIA driver comes from
+harness.install.variant, the one driver query that harness.running.devices uses too.
 """
 
 from __future__ import annotations

@@ -1,0 +1,370 @@
+"""A bench run from plan to report: ``bench``, ``sweep`` and ``fidelity`` once their options are parsed.
+
+A ``Session`` owns one run: its plan (new, or read back from plan.json to resume), its run folder
+and the lock on it, the executor its rounds run on (harness.running.executors: this machine or a
+cluster, one interface), and the files it writes there (env.json, plan.json, results.jsonl,
+the report). harness.cli only parses arguments and calls ``bench``.
+
+Why harness/session.py and not harness/running/session.py: a run asks each framework for its
+build (harness.checks.doctor), pairs adapters with idiomatic scripts (harness.checks.fidelity),
+and ends with the report and its physics check (harness.reporting): parts above running/ in the
+import graph (tests/test_imports_graph.py). Inside running/ it would be an upward arrow; here it
+sits at the top, beside cli.py, below nothing but cli.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import errno
+import fcntl
+import json
+import os
+import re
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from tabulate import tabulate
+
+from adapters import AdapterInfo, discover
+from harness import env, records
+from harness.checks import doctor, fidelity
+from harness.install import variant
+from harness.measuring import floors, peak, timing
+from harness.reporting import report
+from harness.reporting.hardware import physics_violations
+from harness.running import devices, executors, runner
+from harness.running.executors import Executor
+from harness.running.plan import PlanError, plan, twins
+from harness.running.progress import MatrixProgress
+from harness.running.rounds import Run
+from harness.stats.cells import combine_all
+
+PLAN = "plan.json"
+LOCK = ".lock"
+RUN_ID = re.compile(r"[A-Za-z0-9_.-]+")
+# Write failures of the storage (not of the harness): one line and exit 2, never a traceback.
+STORAGE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG}
+
+Adapters = Mapping[str, AdapterInfo]
+
+
+def fail(message: str) -> int:
+    """A command's error: one line on stderr, exit code 2."""
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def bench(args: argparse.Namespace) -> int:
+    """``bench`` (``sweep``, ``fidelity``) with its parsed options: plan or resume a run, print it
+    (--dry-run) or run it; the exit code (0, 1 under --strict, 2 for an error, 130 interrupted)."""
+    adapters = discover()
+    try:
+        session = Session.open(args, adapters)
+    except (PlanError, records.RecordError) as exc:
+        return fail(str(exc))
+    if args.dry_run:
+        session.dry_run()
+        return 0
+    return session.execute(lambda run_dir: executor_of(args, run_dir, adapters), args.strict)
+
+
+class Session:
+    """One bench run: ``run_dir``, its plan ``run``, whether it resumes an earlier one, and the
+    adapters it runs."""
+
+    def __init__(self, run_dir: Path, run: Run, adapters: Adapters, resumed: bool) -> None:
+        self.run_dir, self.run, self.adapters, self.resumed = run_dir, run, adapters, resumed
+
+    @classmethod
+    def open(cls, args: argparse.Namespace, adapters: Adapters) -> Session:
+        """The run of ``--resume RUN_DIR``, or a new one planned from the options; nothing is
+        written. Raises PlanError or RecordError."""
+        if args.resume:
+            return cls(args.resume, resumed_run(args.resume, adapters), adapters, resumed=True)
+        run_dir, run = new_run(args, adapters)
+        return cls(run_dir, run, adapters, resumed=False)
+
+    @property
+    def results(self) -> Path:
+        return self.run_dir / records.RESULTS
+
+    def dry_run(self) -> None:
+        """The planned cells, each with the reason it will be skipped where that is known without
+        starting a framework (not installed, declined by ``supports``, no input pipeline, no GPU)."""
+        cells = self.run.cells
+        rows, skipped = [], 0
+        for c in cells:
+            strategy = next((o.split("=", 1)[1] for o in c["overrides"] if o.startswith("strategy=")), "-")
+            others = [o for o in c["overrides"] if not o.startswith("strategy=")]
+            others += [f"{k}={v}" for k, v in sorted(c.get("pipeline", {}).items())]
+            device = c["device_requested"]
+            reason = runner.skip_reason(self.adapters[records.base_adapter(c)], c) or devices.no_gpu_reason(device)
+            skipped += bool(reason)
+            label = c["adapter"] + (" (script)" if c.get("script") else "")
+            row = [label, c["workload"], strategy, c.get("data", "-"), device, " ".join(others) or "-", reason or ""]
+            rows.append(row)
+        headers = ["adapter", "workload", "strategy", "data", "device", "overrides", "will skip: reason"]
+        print(tabulate(rows, headers, tablefmt="simple"))
+        planned = f"{len(cells)} cells planned ({skipped} will be skipped), {self.run.rounds} rounds each"
+        print(f"{planned}; nothing was run.")
+
+    def execute(self, make_executor: Callable[[Path], Executor], strict: bool = False) -> int:
+        """Run it, holding the folder's lock: the exit code. ``make_executor(run_dir)`` gives the
+        executor (raising ExecutorError: one line, exit 2, before anything is measured). A full
+        disk, a quota or an I/O error mid-run is one line and exit 2, the records written kept."""
+        run_dir = self.run_dir
+        unwritable = _unwritable(run_dir)
+        if unwritable:
+            return fail(f"{'--resume' if self.resumed else '--out'}: cannot write to {run_dir}: {unwritable}")
+        lock = _lock(run_dir)
+        if lock is None:
+            return fail(
+                f"{run_dir} is in use by another bench (it holds {run_dir / LOCK}); "
+                "wait for it or choose another --run-id"
+            )
+        with lock:
+            try:  # under the lock, again: another bench may have written the folder since the plan
+                if self.resumed:
+                    self.run = resumed_run(run_dir, self.adapters)
+                elif self.results.exists():
+                    raise PlanError(f"{run_dir} already holds results; resume it with --resume {run_dir}")
+            except (PlanError, records.RecordError) as exc:
+                return fail(str(exc))
+            try:
+                return self._run(make_executor, strict)
+            except OSError as exc:  # a full disk, a quota, an I/O error: one line, exit 2
+                if not isinstance(exc, records.RecordWriteError) and exc.errno not in STORAGE_ERRORS:
+                    raise
+                return _write_failed(exc, run_dir)
+
+    def _run(self, make_executor: Callable[[Path], Executor], strict: bool) -> int:
+        try:  # before anything is measured: a missing extra or an unreachable cluster fails at once
+            executor = make_executor(self.run_dir)
+        except executors.ExecutorError as exc:
+            return fail(str(exc))
+        try:
+            if not self.resumed:
+                self.start()
+            todo = self.run.todo(self.results)
+            interrupted = self.run_rounds(executor, todo)
+            return self.finish(bool(todo), interrupted, strict)
+        finally:
+            executor.close()
+
+    def start(self) -> None:
+        """A new run's env.json (the machine, each framework's build, device peaks, kernel floors)
+        and plan.json (its cells, with their kernel floors, so a resumed run keeps them)."""
+        cells, run_dir = self.run.cells, self.run_dir
+        threads = cells[0]["threads"] if cells else env.default_threads()
+        command = ["python -m harness", *sys.argv[1:]]
+        info = env.capture(threads, command, [m for a in self.adapters.values() for m in a.cls.requires])
+        info["precision"] = cells[0]["precision"] if cells else "fp32"
+        print("asking each framework for its build (doctor) ...", flush=True)
+        envs = {c["env"]: c["python"] for c in cells if c.get("env")}
+        info["doctor"] = doctor.diagnose(self.adapters, threads, sorted({records.base_adapter(c) for c in cells}), envs)
+        print("measuring device peaks (matmul, copy) ...", flush=True)
+        info["peaks"] = runner.measure_peaks(_peak_devices(cells, info), threads, info["precision"])
+        print("measuring kernel floors (each step's matmuls and convolutions alone) ...", flush=True)
+        found = floors.kernel_floors(cells, _peak_devices(cells, info), threads, info["precision"])
+        for c in cells:  # in plan.json too, so a resumed run's cells keep them
+            c["kernel_floor_s"] = found["floors"][c["cell_id"]]
+        info["kernel_floors"] = {k: found[k] for k in ("kernels", "fastest_library", "errors")}
+        records.write_json(run_dir / records.ENV, info)
+        run = self.run
+        plan_json = {"timeout_s": run.timeout_s, "rounds": run.rounds, "budget_s": run.budget_s, "cells": cells}
+        records.write_json(run_dir / PLAN, plan_json, indent=1)
+
+    def run_rounds(self, executor: Executor, todo: list[tuple[dict[str, Any], int]]) -> bool:
+        """The rounds still to run, on ``executor``; whether Ctrl-C or SIGTERM interrupted them."""
+        run, run_dir = self.run, self.run_dir
+        print(
+            f"run {run_dir.name}: {len(run.cells)} cells x {run.rounds} rounds, {len(todo)} to run{executor.where}, "
+            f"writing {run_dir}",
+            flush=True,
+        )
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            with MatrixProgress(len(todo)) as progress:
+                executor.run(todo, run, self.results, progress)
+        except KeyboardInterrupt:
+            return True
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        return False
+
+    def finish(self, ran: bool, interrupted: bool, strict: bool) -> int:
+        """After the rounds: the peaks again (if rounds ran to the end), the report and its physics
+        check; the exit code (130 interrupted; 1 under ``strict`` with a failed cell or a violation)."""
+        run_dir = self.run_dir
+        problems: list[str] = []
+        if not interrupted and ran:
+            print("measuring device peaks again (the run keeps the better of start and end) ...", flush=True)
+            info = records.load_env(run_dir)
+            end = runner.measure_peaks(
+                list(info.get("peaks", {})), info.get("threads", 1), info.get("precision", "fp32")
+            )
+            info["peaks"] = peak.best_of(info.get("peaks", {}), end)
+            records.write_json(run_dir / records.ENV, info)
+        if self.results.exists():
+            print(f"report: {report.write(run_dir)}")
+            if (run_dir / "fidelity.md").exists():
+                print(f"fidelity: {run_dir / 'fidelity.md'}")
+            measured = records.load(self.results)
+            cells_done = combine_all([r for r in measured if not records.is_idiomatic(r)])
+            problems = physics_violations(cells_done, report.load_env(run_dir))
+            for problem in problems:
+                print(f"warning: {problem}", file=sys.stderr)
+        if interrupted:
+            print(f"interrupted; finished cells are kept. Resume with: python -m harness bench --resume {run_dir}")
+            return 130
+        failed = [r for r in records.load(self.results) if r["status"] == "failed"]
+        if strict and (failed or problems):
+            print(f"{len(failed)} failed cells, {len(problems)} physics violations (--strict)", file=sys.stderr)
+            return 1
+        return 0
+
+
+def new_run(args: argparse.Namespace, adapters: Adapters) -> tuple[Path, Run]:
+    """Plan a new run from bench's options: its folder and plan. Raises PlanError; writes nothing."""
+    if args.threads is not None and args.threads < 1:
+        raise PlanError(f"--threads must be >= 1, got {args.threads}")
+    cores = os.cpu_count() or 1
+    if args.threads is not None and args.threads > cores:  # one rule for every executor
+        raise PlanError(f"--threads {args.threads} is more than the {cores} logical cores of this machine")
+    if args.run_id is not None and (not RUN_ID.fullmatch(args.run_id) or args.run_id in (".", "..")):
+        raise PlanError(
+            f"--run-id {args.run_id!r} is not a name: letters, digits and - _ . only "
+            "(no path separator), and not . or .."
+        )
+    if args.rounds is not None and args.rounds < 1:
+        raise PlanError(f"--rounds must be >= 1, got {args.rounds}")
+    if args.timeout is not None and args.timeout <= 0:
+        raise PlanError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+    threads = args.threads or env.default_threads()
+    run_id = args.run_id or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    cells = plan(
+        adapters,
+        args.framework,
+        args.workload,
+        args.device,
+        args.set,
+        args.profile,
+        threads,
+        run_id,
+        strategy=args.strategy,
+        data=args.data,
+        precision=args.precision,
+        force_precision=args.force_precision,
+        sweep=args.sweep,
+        gpu_present=variant.detect().driver is not None,
+        envs=args.env,
+    )
+    if args.command == "fidelity" and args.precision == "bf16":
+        raise PlanError("--precision bf16: the idiomatic scripts (fidelity/) train in float32; valid: fp32, tf32")
+    if args.command == "fidelity":  # each adapter beside its framework's idiomatic script
+        cells = fidelity.with_scripts(cells, fidelity.scripts())
+        if not cells:
+            raise PlanError(f"no idiomatic script in fidelity/ for {args.framework}; scripts: {_script_names()}")
+    run_dir = args.out / run_id
+    if (run_dir / records.RESULTS).exists():
+        raise PlanError(
+            f"{run_dir} already holds results; resume it with --resume {run_dir} or choose another --run-id"
+        )
+    profile = timing.PROFILES[args.profile]
+    if args.twins:
+        cells = twins(cells, args.twins)
+    return run_dir, Run(cells, args.rounds or profile.rounds, args.timeout or profile.timeout_s, args.budget)
+
+
+def _script_names() -> str:
+    return ", ".join(sorted(fidelity.scripts())) or "none"
+
+
+def resumed_run(run_dir: Path, adapters: Adapters) -> Run:
+    """The plan of an earlier run (its rounds without a record run on resume); raises PlanError."""
+    plan_path = run_dir / PLAN
+    if not plan_path.is_file():
+        raise PlanError(f"{run_dir} is not a run folder (no {PLAN}); valid: a folder written by bench")
+    try:
+        saved = json.loads(plan_path.read_text())
+        run = Run(saved["cells"], saved.get("rounds", 1), saved["timeout_s"], saved.get("budget_s"))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PlanError(f"{plan_path} is damaged ({type(exc).__name__}: {exc}); start the run again") from None
+    unknown = sorted({records.base_adapter(c) for c, _ in run.todo(run_dir / records.RESULTS)} - set(adapters))
+    if unknown:
+        raise PlanError(f"adapters of that run are not installed here: {', '.join(unknown)}")
+    return run
+
+
+def executor_of(args: argparse.Namespace, run_dir: Path, adapters: Adapters) -> Executor:
+    """The executor bench's options name (``--executor``, ``--slurm-*``, ``--ray-*``,
+    ``--share-nodes``); raises ExecutorError."""
+    for flag, value in (("--slurm-time", args.slurm_time), ("--slurm-max-concurrent", args.slurm_max_concurrent)):
+        if args.executor != "local" and value is not None and value < 1:
+            raise executors.ExecutorError(f"{flag} must be >= 1, got {value}")
+    slurm = executors.SlurmOptions(
+        partition=args.slurm_partition,
+        gpus_per_task=args.slurm_gpus_per_task,
+        time_min=args.slurm_time,
+        max_concurrent=args.slurm_max_concurrent or executors.SlurmOptions.max_concurrent,
+        share_nodes=args.share_nodes,
+    )
+    return executors.executor(args.executor, run_dir, adapters, slurm, args.ray_address, args.ray_cpus_per_cell)
+
+
+def _peak_devices(cells: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
+    wanted = {c["device_requested"] for c in cells}
+    return [d for d in ("cpu", "cuda") if d in wanted and (d == "cpu" or info["gpus"])]
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _unwritable(run_dir: Path) -> str | None:
+    """Why ``run_dir`` cannot hold a run (created here if need be, a test write made), or None."""
+    probe = run_dir / f".write-test-{os.getpid()}"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b"dlcompare write test\n" * 200)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            probe.unlink(missing_ok=True)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename and Path(exc.filename) not in (run_dir, probe) else ""
+        return f"{exc.strerror or exc}{where}"
+    return None
+
+
+def _write_failed(exc: OSError, run_dir: Path) -> int:
+    """The one line for a write that failed mid-run; every record written before it is whole."""
+    what = (
+        str(exc)
+        if isinstance(exc, records.RecordWriteError)
+        else f"cannot write {exc.filename or run_dir}: {exc.strerror}"
+    )
+    if (run_dir / PLAN).is_file():
+        then = f"finished cells are kept; free space, then: python -m harness bench --resume {run_dir}"
+    else:
+        then = "nothing was measured yet; free space and start the run again"
+    return fail(f"{what}; {then}")
+
+
+def _lock(run_dir: Path) -> IO[str] | None:
+    """An exclusive lock on the run folder, held while this process lives; None if another
+    process holds it. Two benches writing one folder would time each other and mix records."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handle = (run_dir / LOCK).open("a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
