@@ -208,3 +208,19 @@ def test_run_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     with pytest.raises(records.RecordWriteError, match="No space left"):
         records.write_json(path, {"a": 2})
     assert json.loads(path.read_text()) == {"a": 1} and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_the_method_says_what_the_run_can_tell_apart_and_what_contention_cost():
+    from harness.measuring import timing
+    from harness.reporting import sections
+    from harness.stats.cells import combine_all
+
+    raw = _turn_records("a", 1.0, noise=0.02) + _turn_records("b", 1.5, noise=0.02, seed=1)
+    for r in raw:
+        r.update(
+            turns_dropped=2, turns_contended=0, protocol={**timing.protocol(timing.PROFILES["quick"]), "mode": "turns"}
+        )
+    text = sections.method(combine_all(raw))
+    assert "Resolution: this run can tell apart differences of about" in text
+    assert "Contention: 6 turns were taken while other processes used the CPU" in text  # 2 x 3 generations
+    assert "60 turns were kept in 3 generations" in text

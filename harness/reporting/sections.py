@@ -123,6 +123,22 @@ def _protocol_line(p: dict[str, Any]) -> str:
     )
 
 
+def _turns_left_out(ok: list[dict[str, Any]]) -> list[str]:
+    """How many turns were retaken for contention, counted once per generation of a group."""
+    seen: dict[tuple, list[int]] = {}
+    for r in ok:
+        for k, counts in (r.get("round_turns") or {}).items():
+            seen[(r.get("run_id"), r.get("group"), str(k))] = counts
+    if not seen:
+        return []
+    kept, dropped, contended = (sum(v[i] for v in seen.values()) for i in range(3))
+    return [
+        f"- Contention: {dropped} turns were taken while other processes used the CPU or the hypervisor "
+        f"stole it, and were left out and retaken; {kept} turns were kept in {len(seen)} generations"
+        + (f", {contended} of them under contention once retaking had reached its limit." if contended else ".")
+    ]
+
+
 def _resolution(ok: list[dict[str, Any]]) -> list[str]:
     """What differences this run's verdicts could tell apart: per group, the slow-down a pair of its
     cells would be called different for with 80% power, from the group's residual variance."""
@@ -174,7 +190,7 @@ def method(recs: list[dict[str, Any]]) -> str:
             )
             + "First step and cold window are those of round 1."
         )
-    lines += _resolution(ok)
+    lines += _resolution(ok) + _turns_left_out(ok)
     if any((r.get("pass_steps") or 1) > 1 for r in ok):
         lines.append(
             "- † Steps of different sizes (variable-length batches): the steady window and every "

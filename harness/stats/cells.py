@@ -196,6 +196,10 @@ def combine(runs: list[Record], levels: tuple[dict[int, float], int | None] | No
     }
     if all(r.get("cold_times_s") for r in runs):
         extra["round_cold_times_s"] = [r["cold_times_s"] for r in runs]
+    if all(r.get("turn_ids") is not None for r in runs):  # resident workers: each generation's turns
+        extra["round_turns"] = {
+            round_of(r): [len(r["turn_ids"]), r.get("turns_dropped") or 0, r.get("turns_contended") or 0] for r in runs
+        }
     if len(runs) == 1:  # its interval, from the worker, covers the noise within one process
         return {**runs[0], **extra, "ci_kind": "steps"}
     record = {**runs[0], **extra}
