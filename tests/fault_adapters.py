@@ -226,3 +226,14 @@ class FaultHangLate(FaultKillLate):
 
     def fault(self):
         time.sleep(3600)
+
+
+class FaultGarbageLate(FaultKillLate):
+    """Writes garbage on its reply pipe in the middle of its turns (a worker gone wrong)."""
+
+    name = "fault-garbage-late"
+
+    def fault(self):
+        import sys
+
+        os.write(int(sys.argv[sys.argv.index("--fds") + 1].split(",")[1]), b"garbage\n")

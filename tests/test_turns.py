@@ -143,7 +143,7 @@ def test_a_worker_whose_parent_dies_ends_itself(fault_adapters):
 
 
 def test_cells_take_turns_and_a_worker_lost_mid_turn_fails_alone(python, tmp_path):
-    faults = "fault-ok,fault-kill-late,fault-hang-late"
+    faults = "fault-ok,fault-kill-late,fault-hang-late,fault-garbage-late"
     proc = bench(python, tmp_path, "--framework", faults, *FAST[:-2], "--timeout", "10", "--rounds", "2")
     assert proc.returncode == 0, proc.stderr
     recs = records.load(tmp_path / "r" / records.RESULTS)
@@ -151,6 +151,7 @@ def test_cells_take_turns_and_a_worker_lost_mid_turn_fails_alone(python, tmp_pat
     assert by["fault-kill-late", 1]["status"] == "failed"
     assert by["fault-kill-late", 1]["reason"].startswith("worker killed by SIGKILL during turn")
     assert by["fault-hang-late", 1]["reason"].startswith("timeout after 10 s during turn")
+    assert by["fault-garbage-late", 1]["reason"].startswith("worker sent b'garbage', not a reply during turn")
     assert ("fault-kill-late", 2) not in by  # a failed cell runs no further round
     ok = [by["fault-ok", k] for k in (1, 2)]
     assert all(r["status"] == "ok" for r in ok)

@@ -162,7 +162,13 @@ class Resident:
                 raise Gone(self._exit_text())
             self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
-        return json.loads(line)
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            msg = None
+        if not isinstance(msg, dict) or "event" not in msg:
+            raise Gone(f"worker sent {line[:80]!r}, not a reply")
+        return msg
 
     def _send(self, msg: Record) -> None:
         try:
