@@ -20,7 +20,7 @@ PROFILE ?= quick
 # default: each variable-length workload's own strategy; all: every strategy and attention kernel.
 STRATEGY ?= default
 # The run's time budget: verdicts settle within it (harness.running.turns); empty: the profile's fixed rounds.
-BUDGET ?= 15m
+BUDGET ?= 1h
 DATA ?= resident
 PRECISION ?= fp32
 # FORCE=1: time a precision the device only emulates (bf16 without bfloat16 instructions) instead of skipping it.
