@@ -20,6 +20,7 @@ import datetime
 import itertools
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -155,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path("reports") / f"{stamp}-calibration"
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
+    command = "python -m harness calibrate " + " ".join(sys.argv[1:] if argv is None else argv)
     pairs: list[dict[str, Any]] = []
     for i in range(1, 0 if args.judge_only else args.repeats + 1):
         run_dir = out / f"repeat-{i:02d}"
@@ -173,8 +175,10 @@ def main(argv: list[str] | None = None) -> int:
             executors.LocalExecutor(adapters).run(todo, run, results, progress)
     ran = out / "calibration-run.json"  # what the repeats took, kept for a later --judge-only
     if not args.judge_only:
-        ran.write_text(json.dumps({"wall_min": (time.monotonic() - t0) / 60, "rounds": args.rounds}) + "\n")
-    done = json.loads(ran.read_text()) if ran.is_file() else {"wall_min": math.nan, "rounds": args.rounds}
+        took = {"wall_min": (time.monotonic() - t0) / 60, "rounds": args.rounds, "command": command}
+        ran.write_text(json.dumps(took) + "\n")
+    done = {"wall_min": math.nan, "rounds": args.rounds, "command": command}
+    done.update(json.loads(ran.read_text()) if ran.is_file() else {})
     keep = args.generations or done["rounds"]
     for i, run_dir in enumerate(sorted(out.glob("repeat-*")), start=1):
         recs = [r for r in records.load(run_dir / records.RESULTS) if int(r.get("round") or 1) <= keep]
@@ -188,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         "twins": ", ".join(f"{100 * f:g}%" for f in factors),
         "machine": env.fingerprint().get("cpu", "?"),
         "wall_min": done["wall_min"],
-        "command": "python -m harness calibrate " + " ".join(argv or []),
+        "command": done["command"],
     }
     print(f"calibration: {write(out, pairs, meta)}")
     return 0

@@ -225,3 +225,20 @@ def test_the_method_says_what_the_run_can_tell_apart_and_what_contention_cost():
     assert "Resolution: this run can tell apart differences of about" in text
     assert "Contention: 6 turns were taken while other processes used the CPU" in text  # 2 x 3 generations
     assert "60 turns were kept in 3 generations" in text
+
+
+def test_calibration_counts_false_differences_and_power_by_true_effect():
+    from harness import calibrate
+
+    assert calibrate.wilson(0, 60) == (0.0, pytest.approx(0.0602, abs=1e-3))
+    aa = _turn_records("a", 1.0, noise=0.01) + _turn_records("a~twin1", 1.0, noise=0.01, seed=1)
+    slow = _turn_records("a~slow25", 1.25, noise=0.01, seed=2)
+    for r in slow:
+        r["slowdown"] = 0.25
+    pairs = calibrate.judge(aa + slow)
+    assert sorted(p["effect"] for p in pairs) == [0.0, 0.25, 0.25]
+    assert all(p["right_way"] for p in pairs if p["effect"]) and not any(
+        p["different"] for p in pairs if not p["effect"]
+    )
+    text = calibrate.table(pairs)
+    assert "| 0%" in text and "0 false differences" in text and "2 detected" in text

@@ -59,7 +59,7 @@ class Profile:
 
 # quick: 3 rounds, since a verdict between two cells rests on their processes: at 2, a pair whose
 # own spread exceeds its group's has 1 degree of freedom. The calibration on the 2-core AMD EPYC VM
-# (reports/2026-11-24-calibration) found a 10% slow-down in 52% of pairs at 2 generations, 82% at 3.
+# (reports/2026-11-24-calibration) found a 10% slow-down in 57% of pairs at 2 generations, 90% at 3.
 PROFILES = {
     "quick": Profile("quick", 5, 30, 5000, budget_s=0.6, target_rel_iqr=0.05, rounds=3, timeout_s=600, turn_s=2.0),
     "full": Profile("full", 30, 200, 100_000, budget_s=6.0, target_rel_iqr=0.02, rounds=5, timeout_s=3600, turn_s=10.0),

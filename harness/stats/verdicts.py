@@ -7,7 +7,8 @@ of cell c in generation k) and what its group's model says:
 
 - **Within a run**, the cells of a group (they differ only by adapter) ran their generations
   side by side, so ``L[c, k] = mu_c + gamma_k + e_ck`` (a two-way additive model: the
-  generation's drift ``gamma_k`` cancels). Residual variance ``s^2`` pooled over the group, with
+  generation's drift ``gamma_k`` cancels). Residual variance ``s^2``: the group's typical cell's
+  (the median of the cells' own residual variances, ``residual_variance``), with
   ``df = (C - 1)(K - 1)``. A pair's log ratio is ``mean_k(L[b, k] - L[a, k])``, its variance
   ``max(2 s^2 / K, var_k(L[b, k] - L[a, k]) / K)`` (the pair's own spread never under-counted),
   and its interval uses the t quantile with the pooled df, or ``K - 1`` where the pair's own
@@ -101,7 +102,14 @@ def t_quantile(level: float, df: float | np.ndarray) -> float | np.ndarray:
 
 def residual_variance(levels: np.ndarray) -> tuple[np.ndarray, int]:
     """Residual variance of the two-way additive model over ``levels[..., c, k]`` (cells x
-    generations, complete) and its degrees of freedom ``(C - 1)(K - 1)``."""
+    generations, complete) and its degrees of freedom ``(C - 1)(K - 1)``.
+
+    The variance is the typical cell's, not the mean over cells: each cell's own residual
+    variance (its squared residuals over its ``(K - 1)(C - 1) / C`` share of the df), their median,
+    scaled to the mean of a chi-square on ``K - 1`` df. Cells differ in noise (an eager framework's
+    processes spread ten times a compiled one's on the 2-core VM), and the mean would give every
+    pair the noisiest cell's spread; a pair noisier than the typical cell is judged on its own
+    spread (``pair_interval``), so none is under-counted."""
     levels = np.asarray(levels, dtype=np.float64)
     c, k = levels.shape[-2:]
     df = (c - 1) * (k - 1)
@@ -111,9 +119,11 @@ def residual_variance(levels: np.ndarray) -> tuple[np.ndarray, int]:
         - levels.mean(axis=-2, keepdims=True)
         + levels.mean(axis=(-2, -1), keepdims=True)
     )
-    with np.errstate(invalid="ignore", divide="ignore"):
-        s2 = (resid**2).sum(axis=(-2, -1)) / df if df else np.full(levels.shape[:-2], np.nan)
-    return s2, df
+    if not df:
+        return np.full(levels.shape[:-2], np.nan), df
+    per_cell = (resid**2).sum(axis=-1) / ((k - 1) * (c - 1) / c)
+    typical = np.median(per_cell, axis=-1) / (scipy.stats.chi2.median(k - 1) / (k - 1))
+    return typical, df
 
 
 def pair_interval(
