@@ -14,7 +14,7 @@ import pytest
 from adapters import discover
 from harness import cli, records
 from harness.measuring.contention import MachineLoad
-from harness.running import resident, turns
+from harness.running import resident, resident_handle, turns
 from harness.running.plan import plan as plan_cells
 from harness.running.plan import twins
 from tests.conftest import REPO
@@ -131,7 +131,7 @@ def fault_adapters(monkeypatch):
 def test_a_worker_whose_parent_dies_ends_itself(fault_adapters):
     adapters = discover()
     cell = {**_cell("fault-ok"), "round": 1}
-    r = turns.Resident(adapters["fault-ok"], cell)
+    r = resident_handle.Resident(adapters["fault-ok"], cell)
     try:
         assert r.ready(60)
         assert r.turn(1, 30) > 0

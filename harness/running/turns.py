@@ -24,15 +24,8 @@ other cells take their turns).
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import random
-import select
-import signal
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -47,6 +40,7 @@ from harness.measuring import timing
 from harness.measuring.contention import MachineLoad
 from harness.running import runner
 from harness.running.progress import MatrixProgress
+from harness.running.resident_handle import Gone, Resident
 from workloads import get_workload, override
 from workloads.images import has_images
 
@@ -113,146 +107,6 @@ def _gpu_free_bytes() -> int | None:
             pynvml.nvmlShutdown()
     except Exception:  # noqa: BLE001 - no NVML, no driver: the host's limit stands
         return None
-
-
-class Gone(Exception):
-    """The worker exited or stopped answering; the message says how."""
-
-
-class Resident:
-    """One resident worker process (harness.running.resident), driven over two pipes. Its output
-    goes to a log file (never a pipe that could fill and block it)."""
-
-    def __init__(self, info: AdapterInfo, cell: Record) -> None:
-        self.cell = cell
-        self.dir = Path(tempfile.mkdtemp(prefix="dlcompare-"))
-        (self.dir / "cell.json").write_text(json.dumps(cell))
-        self.out = self.dir / "record.json"
-        cmd_r, cmd_w = os.pipe()
-        rep_r, rep_w = os.pipe()
-        python = cell.get("python") or sys.executable
-        args = [python, "-m", "harness.running.worker", "serve", str(self.dir / "cell.json"), str(self.out)]
-        self.log = (self.dir / "log.txt").open("w+")
-        self.proc = subprocess.Popen(
-            [*args, "--fds", f"{cmd_r},{rep_w}"],
-            env=runner.worker_env(info, cell),
-            cwd=runner.REPO,
-            stdin=subprocess.DEVNULL,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            pass_fds=(cmd_r, rep_w),
-            start_new_session=True,
-        )
-        os.close(cmd_r)
-        os.close(rep_w)
-        self._cmd = os.fdopen(cmd_w, "w", buffering=1)
-        self._rep, self._buf = rep_r, b""
-        self.t0 = time.perf_counter()
-        self.cold_s = 0.0
-
-    def _recv(self, timeout_s: float) -> Record:
-        deadline = time.monotonic() + timeout_s
-        while b"\n" not in self._buf:
-            left = deadline - time.monotonic()
-            ready, _, _ = select.select([self._rep], [], [], max(left, 0))
-            if not ready:
-                raise Gone(f"timeout after {timeout_s:g} s")
-            chunk = os.read(self._rep, 1 << 16)
-            if not chunk:
-                raise Gone(self._exit_text())
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            msg = None
-        if not isinstance(msg, dict) or "event" not in msg:
-            raise Gone(f"worker sent {line[:80]!r}, not a reply")
-        return msg
-
-    def _send(self, msg: Record) -> None:
-        try:
-            self._cmd.write(json.dumps(msg) + "\n")
-        except (BrokenPipeError, OSError):
-            raise Gone(self._exit_text()) from None
-
-    def _exit_text(self) -> str:
-        try:
-            code = self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            return "worker stopped answering"
-        if code < 0:
-            return f"worker killed by {signal.Signals(-code).name}"
-        return f"worker exited with code {code} and no record"
-
-    def ready(self, timeout_s: float) -> bool:
-        """Wait until the worker is set up and warm; False if it ended instead (a skip, a
-        failure: its record is then ``record()``)."""
-        try:
-            msg = self._recv(timeout_s)
-        except Gone as exc:
-            self.reason = str(exc)
-            return False
-        self.cold_s = msg.get("cold_s", 0.0)
-        self.ready_s = time.perf_counter() - self.t0
-        return True
-
-    def turn(self, turn: int, timeout_s: float) -> float | None:
-        """One turn's block; its step time (None if every step of it recompiled). Raises Gone."""
-        self._send({"cmd": "turn", "turn": turn})
-        msg = self._recv(timeout_s)
-        return msg.get("block_s")
-
-    def finish(self, keep: list[int], timeout_s: float) -> Record:
-        """Ask for the record built from the kept turns, and end the worker."""
-        try:
-            self._send({"cmd": "finish", "keep": keep})
-            self.proc.wait(timeout=timeout_s)
-        except (Gone, subprocess.TimeoutExpired) as exc:
-            self.reason = "timeout writing its record" if isinstance(exc, subprocess.TimeoutExpired) else str(exc)
-        return self.record()
-
-    def record(self, reason: str | None = None) -> Record:
-        """The worker's record (the one it wrote, else a failed one with ``reason`` and its
-        output's tail); the worker is ended and its files removed."""
-        self.kill()
-        if self.out.is_file() and reason is None:
-            rec = json.loads(self.out.read_text())
-        else:
-            reason = reason or getattr(self, "reason", None) or self._exit_text()
-            rec = records.new_record(self.cell, "failed", reason)
-        if rec["status"] == "failed":
-            self.log.seek(0)
-            tail = runner._tail(self.log.read())
-            if tail:
-                rec.setdefault("stderr_tail", tail)
-        rec["wall_s"] = time.perf_counter() - self.t0
-        if hasattr(self, "ready_s"):
-            rec["ready_s"] = self.ready_s  # start-up: import, set-up, cold window, dispatch floor
-        self.close()
-        return rec
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait()
-
-    def close(self) -> None:
-        for f in (self._cmd, self.log):
-            try:
-                f.close()
-            except OSError:
-                pass
-        try:
-            os.close(self._rep)
-        except OSError:
-            pass
-        for p in sorted(self.dir.iterdir()):
-            p.unlink()
-        self.dir.rmdir()
 
 
 @dataclass
