@@ -205,15 +205,25 @@ class FaultGpuNoSync(Adapter):
 
 
 class FaultKillLate(FaultOk):
-    """Dies (SIGKILL) in the middle of its turns, after the cold window: a resident worker lost
-    while the others wait for their turns."""
+    """Dies (SIGKILL) in the middle of its turns: at the first step that follows a pause of its
+    steps (the cold window, block probe and dispatch floor run back to back; only the turns wait
+    between blocks for the other workers)."""
 
-    name, fault_step = "fault-kill-late", 150
+    name = "fault-kill-late"
+    PAUSE_S = 0.05
 
     def setup(self, spec, params, device, threads):
         super().setup(spec, params, device, threads)
-        if sum(v.size for v in params.values()) < 100:  # the dispatch floor's tiny twin must not fault
-            self.fault_step = -1
+        self.armed = sum(v.size for v in params.values()) >= 100  # the dispatch floor's tiny twin must not fault
+        self.last = None
+
+    def train_step(self, batch):
+        now = time.monotonic()
+        if self.armed and self.last is not None and now - self.last > self.PAUSE_S:
+            self.armed = False
+            self.fault()
+        self.last = now
+        return super().train_step(batch)
 
     def fault(self):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -222,7 +232,7 @@ class FaultKillLate(FaultOk):
 class FaultHangLate(FaultKillLate):
     """Hangs in the middle of its turns."""
 
-    name, fault_step = "fault-hang-late", 150
+    name = "fault-hang-late"
 
     def fault(self):
         time.sleep(3600)

@@ -162,7 +162,9 @@ def test_cells_take_turns_and_a_worker_lost_mid_turn_fails_alone(python, tmp_pat
         r["group"] == "mlp|cpu|" + "|".join(sorted(r["overrides"] + ["data=resident", "precision=fp32"])) for r in ok
     )
     assert all(r["protocol"]["mode"] == "turns" and r["verdict_level"] == 0.95 for r in ok)
-    assert all(r["steps"] == len(r["turn_ids"]) * r["turn_block_steps"] for r in ok)
+    for r in ok:  # every kept turn's synced steps, or whole turns evenly spread past the cap
+        assert r["steps"] <= resident.MAX_RECORDED_STEPS + r["turn_block_steps"]
+        assert r["steps"] % r["turn_block_steps"] == 0 and r["steps"] <= len(r["turn_ids"]) * r["turn_block_steps"]
     leftover = subprocess.run(["pgrep", "-f", f"harness.running.worker serve .*{tmp_path.name}"], capture_output=True)
     assert leftover.stdout == b""
     plan = json.loads((tmp_path / "r" / "plan.json").read_text())
@@ -242,3 +244,23 @@ def test_calibration_counts_false_differences_and_power_by_true_effect():
     )
     text = calibrate.table(pairs)
     assert "| 0%" in text and "0 false differences" in text and "2 detected" in text
+
+
+def test_a_budget_counts_from_the_command_and_starts_a_round_only_if_it_fits(tmp_path):
+    import psutil
+
+    budget = turns.Budget(3600.0)
+    started = time.time() - psutil.Process().create_time()
+    assert budget.left() == pytest.approx(3600.0 - started, abs=2.0)  # this process's age is spent already
+    results = tmp_path / records.RESULTS
+    cells = [{"cell_id": "a|mlp|cpu"}, {"cell_id": "b|mlp|cpu"}]
+    assert turns.first_round_s(results, cells) == 0.0
+    for cell_id, k, wall in (
+        ("a|mlp|cpu", 1, 40.0),
+        ("b|mlp|cpu", 1, 25.0),
+        ("a|mlp|cpu", 2, 90.0),
+        ("c|x|cpu", 1, 500.0),
+    ):
+        rec = {"schema_version": records.SCHEMA_VERSION, "adapter": "a", "workload": "mlp", "device_requested": "cpu"}
+        records.append(results, {**rec, "cell_id": cell_id, "round": k, "wall_s": wall, "status": "ok"})
+    assert turns.first_round_s(results, cells) == 40.0

@@ -30,7 +30,10 @@ from harness.running import worker
 from harness.stats.steps import step_time
 
 #: Most steps in one block, whatever the step time (a tiny step would otherwise ask for millions).
-MAX_BLOCK_STEPS = 2000
+MAX_BLOCK_STEPS = 500
+#: Most synced step times a record keeps (``step_times_s``, for quartiles and plots): whole turns,
+#: evenly spread, past it. The verdicts use every block (``turn_block_s``); a record stays small.
+MAX_RECORDED_STEPS = 5000
 #: Fewest synced steps in a block: its median must not be one step's (the first after a wait is slow).
 MIN_BLOCK_STEPS = 5
 #: Seconds of synced steps after the cold window that size the blocks (the cold window's own
@@ -164,12 +167,13 @@ def record(
     """The cell's record from the kept turns (harness.running.worker.finish builds the rest)."""
     kept = [t for t in keep if t in turns]
     ok = [t for t in kept if turns[t]["block_s"] is not None]
+    shown = ok[:: max(1, math.ceil(len(ok) * steps / MAX_RECORDED_STEPS))]  # whole turns, evenly spread
     m = timing.Measurement(
         cold_times_s=cold,
-        step_times_s=[x for t in ok for x in turns[t]["times"]],
+        step_times_s=[x for t in shown for x in turns[t]["times"]],
         loss_first=values[0],
         loss_last=turns[max(turns)]["loss"] if turns else values[-1],
-        step_batches=[b for t in ok for b in turns[t]["batches"]],
+        step_batches=[b for t in shown for b in turns[t]["batches"]],
         recompile_times_s=[x for t in turns for x in turns[t]["recompiled"]],
         cold_settled=settled,
         block_steps=steps,

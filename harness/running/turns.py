@@ -121,10 +121,11 @@ class Turns:
 
 @dataclass
 class Budget:
-    """A run's time budget in seconds (None: no budget, fixed generations)."""
+    """A run's time budget in seconds (None: no budget, fixed generations), counted from the
+    start of this process (the bench command: its doctor, peaks and floors are in it)."""
 
     total_s: float | None
-    t0: float = field(default_factory=time.monotonic)
+    t0: float = field(default_factory=lambda: time.monotonic() - (time.time() - psutil.Process().create_time()))
 
     def left(self) -> float:
         return math.inf if self.total_s is None else self.total_s - (time.monotonic() - self.t0)
@@ -219,6 +220,15 @@ def run_generation(
             r.close()
 
 
+def first_round_s(results: Path, cells: list[Record]) -> float:
+    """What a further round of these cells should take: their round 1's wall time (its first
+    worker lives through the whole generation), 0 where none is recorded. A round is started only
+    when it fits in what is left of a budget."""
+    ids = {c["cell_id"] for c in cells}
+    done = records.load(results) if results.exists() else []
+    return max((r.get("wall_s", 0.0) for r in done if r.get("cell_id") in ids and records_round(r) == 1), default=0.0)
+
+
 def turn_seconds(cells: list[Record]) -> float:
     """Seconds of turns a generation of these cells takes without a budget: its profile's
     ``turn_s`` per cell."""
@@ -275,7 +285,7 @@ def run(
         cells = [c for c in cells if c["cell_id"] not in ended]
         if not cells:
             continue
-        if k > 1 and budget.left() <= 0:
+        if k > 1 and budget.left() < first_round_s(results, cells):
             for _ in cells:
                 progress.drop()
             continue
