@@ -95,6 +95,25 @@ def test_a_bad_budget_names_the_valid_forms(text, capsys):
     assert "--budget" in err and ("15m" in err or "more than 0" in err)
 
 
+def test_short_turns_read_together_see_a_busy_core_one_turn_cannot():
+    spinner = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<5: pass"])
+    try:
+        time.sleep(0.2)
+        loads = []
+        for _ in range(20):  # 50 ms turns: 5 clock ticks a core, a slack of 2 ticks a core each
+            load = MachineLoad()
+            load.start([])
+            time.sleep(0.05)
+            load.stop()
+            loads.append(load)
+        whole = MachineLoad.combined(loads)
+        assert 0.5 < whole.other_cores < 1.6 and whole.contended
+        assert not MachineLoad.combined([]).contended
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
 def test_machine_load_sees_a_process_outside_the_workers():
     spinner = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<3: pass"])
     try:

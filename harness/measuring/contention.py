@@ -80,7 +80,8 @@ class MachineLoad:
     /proc/stat: ``start(pids)`` and ``stop()`` around it; then ``other_cores`` is the CPU that
     neither ``pids`` (the workers) nor this process used, in cores, and ``steal`` the share of the
     machine's CPU time the hypervisor gave to other guests. Tick-granular (10 ms), so a turn
-    shorter than about 0.2 s reads coarsely; ``contended`` allows for that."""
+    shorter than about 0.2 s reads coarsely; ``contended`` allows for that, and ``combined``
+    reads many short turns as one long interval."""
 
     other_cores: float = 0.0
     steal: float = 0.0
@@ -92,15 +93,26 @@ class MachineLoad:
         self._mine = _cpu_of(self._pids) + sum(os.times()[:2])
 
     def stop(self) -> None:
-        wall = max(time.perf_counter() - self._t0, 1e-9)
         busy, steal, total = (b - a for a, b in zip(self._stat, _proc_stat(), strict=True))
         mine = _cpu_of(self._pids) + sum(os.times()[:2]) - self._mine
-        self.other_cores = max(busy - mine, 0.0) / wall
-        self.steal = steal / total if total > 0 else 0.0
-        self._wall = wall
+        self._set(max(busy - mine, 0.0), steal, total, max(time.perf_counter() - self._t0, 1e-9))
+
+    def _set(self, other_s: float, steal_s: float, total_s: float, wall: float) -> None:
+        self._other_s, self._steal_s, self._total_s, self._wall = other_s, steal_s, total_s, wall
+        self.other_cores = other_s / wall
+        self.steal = steal_s / total_s if total_s > 0 else 0.0
+
+    @classmethod
+    def combined(cls, loads: list[MachineLoad]) -> MachineLoad:
+        """The load over all of ``loads``' intervals together (none: an idle, zero-length one)."""
+        both = cls()
+        sums = [sum(getattr(ld, f) for ld in loads) for f in ("_other_s", "_steal_s", "_total_s", "_wall")]
+        both._set(*sums[:3], max(sums[3], 1e-9))
+        return both
 
     @property
     def contended(self) -> bool:
-        # Two ticks of slack per core: /proc's accounting is sampled, and a short turn is few ticks.
+        # Two ticks of slack per core: /proc's accounting is sampled, and a short turn is few
+        # ticks (a 50 ms turn's slack on 2 cores is 0.8 cores: only ``combined`` can tell).
         slack = 2 * (os.cpu_count() or 1) / os.sysconf("SC_CLK_TCK") / self._wall
         return self.other_cores > CONTENDED_CORES + slack or self.steal > STEAL_SHARE

@@ -11,7 +11,9 @@ generations measure what differs between processes (harness.stats has the verdic
 
 A turn during which other processes used the CPU or the hypervisor stole it (/proc/stat,
 harness.measuring.contention.MachineLoad) is left out for every worker and retaken, up to
-MAX_DROPPED_SHARE of the turns; past that the turns are kept and the records marked contended.
+MAX_DROPPED_SHARE of the turns; past that the turns are kept. The records are marked contended
+when the kept turns, read together as one interval, show such load (one short turn is too few
+clock ticks to tell on its own).
 
 Memory: every worker of a generation is resident at once (its framework, model and data; on a GPU
 a context each, with no preallocation). A group of more cells than ``resident_limit()`` allows runs
@@ -201,13 +203,14 @@ def run_generation(
                 kept.append(turn)
                 loads.append(load)
             turn += 1
-        contended = sum(ld.contended for ld in loads)
+        # The cell's tag reads all kept turns as one interval: one short turn is too few ticks to tell.
+        whole = MachineLoad.combined(loads)
         turn_fields = {
             "turns_dropped": dropped,
-            "turns_contended": contended,
-            "contended": contended > len(kept) / 2,
-            "other_cpu_cores": max((ld.other_cores for ld in loads), default=0.0),
-            "steal_share": max((ld.steal for ld in loads), default=0.0),
+            "turns_contended": sum(ld.contended for ld in loads),
+            "contended": whole.contended,
+            "other_cpu_cores": whole.other_cores,
+            "steal_share": whole.steal,
         }
         while residents:
             r = residents.pop(0)
