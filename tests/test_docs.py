@@ -5,13 +5,13 @@ every file and module path they mention exists, every dotted module and name imp
 
 from __future__ import annotations
 
-import importlib
 import re
 
 import pytest
 
 from adapters import kit
 from tests.conftest import ADAPTERS, REPO
+from tests.doc_names import unresolved
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 TEXTS = {p.relative_to(REPO).as_posix(): p.read_text() for p in PAGES}
@@ -83,17 +83,8 @@ def test_every_path_a_page_names_exists(page, path):
 
 @pytest.mark.parametrize(("page", "dotted"), DOTTED)
 def test_every_module_and_name_a_page_mentions_imports(page, dotted):
-    parts = dotted.split(".")
-    for i in range(len(parts), 0, -1):  # the longest importable prefix, then attributes
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ModuleNotFoundError:
-            continue
-        for attr in parts[i:]:
-            assert hasattr(obj, attr), f"{page}: {dotted}: {'.'.join(parts[:i])} has no {attr}"
-            obj = getattr(obj, attr)
-        return
-    pytest.fail(f"{page}: {dotted} does not import")
+    problem = unresolved(dotted)
+    assert problem is None, f"{page}: {problem}"
 
 
 @pytest.mark.parametrize(("page", "name"), KIT_NAMES)

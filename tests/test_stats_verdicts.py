@@ -159,28 +159,10 @@ def test_combined_records_carry_what_pairs_need_and_agree_with_the_arrays():
 
 def test_only_the_turns_every_cell_kept_count():
     blocks = simulate(np.random.default_rng(4), 3, 3, reps=1)[0]
-    recs = []
-    for i in range(3):
-        for g in range(3):
-            times = list(np.exp(blocks[i, g]) * 1e-3)
-            ids = list(range(20))
-            if i == 0:  # cell 0 lost turn 0 to contention in every generation: a slow block, dropped
-                ids, times = ids[1:], times[1:]
-            recs.append(
-                {
-                    "run_id": "r",
-                    "adapter": f"a{i}",
-                    "cell_id": f"a{i}|mlp|cpu",
-                    "group": "g",
-                    "round": g + 1,
-                    "status": "ok",
-                    "batch_size": 32,
-                    "cold_s": 0.1,
-                    "step_times_s": times,
-                    "turn_ids": ids,
-                    "turn_block_s": times,
-                }
-            )
+    recs = _raw(blocks)
+    for r in recs:  # cell 0 lost turn 0 to contention in every generation: a slow block, dropped
+        if r["adapter"] == "a0":
+            r.update({key: r[key][1:] for key in ("step_times_s", "turn_ids", "turn_block_s")})
     combined = cells.combine_all(recs)
     assert all(r["blocks"] == 19 for r in combined)
     assert combined[1]["process_levels"][1] == pytest.approx(
