@@ -112,15 +112,10 @@ def test_narrow_workload_keeps_samples_in_main_and_a_single_device_in_the_detail
     recs = [record("torch-eager", median_ms=2.0), record("jax-jit", median_ms=1.0)]
     text = workload_table(recs)
     main, details = workload_section("\n" + text + "\n## end", "| adapter")
-    assert list(main[0]) == ["adapter", STEADY, "time vs fastest", "pipelined (ms/step)", "samples/s"] + [
-        "first step (ms)",
-        "status",
-    ]
-    assert list(details[0]) == ["adapter", "graph", "device", "IQR (ms)"] + [
-        "traces / compiles",
-        "loss first → last / decoded tokens",
-        "timed steps (rounds)",
-    ]
+    main_columns = [STEADY, "time vs fastest", "pipelined (ms/step)", "samples/s", "first step (ms)", "status"]
+    assert list(main[0]) == ["adapter", *main_columns]
+    other = ["graph", "device", "IQR (ms)", "traces / compiles", "loss first → last / decoded tokens"]
+    assert list(details[0]) == ["adapter", *other, "timed steps (rounds)"]
     summary = f"<details><summary>{DETAILS_LEAD} graph, device, IQR (ms), traces / compiles, "
     assert summary in text and text.endswith("\n\n</details>"), "collapsed, its summary naming its columns"
 
@@ -144,3 +139,28 @@ def test_every_committed_report_keeps_its_main_tables_within_ten_columns():
                 assert "IQR (ms)" in details[0] and len(details) == len(table), f"{path}: table {i + 1}'s details"
                 checked += 1
     assert checked >= 20, "the committed reports' workload tables were found"
+
+
+def test_every_table_listing_cells_follows_the_workload_tables_order(tmp_path):
+    from harness import records
+    from harness.reporting import report
+
+    rss = {"host_peak_rss_bytes": 2**30}
+    cells = [
+        record("torch-eager", median_ms=3.0, **rss),
+        record("jax-jit", median_ms=1.0, **rss),
+        record("tf-function", median_ms=2.0, **rss),
+        record("keras-jax", status="failed", reason="boom"),
+    ]
+    cells += [record(r["adapter"], median_ms=4.0, data="host", to_device_s=1e-4) for r in cells[:3]]
+    for r in cells:
+        records.append(tmp_path / records.RESULTS, r)
+    md = report.build(tmp_path)
+    fastest_first = ["jax-jit", "tf-function", "torch-eager"]
+    main, details = workload_section(md, "## mlp (")
+    assert [r["adapter"] for r in main] == [r["adapter"] for r in details] == [*fastest_first, "keras-jax"]
+    for heading in ("## Memory", "## Input pipeline"):
+        section = md[md.index(heading) :].split("\n## ")[0]
+        rows = markdown_tables(section)[0]
+        resident = [r["adapter"] for r in rows if r.get("data", "resident") == "resident"]
+        assert resident == fastest_first, heading

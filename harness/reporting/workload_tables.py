@@ -164,20 +164,25 @@ def layout(recs: list[Record]) -> tuple[list[Column], list[Column], list[Column]
     return key, main, details
 
 
+def _group(rec: Record) -> tuple:
+    """What a table never ranks across: workload, setting, data mode and machine."""
+    setting = tuple(o for o in rec.get("overrides", []) if not o.startswith("strategy="))
+    return (rec["workload"], setting, rec.get("data", "resident"), str(rec.get("machine") or ""))
+
+
 def ordered(recs: list[Record]) -> list[Record]:
-    """Rows in report order: per machine, cells that ran by steady time (fastest first), then the
-    cells that did not run; ties broken by adapter, strategy and device, so the order is stable."""
+    """Rows in report order, for every table that lists cells: grouped by workload, setting, data
+    mode and machine (groups in the order the records first name them); within a group, cells that
+    ran by steady time (fastest first), then the cells that did not run; ties broken by adapter,
+    strategy and device, so the order is stable."""
+    groups: dict[tuple, int] = {}
+    for r in recs:
+        groups.setdefault(_group(r), len(groups))
 
     def rank(r: Record) -> tuple:
         ran = r["status"] == "ok"
-        return (
-            str(r.get("machine") or ""),
-            not ran,
-            r["median_s"] if ran else math.inf,
-            r["adapter"],
-            strategy(r) or "",
-            device_label(r),
-        )
+        median = r["median_s"] if ran else math.inf
+        return (groups[_group(r)], not ran, median, r["adapter"], strategy(r) or "", device_label(r))
 
     return sorted(recs, key=rank)
 
