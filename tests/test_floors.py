@@ -8,7 +8,7 @@ import pytest
 
 from harness.measuring import floors, peak
 from harness.reporting.formatting import DASH
-from harness.reporting.tables import floor_text
+from harness.reporting.workload_tables import floor_text
 from tests.fakes import record
 
 

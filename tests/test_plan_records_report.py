@@ -12,6 +12,7 @@ from harness.reporting import breakeven, formatting, hardware, report, sections,
 from harness.running.plan import PlanError, plan, select_adapters, select_devices, select_workloads
 from harness.stats.cells import combine_all
 from tests.fakes import as_rounds, fake_info, record
+from tests.test_workload_tables import STEADY, workload_section
 
 ADAPTERS = {
     "jax-jit": fake_info("jax-jit", "jax"),
@@ -94,11 +95,11 @@ def _run_dir(tmp_path, recs):
     return tmp_path
 
 
-def _row(md: str, adapter: str) -> list[str]:
-    """The adapter's row of the first workload table (the overview above it has rows too)."""
-    tables = md[md.index("\n## mlp") :]
-    line = next(line for line in tables.splitlines() if line.startswith(f"| {adapter} "))
-    return [c.strip() for c in line.strip("|").split("|")]
+def _row(md: str, adapter: str, heading: str = "## mlp (") -> dict[str, str]:
+    """The adapter's row of a workload section, main and details table together."""
+    main, details = workload_section(md, heading)
+    index = next(i for i, row in enumerate(main) if row["adapter"] == adapter)
+    return main[index] | details[index]
 
 
 def test_report_tables_ok_skipped_and_failed_cells(tmp_path):
@@ -119,11 +120,15 @@ def test_report_tables_ok_skipped_and_failed_cells(tmp_path):
     assert "## mlp (266,610 parameters, batch 32, sgd lr 0.01)" in md
     assert "## mlp-wide" in md
     torch_row, jax_row = _row(md, "torch-eager"), _row(md, "jax-jit")
-    assert jax_row[4] == "1" and jax_row[8] == "1.00", "fastest is 1.00"
-    assert torch_row[4] == "2" and torch_row[8] == "2.00"
-    assert jax_row[9] == "1 traces, 1 compiles, 0.25 s"
-    assert _row(md, "tf-function")[-1] == "skipped: no CUDA device visible to tensorflow"
-    assert _row(md, "keras-torch")[-1] == "failed: RuntimeError: boom"
+    assert jax_row[STEADY] == "1" and jax_row["time vs fastest"] == "1.00", "fastest is 1.00"
+    assert torch_row[STEADY] == "2" and torch_row["time vs fastest"] == "2.00"
+    assert jax_row["traces / compiles"] == "1 traces, 1 compiles, 0.25 s"
+    assert _row(md, "tf-function")["status"] == "skipped: no CUDA device visible to tensorflow"
+    assert _row(md, "keras-torch")["status"] == "failed: RuntimeError: boom"
+    assert _row(md, "keras-torch")[STEADY] == "—" and _row(md, "keras-torch")["graph"] == "dynamic"
+    main, details = workload_section(md, "## mlp (")
+    order = ["jax-jit", "torch-eager", "keras-torch", "tf-function"]
+    assert [r["adapter"] for r in main] == [r["adapter"] for r in details] == order, "fastest first, not-run last"
     assert "Test CPU" in md and "## Method" in md
     assert "## Failed cells\n\n- **keras-torch / mlp / cpu**: RuntimeError: boom" in md
     assert "  RuntimeError: boom\n  ```" in md
@@ -209,8 +214,9 @@ def test_static_vs_dynamic_section(tmp_path):
     assert rows[("jax-jit", "exact")][3] == "4 traces, 4 compiles, 3.9 s"
     assert rows[("jax-jit", "exact")][6] == "4"  # cold time of 4 batches, seconds
     assert rows[("tf-function", "exact")][-1] == "never"
-    # the per-workload table shows the strategy column
-    assert "| adapter     | graph   | strategy" in md
+    # the per-workload tables show the strategy column beside the adapter
+    main, details = workload_section(md, "## rnn-caption")
+    assert list(main[0])[:2] == list(details[0])[:2] == ["adapter", "strategy"]
 
 
 def _cells(line: str) -> list[str]:
@@ -229,9 +235,9 @@ def test_ties_are_not_ranked_and_sections_read_records(tmp_path):
         ],
     )
     md = report.build(run)
-    assert _row(md, "jax-jit")[8] == "1.05 (tie)"
-    assert _row(md, "tf-function")[8] == "2.00"
-    assert _row(md, "torch-eager")[4] == "1 [0.9, 1.1]"
+    assert _row(md, "jax-jit")["time vs fastest"] == "1.05 (tie)"
+    assert _row(md, "tf-function")["time vs fastest"] == "2.00"
+    assert _row(md, "torch-eager")[STEADY] == "1 [0.9, 1.1]"
     pipeline = md.split("## Input pipeline")[1].split("\n## ")[0]
     row = _cells(next(line for line in pipeline.splitlines() if line.startswith("| torch-eager")))
     assert row[4:] == ["1", "1.5 (1.50x)", "skipped: no loader", "0.2", "33%"]

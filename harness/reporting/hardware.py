@@ -7,6 +7,7 @@ from typing import Any
 from tabulate import tabulate
 
 from harness.reporting.formatting import DASH, row_label, sig
+from harness.reporting.workload_tables import ordered
 
 #: Measured peaks are the best of repeats at the run's start and end; a step may beat them by
 #: noise, not by more than this.
@@ -55,7 +56,7 @@ def hardware(recs: list[dict[str, Any]], envs: dict[str, dict[str, Any]]) -> lis
     for machine, env in envs.items():
         lines += _peak_lines(machine if len(envs) > 1 else "", env.get("peaks") or {})
     rows = []
-    for r in recs:
+    for r in ordered(recs):
         if r["status"] != "ok" or r.get("data", "resident") != "resident" or r.get("gflops") is None:
             continue
         peak = r["peak_gflops"] if "peak_gflops" in r else peak_gflops(next(iter(envs.values())), r)
@@ -127,7 +128,7 @@ def memory(recs: list[dict[str, Any]]) -> list[str]:
             _mib(r.get("device_peak_bytes")),
             DASH if r.get("gpu_util_mean") is None else f"{r['gpu_util_mean']:.0f}%",
         ]
-        for r in recs
+        for r in ordered(recs)
         if r["status"] == "ok" and "host_peak_rss_bytes" in r
     ]
     if not rows:

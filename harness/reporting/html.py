@@ -2,7 +2,9 @@
 (markdown-it-py, CommonMark with GitHub tables) into one self-contained page.
 
 Images the markdown links to are embedded as ``data:`` URIs, so the page can be mailed or
-attached on its own. Raw HTML in the markdown is not passed through (it is escaped).
+attached on its own. Raw HTML in the markdown is not passed through (it is escaped), with one
+exception: a paragraph that is exactly ``<details><summary>TEXT</summary>`` or ``</details>`` (how a
+report collapses a details table, which GitHub renders) becomes that element, TEXT escaped.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 import base64
 import html
 import mimetypes
+import re
 from pathlib import Path
 
 from markdown_it import MarkdownIt
+from markdown_it.token import Token
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 1200px; margin: 2em auto;
@@ -32,11 +36,36 @@ def _data_uri(path: Path) -> str:
     return f"data:{kind};base64,{base64.b64encode(path.read_bytes()).decode('ascii')}"
 
 
+_OPEN = re.compile(r"<details><summary>([^<>]*)</summary>")
+_CLOSE = "</details>"
+
+
+def _collapsible(tokens: list[Token]) -> list[Token]:
+    """The tokens with each ``<details>`` paragraph (module docstring) made an HTML block of its own
+    writing: the paragraph's text is never passed through as HTML."""
+    out: list[Token] = []
+    i = 0
+    while i < len(tokens):
+        if tokens[i].type == "paragraph_open" and i + 2 < len(tokens) and tokens[i + 1].type == "inline":
+            text = tokens[i + 1].content.strip()
+            opened = _OPEN.fullmatch(text)
+            if opened or text == _CLOSE:
+                content = (
+                    f"<details><summary>{html.escape(opened[1], quote=False)}</summary>\n" if opened else "</details>\n"
+                )
+                out.append(Token("html_block", "", 0, content=content, block=True))
+                i += 3  # paragraph_open, inline, paragraph_close
+                continue
+        out.append(tokens[i])
+        i += 1
+    return out
+
+
 def render(markdown: str, base: Path, title: str) -> str:
     """The page for ``markdown``, its local images (paths relative to ``base``) embedded. An image
     file that does not exist keeps its link, so a broken reference stays visible, not silent."""
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
-    tokens = md.parse(markdown)
+    tokens = _collapsible(md.parse(markdown))
     for token in tokens:
         for child in token.children or []:
             if child.type == "image":

@@ -20,7 +20,8 @@ from harness.reporting.formatting import fingerprint_name, machine_name, slug
 from harness.reporting.hardware import hardware, memory, peak_gflops, same_machine
 from harness.reporting.sections import banner, failures, input_pipeline, method
 from harness.reporting.sweeps import sweep_section
-from harness.reporting.tables import env_table, machines_table, settings_table, table_title, workload_table
+from harness.reporting.tables import env_table, machines_table, settings_table
+from harness.reporting.workload_tables import table_title, workload_table
 from harness.stats.cells import combine_all, fingerprint_key
 
 

@@ -11,6 +11,7 @@ from tabulate import tabulate
 from harness import records
 from harness.reporting.cells import missing_pairs, strategy
 from harness.reporting.formatting import DASH, row_label, sig
+from harness.reporting.workload_tables import ordered
 from harness.stats import verdicts
 from harness.stats.steps import NOISY_IQR_RATIO
 
@@ -45,11 +46,10 @@ def input_pipeline(recs: list[dict[str, Any]]) -> list[str]:
     for r in recs:
         key = (r["adapter"], r["workload"], strategy(r), r["device_requested"], r.get("machine"))
         cells.setdefault(key, {})[r.get("data", "resident")] = r
+    complete = {id(modes["resident"]): modes for modes in cells.values() if len(modes) > 1 and "resident" in modes}
     rows = []
-    for modes in cells.values():
-        if len(modes) < 2 or "resident" not in modes:
-            continue
-        base = modes["resident"]
+    for base in ordered([modes["resident"] for modes in complete.values()]):  # as the workload tables
+        modes = complete[id(base)]
         row = row_label(base)
         for mode in ("resident", "host", "loader"):
             r = modes.get(mode)

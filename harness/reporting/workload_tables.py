@@ -1,0 +1,224 @@
+"""The per-workload results: a main table of what a reader decides on, then a details table.
+
+Every column a cell's record yields is in one of the two; the details table is collapsed in a
+``<details>`` block (GitHub renders it; so does report.html, harness.reporting.html). Both list the
+same rows in the same order: fastest steady step first, cells that did not run last.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tabulate import tabulate
+
+from harness.reporting.cells import overlap, strategy
+from harness.reporting.formatting import DASH, compiles_text, device_label, sig, status_text
+from harness.stats.verdicts import separated
+
+Record = dict[str, Any]
+
+#: The most columns the main table may have; the rest go to the details table.
+MAIN_MAX = 10
+
+#: The summary line of the collapsed details table, before its column names.
+DETAILS_LEAD = "More columns:"
+
+
+def table_title(rec: Record) -> str:
+    spec = rec.get("spec") or {}
+    parts = [f"## {rec['workload']}"]
+    detail = []
+    if rec.get("param_count"):
+        detail.append(f"{rec['param_count']:,} parameters")
+    if "batch_size" in spec:
+        detail.append(f"batch {spec['batch_size']}")
+    if "optimizer" in spec:
+        detail.append(f"{spec['optimizer']} lr {spec['learning_rate']:g}")
+    overrides = [o for o in rec.get("overrides", []) if not o.startswith("strategy=")]
+    if overrides:
+        detail.append("overrides: " + ", ".join(overrides))
+    return parts[0] + (f" ({', '.join(detail)})" if detail else "")
+
+
+def _trains(rec: Record) -> bool:
+    """False for inference workloads, whose sync value is a caption length, not a loss."""
+    return (rec.get("spec") or {}).get("task", "train") == "train"
+
+
+def _vs_fastest(rec: Record, fastest: Record) -> str:
+    ratio = f"{rec['median_s'] / fastest['median_s']:.2f}"
+    if rec is fastest or "ci_low_s" not in rec:
+        return ratio
+    return ratio if separated(rec, fastest) else f"{ratio} (tie)"
+
+
+def _median_ci(rec: Record) -> str:
+    text = sig(rec["median_s"] * 1e3) + (" †" if (rec.get("pass_steps") or 1) > 1 else "")
+    if "ci_low_s" in rec:
+        text += f" [{sig(rec['ci_low_s'] * 1e3)}, {sig(rec['ci_high_s'] * 1e3)}]"
+    return text
+
+
+def _outcome(rec: Record) -> str:
+    """Training: the loss at the first and last timed step. Decoding: tokens per caption."""
+    if _trains(rec):
+        return f"{rec['loss_first']:.3f} → {rec['loss_last']:.3f}"
+    if rec.get("decode_len_mean") is None:
+        return DASH
+    return f"{sig(rec['decode_len_mean'])} per caption ({rec['decode_len_min']}..{rec['decode_len_max']})"
+
+
+def _pipelined(rec: Record) -> str:
+    """``0.61 (0.83x)``: time per step with one sync per block, and its ratio to the synced steps
+    over windows of the same length (cells.overlap)."""
+    if rec.get("pipelined_s") is None:
+        return DASH
+    return f"{sig(rec['pipelined_s'] * 1e3)} ({overlap(rec):.2f}x)"
+
+
+def floor_text(rec: Record) -> str:
+    """``2.1x kernels``: the steady step as a multiple of the larger of its two floors
+    (harness.measuring.floors), named: ``kernels`` (compute-bound) or ``dispatch`` (overhead-bound)."""
+    floors = {"kernels": rec.get("kernel_floor_s"), "dispatch": rec.get("dispatch_floor_s")}
+    known = {k: v for k, v in floors.items() if v}
+    if not known:
+        return DASH
+    name, value = max(known.items(), key=lambda kv: kv[1])
+    return f"{rec['median_s'] / value:.1f}x {name}"
+
+
+def _steps(rec: Record) -> str:
+    """``412 (2)``: timed steps in all, and the rounds (fresh processes) they came from."""
+    return f"{rec.get('steps', DASH)} ({rec.get('rounds_done') or 1})"
+
+
+def _iqr(rec: Record) -> str:
+    return sig(rec["iqr_s"] * 1e3) + (" noisy" if rec.get("noisy") else "")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its header, its cell for a record (given the fastest cell of the record's
+    machine), and whether the cell needs a timed record (a dash for cells that did not run)."""
+
+    header: str
+    cell: Callable[[Record, Record], str]
+    timed: bool = True
+
+
+_ADAPTER = Column("adapter", lambda r, _: r["adapter"], timed=False)
+_STRATEGY = Column("strategy", lambda r, _: strategy(r) or DASH, timed=False)
+_DEVICE = Column("device", lambda r, _: device_label(r), timed=False)
+_GRAPH = Column("graph", lambda r, _: r.get("graph", DASH), timed=False)
+_STEADY = Column("steady median [95% CI] (ms/step)", lambda r, _: _median_ci(r))
+_VS_FASTEST = Column("time vs fastest", _vs_fastest)
+_PIPELINED = Column("pipelined (ms/step)", lambda r, _: _pipelined(r))
+_SAMPLES = Column("samples/s", lambda r, _: sig(r["samples_per_s"]))
+_TOKENS = Column("tokens/s", lambda r, _: sig(r.get("tokens_per_s")))
+_FIRST = Column("first step (ms)", lambda r, _: sig(r["first_step_s"] * 1e3))
+_FLOOR = Column("vs its floor", lambda r, _: floor_text(r))
+_STATUS = Column("status", lambda r, _: status_text(r), timed=False)
+_IQR = Column("IQR (ms)", lambda r, _: _iqr(r))
+_COMPILES = Column("traces / compiles", lambda r, _: compiles_text(r))
+_OUTCOME = Column("loss first → last / decoded tokens", lambda r, _: _outcome(r))
+_STEPS = Column("timed steps (rounds)", lambda r, _: _steps(r))
+
+
+def layout(recs: list[Record]) -> tuple[list[Column], list[Column], list[Column]]:
+    """The columns of one workload's tables: (key, main, details).
+
+    The key columns tell rows apart and open both tables: the adapter, its loop strategy where the
+    workload has them, its device where the cells ran on several. The main table adds what a
+    reader picks an adapter by: the steady step and its interval, the ratio to the fastest with
+    its tie mark, the pipelined step, throughput (tokens/s where the workload counts tokens,
+    else samples/s), the first step (what compiling costs), the distance to the floor, and the
+    status (why a cell did not run, or was not ranked). The details table holds the rest: graph
+    kind, the device where it is one for all, IQR, samples/s where tokens/s is in the main table,
+    trace and compile counts, the loss or decoded length (a sanity check, not a choice), and the
+    timed steps and rounds."""
+    several_devices = len({device_label(r) for r in recs}) > 1
+    with_tokens = any(r.get("tokens_per_s") for r in recs)
+    with_floors = any(r.get("kernel_floor_s") or r.get("dispatch_floor_s") for r in recs)
+    key = [_ADAPTER, *([_STRATEGY] if any(strategy(r) for r in recs) else []), *([_DEVICE] if several_devices else [])]
+    main = [
+        _STEADY,
+        _VS_FASTEST,
+        _PIPELINED,
+        _TOKENS if with_tokens else _SAMPLES,
+        _FIRST,
+        *([_FLOOR] if with_floors else []),
+        _STATUS,
+    ]
+    details = [
+        _GRAPH,
+        *([] if several_devices else [_DEVICE]),
+        _IQR,
+        *([_SAMPLES] if with_tokens else []),
+        _COMPILES,
+        _OUTCOME,
+        _STEPS,
+    ]
+    return key, main, details
+
+
+def _group(rec: Record) -> tuple:
+    """What a table never ranks across: workload, setting, data mode and machine."""
+    setting = tuple(o for o in rec.get("overrides", []) if not o.startswith("strategy="))
+    return (rec["workload"], setting, rec.get("data", "resident"), str(rec.get("machine") or ""))
+
+
+def ordered(recs: list[Record]) -> list[Record]:
+    """Rows in report order, for every table that lists cells: grouped by workload, setting, data
+    mode and machine (groups in the order the records first name them); within a group, cells that
+    ran by steady time (fastest first), then the cells that did not run; ties broken by adapter,
+    strategy and device, so the order is stable."""
+    groups: dict[tuple, int] = {}
+    for r in recs:
+        groups.setdefault(_group(r), len(groups))
+
+    def rank(r: Record) -> tuple:
+        ran = r["status"] == "ok"
+        median = r["median_s"] if ran else math.inf
+        return (groups[_group(r)], not ran, median, r["adapter"], strategy(r) or "", device_label(r))
+
+    return sorted(recs, key=rank)
+
+
+def _fastest(recs: list[Record]) -> dict[Any, Record]:
+    """The fastest cell that ran, per machine: cells of two machines are never compared."""
+    fastest: dict[Any, Record] = {}
+    for r in recs:
+        best = fastest.get(r.get("machine"))
+        if r["status"] == "ok" and (best is None or r["median_s"] < best["median_s"]):
+            fastest[r.get("machine")] = r
+    return fastest
+
+
+def _table(rows: list[Record], columns: list[Column], fastest: dict[Any, Record]) -> str:
+    body = [
+        [c.cell(r, fastest.get(r.get("machine"))) if r["status"] == "ok" or not c.timed else DASH for c in columns]
+        for r in rows
+    ]
+    return tabulate(body, [c.header for c in columns], tablefmt="github", disable_numparse=True)
+
+
+def workload_table(recs: list[Record]) -> str:
+    """One workload's markdown: the main table (at most MAIN_MAX columns), then the details table
+    in a collapsed ``<details>`` block whose summary names its columns."""
+    key, main, details = layout(recs)
+    rows, fastest = ordered(recs), _fastest(recs)
+    summary = f"{DETAILS_LEAD} {', '.join(c.header for c in details)}"
+    return "\n".join(
+        [
+            _table(rows, key + main, fastest),
+            "",
+            f"<details><summary>{summary}</summary>",
+            "",
+            _table(rows, key + details, fastest),
+            "",
+            "</details>",
+        ]
+    )
