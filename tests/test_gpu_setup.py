@@ -103,6 +103,9 @@ def test_make_install_chooses_the_variant_from_the_machine_and_says_why(tmp_path
     assert f"install variant: {expected} (" in proc.stderr
     assert (f"NVIDIA driver {driver}" if driver else "no NVIDIA driver") in proc.stderr
     assert f"-r locks/{expected}.txt" in proc.stdout
+    # GPU variants make TensorFlow's CUDA 12 environment beside the main one, and record both.
+    assert ("locks/$lock.txt" in proc.stdout and "tf:tf-cuda12" in proc.stdout) == (expected != "cpu")
+    assert f"harness.install.environments --record {expected}" in proc.stdout
 
 
 def test_make_variant_override_and_a_bad_variant(tmp_path):
@@ -117,8 +120,8 @@ def test_make_variant_override_and_a_bad_variant(tmp_path):
 PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[\w.+!-]+$")
 
 
-@pytest.mark.parametrize("name", variant.VARIANTS)
-def test_each_variant_has_a_lock_that_pins_what_its_in_file_asks_for(name):
+@pytest.mark.parametrize("name", variant.LOCK_NAMES)
+def test_each_environment_has_a_lock_that_pins_what_its_in_file_asks_for(name):
     lines = (REPO / "locks" / f"{name}.txt").read_text().splitlines()
     body = [ln for ln in lines if ln and not ln.startswith("#")]
     options = [ln for ln in body if ln.startswith("--")]
@@ -130,11 +133,27 @@ def test_each_variant_has_a_lock_that_pins_what_its_in_file_asks_for(name):
     assert options == [ln for ln in inputs if ln.startswith("--")]
     wanted = {lock.requirement_name(ln) for ln in inputs if not ln.startswith(("-", "#"))}
     assert wanted <= set(names)
-    frameworks = {"torch", "keras", "jax", "jaxlib", "optax", "flax", "numpy", "pandas", "pytest", "ruff"}
+    assert {"numpy", "pandas", "psutil", "nvidia-ml-py"} <= set(names)  # the harness's own, in every one
+    environment = variant.lock_environment(name)
+    frameworks = {"tensorflow", "keras"} if environment.frameworks else {"torch", "keras", "jax", "optax", "flax"}
     assert frameworks <= set(names)
-    assert ("tensorflow-cpu" if name == "cpu" else "tensorflow") in names
-    if name != "cpu":
-        assert f"jax-{name}-plugin" in names
+    if name == "cpu":
+        assert {"tensorflow-cpu", "pytest", "ruff"} <= set(names)
+    elif not environment.frameworks:
+        assert f"jax-cuda{environment.cuda}-plugin" in names and "tensorflow" not in names
+
+
+def test_every_gpu_variant_keeps_one_cuda_major_per_environment():
+    for name, environments in variant.ENVIRONMENTS.items():
+        claimed = [f for e in environments for f in e.frameworks]
+        assert len(claimed) == len(set(claimed)), name
+        assert len([e for e in environments if not e.frameworks]) == 1, f"{name}: one environment takes the rest"
+        assert {e.cuda for e in environments} == ({None} if name == "cpu" else {12, int(name[4:])} - {None})
+        assert len({e.folder for e in environments}) == len(environments)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.install.variant", "extra", "cuda13"], cwd=REPO, capture_output=True, text=True
+    )
+    assert proc.stdout.split() == ["tf:tf-cuda12"]
 
 
 def test_lock_pins_keep_builds_portable():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import tempfile
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -27,9 +28,9 @@ PROBE_TIMEOUT_S = 300
 def probe(info: AdapterInfo, threads: int, python: str | None = None) -> dict[str, Any]:
     """The adapter's versions and build from a worker process (under ``python``, another
     environment's interpreter, if given), or {"error": reason}."""
-    if not info.available and python is None:
-        return {"error": f"not installed: {info.unavailable}"}
     cell = {"adapter": info.name, "threads": threads, "device_requested": "auto", "python": python}
+    if not info.available and runner.interpreter(info, cell) == sys.executable:
+        return {"error": f"not installed: {info.unavailable}"}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "probe.json"
         try:
