@@ -1,17 +1,22 @@
 """The lock files checked offline from their stored metadata (locks/<lock>.meta.json, written by
 `make lock` from pip's report): every requirement of every pinned wheel is pinned at a version it
 accepts, GPU locks come from the registry (no local CPU build of torch), one CUDA major per lock.
-`make lock-check` adds pip's own dry-run install of each lock with its dependencies (network)."""
+`make lock-check` adds pip's own dry-run install of each lock with its dependencies (network).
+And no file of an installed environment is owned by two distributions."""
 
 from __future__ import annotations
 
 import json
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
+from harness.checks import ownership
 from harness.install import lock, variant
+from harness.install.environments import installed
 from tests.conftest import REPO
 
 
@@ -58,3 +63,35 @@ def test_gpu_locks_are_the_registrys_cuda_builds_not_this_machines_cpu_wheel():
     tf = lock.pins_of("tf-cuda12")
     assert "nvidia-cudnn-cu12" in tf and not any(d.endswith("-cu13") for d in tf)
     assert "nvidia-cuda-nvcc-cu12" in tf  # ptxas for XLA, in TensorFlow's [and-cuda]
+
+
+# --- one owner per installed file ------------------------------------------------------------
+
+
+def _dist(site, name: str, files: list[str]) -> None:
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "RECORD").write_text("".join(f"{f},,\n" for f in [*files, f"{info.name}/RECORD"]))
+
+
+def test_a_path_two_distributions_install_is_found(tmp_path):
+    """The cu12/cu13 clash, as two distributions' RECORD files list it (nothing else stands in)."""
+    _dist(tmp_path, "nvidia-cudnn-cu12", ["nvidia/cudnn/lib/libcudnn.so.9", "nvidia/__pycache__/x.pyc"])
+    _dist(tmp_path, "nvidia-cudnn-cu13", ["nvidia/cudnn/lib/libcudnn.so.9", "nvidia/__pycache__/x.pyc"])
+    _dist(tmp_path, "other", ["other/__init__.py"])
+    shared = ownership.shared_paths([str(tmp_path)])
+    assert shared == {str(tmp_path / "nvidia/cudnn/lib/libcudnn.so.9"): ["nvidia-cudnn-cu12", "nvidia-cudnn-cu13"]}
+
+
+def _environments() -> list[str]:
+    """Every environment make installed here: this one and the ones it recorded beside it."""
+    found = [sys.executable] + [e["python"] for e in installed().values()]
+    return list(dict.fromkeys(found))
+
+
+@pytest.mark.parametrize("python", _environments())
+def test_no_file_is_owned_by_two_installed_distributions(python):
+    proc = subprocess.run([python, "-m", "harness.checks.ownership"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["shared"] == {}
