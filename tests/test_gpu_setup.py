@@ -220,6 +220,7 @@ def test_nvml_samples_the_gpu_the_cell_was_given():
     assert cell_gpu({"CUDA_VISIBLE_DEVICES": "MIG-5b1e"}) == ("uuid", "MIG-5b1e")
     gpu_env = runner.worker_env(ADAPTERS["torch-eager"], {"threads": 1, "device_requested": "cuda"})
     assert gpu_env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"  # framework index == NVML index
+    assert int(gpu_env["CUDA_CACHE_MAXSIZE"]) >= 2**30  # TF's PTX, JIT-compiled once, stays cached
     cpu_env = runner.worker_env(ADAPTERS["torch-eager"], {"threads": 1, "device_requested": "cpu"})
     assert cpu_env["CUDA_VISIBLE_DEVICES"] == ""
 
@@ -450,3 +451,23 @@ def test_the_libraries_worker_on_a_machine_without_a_gpu_says_why_it_mapped_noth
     assert row["libraries"] == [] and row["majors"] == []
     assert row["verdict"].startswith("no step on the GPU: no NVIDIA GPU on this machine")
     assert "/proc/self/maps" in doctor.MAPS_WOULD
+
+
+@pytest.mark.frameworks
+@pytest.mark.skipif(GPU_HERE, reason="a GPU is here: make gpu-check runs every step for real")
+def test_gpu_check_runs_without_a_gpu_and_says_what_it_would_verify(python, tmp_path):
+    from harness.checks import gpu_check
+
+    env = dict(os.environ, PATH=no_driver_path(tmp_path))
+    out = tmp_path / "gpu-check"
+    proc = subprocess.run(
+        [python, "-m", "harness.checks.gpu_check", str(out)], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("# make gpu-check: no NVIDIA GPU on this machine")
+    for step in gpu_check.STEPS:  # one line per step: run here, or what it would verify on a GPU
+        prefix = "- ok " if not step.gpu_only else "- would verify "
+        assert f"{prefix}{step.name}: {step.verifies}" in summary
+    assert {"install.json", "ownership.txt", "doctor.txt"} <= {p.name for p in out.iterdir()}
+    assert "0 paths owned twice" in (out / "ownership.txt").read_text()

@@ -29,6 +29,9 @@ REPO = Path(__file__).resolve().parents[2]
 STDERR_TAIL_LINES = 20
 
 
+COMPUTE_CACHE_BYTES = 4 << 30
+
+
 def worker_env(info: AdapterInfo, cell: dict[str, Any]) -> dict[str, str]:
     env = dict(os.environ)
     env.update(info.cls.worker_env(cell["threads"], cell["device_requested"]))
@@ -38,6 +41,10 @@ def worker_env(info: AdapterInfo, cell: dict[str, Any]) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = ""
     else:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # frameworks number GPUs as NVML does (gpu_util)
+        # The driver's cache of JIT-compiled PTX, kept between cells (each a fresh process): TF 2.21
+        # ships sm_90 as PTX only, so its first cell on an H100 compiles its kernels; the default
+        # 256 MiB cache would evict them and every TF cell would pay that compile again.
+        env.setdefault("CUDA_CACHE_MAXSIZE", str(COMPUTE_CACHE_BYTES))
     return env
 
 
