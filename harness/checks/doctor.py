@@ -102,6 +102,7 @@ def diagnose(
             {
                 "framework": info.framework,
                 "adapter": f"{info.name}@{env_name}" if env_name else info.name,
+                "python": runner.interpreter(info, {"python": (envs or {}).get(env_name)}),
                 "versions": result.get("versions", {}),
                 "build": build_text(build) if "error" not in result else "-",
                 "gpus": build.get("gpus", []),

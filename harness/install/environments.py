@@ -92,6 +92,14 @@ def installed(prefix: str = sys.prefix) -> dict[str, Any]:
     return json.loads(path.read_text()).get("environments", {}) if path.is_file() else {}
 
 
+def describe(prefix: str = sys.prefix) -> dict[str, Any]:
+    """Every environment this run's workers may use, as env.json names them: ``installed``'s,
+    or this one alone (``main``) where make recorded none."""
+    return installed(prefix) or {
+        "main": {"folder": prefix, "python": sys.executable, "lock": None, "cuda": None, "frameworks": []}
+    }
+
+
 def family_python(framework: str, prefix: str = sys.prefix) -> str | None:
     """The interpreter of the environment that holds ``framework`` when it is not this one; None
     where this environment holds it (or make installed one environment)."""
