@@ -97,7 +97,7 @@ def test_gpu_cells_record_equal_autotune_a_verified_sync_and_their_gpu(name):
 
 
 def test_each_framework_maps_the_cuda_libraries_of_one_cuda_major():
-    """harness.checks.cuda_libraries after a real step on the GPU, per framework build, each in
+    """harness.measuring.cuda_libraries after a real step on the GPU, per framework build, each in
     its own environment: one CUDA major per process, and some CUDA library mapped at all."""
     from harness.checks import doctor
 

@@ -412,7 +412,7 @@ MAPS = f"""\
 
 
 def test_mapped_cuda_libraries_and_their_majors():
-    from harness.checks import cuda_libraries as cl
+    from harness.measuring import cuda_libraries as cl
 
     paths = cl.mapped(MAPS)
     assert paths == [
@@ -429,7 +429,7 @@ def test_mapped_cuda_libraries_and_their_majors():
 
 
 def test_library_owners_come_from_the_installed_records(tmp_path, monkeypatch):
-    from harness.checks import cuda_libraries as cl
+    from harness.measuring import cuda_libraries as cl
 
     site = tmp_path / "site"
     info = site / "nvidia_cusparse_cu12-12.5.dist-info"

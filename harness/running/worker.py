@@ -457,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
             np.savez(args.out / f"{i}.npz", **check(one, one.get("check_steps", args.steps), args.snapshot))
         return 0
     if args.mode == "libraries":  # one step on the cell's device, then the CUDA libraries this process mapped
-        from harness.checks import cuda_libraries
+        from harness.measuring import cuda_libraries
 
         done = check(cell, 1, 0)
         found = {k: v.tolist() for k, v in done.items() if k in ("losses", "skipped", "device_failed")}
