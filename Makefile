@@ -12,6 +12,10 @@ ifeq ($(filter $(VARIANT),$(VARIANTS)),)
 $(error VARIANT=$(VARIANT) is not an install variant; valid: $(VARIANTS))
 endif
 STAMP := $(VENV)/.installed-$(VARIANT)
+# The variant's environments beside $(VENV), NAME:LOCK each: one CUDA major per environment
+# (TensorFlow's CUDA 12 stack in $(VENV)-tf on the GPU variants); none on cpu.
+EXTRA_ENVS := $(shell $(PYTHON) -m harness.install.variant extra $(VARIANT))
+ALL_EXTRA := $(VENV)-tf
 
 FRAMEWORK ?= all
 DEVICE ?= auto
@@ -28,17 +32,26 @@ FORCE ?=
 ARGS ?=
 BENCH_ARGS = --framework $(FRAMEWORK) --device $(DEVICE) --workload $(WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(BUDGET),--budget $(BUDGET)) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(ARGS)
 
-.PHONY: install bench test lint list report sweep compare rerun fidelity doctor lock env calibrate clean-venv
+.PHONY: install bench test lint list report sweep compare rerun fidelity doctor lock lock-check env calibrate clean-venv gpu-check
 
-# One environment holds one variant: switching variants recreates it (tensorflow-cpu and
-# tensorflow's CUDA build, for one, cannot share it).
-$(STAMP): pyproject.toml locks/$(VARIANT).txt
+# One set of environments holds one variant: switching variants recreates them (tensorflow-cpu and
+# tensorflow's CUDA build, for one, cannot share one). Each environment installs its own lock
+# (locks/<lock>.txt, every dependency pinned) and this project without dependencies.
+$(STAMP): pyproject.toml locks/$(VARIANT).txt $(foreach e,$(EXTRA_ENVS),locks/$(lastword $(subst :, ,$(e))).txt)
 	@if ls $(VENV)/.installed-* >/dev/null 2>&1 && [ ! -e $(STAMP) ]; then \
-		echo "install variant changed to $(VARIANT): recreating $(VENV)"; rm -rf $(VENV); fi
+		echo "install variant changed to $(VARIANT): recreating $(VENV) $(ALL_EXTRA)"; rm -rf $(VENV) $(ALL_EXTRA); fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r locks/$(VARIANT).txt
 	$(PY) -m pip install --quiet --no-deps -e .
+	@for e in $(EXTRA_ENVS); do name=$${e%%:*}; lock=$${e#*:}; folder=$(VENV)-$$name; \
+		echo "environment $$name: $$folder from locks/$$lock.txt"; \
+		test -x $$folder/bin/python || $(PYTHON) -m venv $$folder || exit 1; \
+		$$folder/bin/python -m pip install --quiet --upgrade pip || exit 1; \
+		$$folder/bin/python -m pip install --quiet -r locks/$$lock.txt || exit 1; \
+		$$folder/bin/python -m pip install --quiet --no-deps -e . || exit 1; \
+		echo $(VARIANT) > $$folder/dlcompare-variant; done
+	$(PY) -m harness.install.environments --record $(VARIANT)
 	echo $(VARIANT) > $(VENV)/dlcompare-variant
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
@@ -64,9 +77,22 @@ report: $(STAMP)
 doctor: $(STAMP)
 	$(PY) -m harness doctor
 
-# Re-resolve every variant's lock file from locks/<variant>.in (package metadata only).
+# Re-resolve every environment's lock file from locks/<lock>.in (package metadata only; the GPU
+# locks from the registry alone, not this machine's pip configuration).
 lock: $(STAMP)
 	$(PY) -m harness.install.lock
+
+# Each lock checked: its stored metadata consistent (every requirement pinned at a version it
+# accepts), and pip's dry-run install of the lock with every dependency resolving as pinned.
+lock-check: $(STAMP)
+	$(PY) -m harness.install.lock --check
+
+# The first-GPU self-test: install, doctor with the CUDA libraries each framework maps, a
+# one-kernel smoke test per framework, the conformance checks on cuda, the CUDA tests and a
+# short mlp bench, into one folder (GPU_CHECK). On a machine without a GPU it says what it would verify.
+GPU_CHECK ?= reports/gpu-check-$(shell date +%Y%m%d-%H%M%S)
+gpu-check: $(STAMP)
+	$(PY) -m harness.checks.gpu_check $(GPU_CHECK)
 
 # A named environment over .venv with other versions, for `--env NAME=.venv-NAME/bin/python`:
 # make env ENV_NAME=torch-2.12 PACKAGES="torch==2.12.0"

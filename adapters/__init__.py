@@ -20,6 +20,7 @@ import pkgutil
 from dataclasses import dataclass
 
 from adapters.base import Adapter, DeviceUnavailable
+from harness.install.environments import family_python
 
 ENTRY_POINT_GROUP = "dlcompare.adapters"
 
@@ -31,7 +32,7 @@ class AdapterInfo:
     graph: str
     module: str
     cls: type[Adapter]
-    unavailable: str | None  # None when its framework is importable
+    unavailable: str | None  # None when its framework is importable here or in its family's environment
     source: str = "built-in"
 
     @property
@@ -59,9 +60,10 @@ def discover() -> dict[str, AdapterInfo]:
             if issubclass(cls, Adapter) and not inspect.isabstract(cls) and cls.__module__ == module.__name__:
                 if cls.name in found:
                     raise RuntimeError(f"adapter name {cls.name!r} defined twice ({module.__name__})")
-                found[cls.name] = AdapterInfo(
-                    cls.name, cls.framework, cls.graph, module.__name__, cls, cls.unavailable_reason(), source
-                )
+                reason = cls.unavailable_reason()
+                if reason and family_python(cls.framework):
+                    reason = None  # installed in its family's environment (a GPU variant's .venv-tf), where it runs
+                found[cls.name] = AdapterInfo(cls.name, cls.framework, cls.graph, module.__name__, cls, reason, source)
     return dict(sorted(found.items(), key=lambda kv: (kv[1].framework, kv[0])))
 
 

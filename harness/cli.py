@@ -44,9 +44,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     print("asking each framework in its own process ...", flush=True)
-    found = doctor.diagnose(discover(), env.default_threads())
+    adapters = discover()
+    found = doctor.diagnose(adapters, env.default_threads())
     print(doctor.render(found))
-    return 0 if doctor.healthy(found) else 1
+    ok = doctor.healthy(found)
+    if not found["gpus"]:
+        print("\n" + doctor.MAPS_WOULD)
+        return 0 if ok else 1
+    maps = doctor.library_maps(adapters, env.default_threads())
+    print("\n" + doctor.render_maps(maps))
+    return 0 if ok and all(r["verdict"] == "ok" for r in maps) else 1
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -32,7 +32,7 @@ from tabulate import tabulate
 from adapters import AdapterInfo, discover
 from harness import env, records
 from harness.checks import doctor, fidelity
-from harness.install import variant
+from harness.install import environments, variant
 from harness.measuring import floors, peak, timing
 from harness.reporting import report
 from harness.reporting.hardware import physics_violations
@@ -163,6 +163,7 @@ class Session:
         command = ["python -m harness", *sys.argv[1:]]
         info = env.capture(threads, command, [m for a in self.adapters.values() for m in a.cls.requires])
         info["precision"] = cells[0]["precision"] if cells else "fp32"
+        info["environments"] = environments.describe()  # one per CUDA major on a GPU variant
         print("asking each framework for its build (doctor) ...", flush=True)
         envs = {c["env"]: c["python"] for c in cells if c.get("env")}
         info["doctor"] = doctor.diagnose(self.adapters, threads, sorted({records.base_adapter(c) for c in cells}), envs)

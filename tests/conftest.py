@@ -32,6 +32,10 @@ TRAIN_VARIANTS = [v for v in VARIANTS if conformance.is_training(conformance.spe
 INFER_VARIANTS = [v for v in VARIANTS if v not in TRAIN_VARIANTS]
 # Conformance runs on every device this machine has: the CPU, and the GPU where there is one.
 DEVICES = ["cpu", "cuda"] if variant.detect().driver else ["cpu"]
+#: An NVIDIA driver on this machine, and whether make installed CPU builds here (the cpu variant,
+#: or an environment make did not install): tests that assume either are gated on them.
+GPU_HERE = shutil.which("nvidia-smi") is not None
+CPU_BUILDS = variant.installed() in (None, "cpu")
 # Conformance worker processes, two at a time (one per core): each runs every variant of one
 # adapter on one device and is mostly framework import and compilation, so two overlap well.
 # Only the (adapter, device) pairs the collected tests use are started, at the first one's use.

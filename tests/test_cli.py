@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 
 import numpy as np
@@ -15,7 +14,7 @@ from harness import records
 from harness.reporting import hardware
 from harness.running import runner
 from harness.stats.cells import combine_all
-from tests.conftest import REPO, check_cell
+from tests.conftest import CPU_BUILDS, GPU_HERE, REPO, check_cell
 
 TORCH = discover()["torch-eager"]
 needs_torch = pytest.mark.skipif(not TORCH.available, reason=str(TORCH.unavailable))
@@ -42,8 +41,11 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
     assert proc.returncode == 0, proc.stderr
     run = tmp_path / "e2e"
     raw = records.load(run / records.RESULTS)
-    # each round of a cell is a record of its own; the skipped cuda cell runs no second round
-    assert sorted((r["device_requested"], r["round"]) for r in raw if r["status"] == "ok") == [("cpu", 1), ("cpu", 2)]
+    # each round of a cell is a record of its own; a cuda cell that cannot run (no GPU, or torch's
+    # CPU build) runs no second round; with a GPU and CUDA builds it runs both
+    cuda_runs = GPU_HERE and not CPU_BUILDS
+    ok_rounds = sorted((r["device_requested"], r["round"]) for r in raw if r["status"] == "ok")
+    assert ok_rounds == [("cpu", 1), ("cpu", 2), *([("cuda", 1), ("cuda", 2)] if cuda_runs else [])]
     recs = sorted(combine_all(raw), key=lambda r: r["device_requested"])
     cpu, cuda = recs
     assert cpu["status"] == "ok" and cpu["rounds_done"] == 2 and len(cpu["round_medians_s"]) == 2
@@ -51,8 +53,10 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
     assert cpu["device"] == "cpu" and cpu["steps"] >= 60 and len(cpu["step_times_s"]) == cpu["steps"]
     assert cpu["median_s"] > 0 and cpu["versions"]["torch"].startswith("2.13")
     assert cpu["loss_last"] < cpu["loss_first"]
-    if shutil.which("nvidia-smi") is None:
+    if not GPU_HERE:
         assert cuda["status"] == "skipped" and cuda["reason"].startswith("no NVIDIA GPU on this machine")
+    elif cuda_runs:
+        assert cuda["status"] == "ok" and cuda["device"] == "cuda" and cuda["rounds_done"] == 2
     env = json.loads((run / records.ENV).read_text())
     assert env["threads"] >= 1 and "torch" in env["packages"]
     peak = env["peaks"]["cpu"]["matmul_gflops"]

@@ -57,3 +57,45 @@ def test_two_versions_of_a_package_are_cells_of_one_run(python, tmp_path):
         "fault-ok": base_numpy,
         "fault-ok@np23": "2.3.5",
     }
+
+
+# --- a GPU variant's family environments ----------------------------------------------------
+
+
+def test_a_recorded_family_environment_runs_its_frameworks_workers(tmp_path):
+    """Two real environments laid out as `make install VARIANT=cuda13` lays them out (here both
+    layered over this one, so both can import every framework): TensorFlow's workers, asked from
+    the main one, run under .venv-main-tf's interpreter and env.json's doctor says so."""
+    main = environments.create("main", [], root=tmp_path)
+    tf = environments.create("main-tf", [], root=tmp_path)
+    proc = subprocess.run(
+        [str(main), "-m", "harness.install.environments", "--record", "cuda13"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    recorded = json.loads((tmp_path / ".venv-main" / environments.RECORD).read_text())
+    assert recorded["environments"]["tf"]["python"] == str(tf.absolute())
+    assert recorded["environments"]["tf"]["frameworks"] == ["tensorflow"]
+    assert environments.family_python("tensorflow", str(tmp_path / ".venv-main")) == str(tf.absolute())
+    assert environments.family_python("torch", str(tmp_path / ".venv-main")) is None
+    script = (
+        "from adapters import discover; from harness.checks import doctor; import json\n"
+        "rows = doctor.diagnose(discover(), 1, ['tf-function', 'torch-eager'])['frameworks']\n"
+        "print(json.dumps({r['adapter']: [r['python'], r['versions'].get('tensorflow')] for r in rows}))\n"
+    )
+    out = subprocess.run([str(main), "-c", script], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads(out.stdout.strip().splitlines()[-1])
+    assert rows["tf-function"][0] == str(tf.absolute()) and rows["tf-function"][1]  # TF answered from there
+    assert rows["torch-eager"][0] == str(main.absolute())  # the rest run here
+
+
+def test_recording_refuses_an_unknown_variant_and_a_missing_environment(tmp_path):
+    main = environments.create("main", [], root=tmp_path)
+    with pytest.raises(ValueError, match="variant 'cuda11': valid: cpu, cuda12, cuda13"):
+        environments.record("cuda11", tmp_path / ".venv-main")
+    with pytest.raises(ValueError, match="environment tf: no interpreter at"):
+        environments.record("cuda13", tmp_path / ".venv-main")
+    assert environments.record("cpu", tmp_path / ".venv-main")["environments"]["main"]["python"] == str(main)

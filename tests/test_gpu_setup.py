@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from harness.measuring.gpu_util import cell_gpu
 from harness.reporting import cells, sections, summary
 from harness.running import runner
 from harness.running.plan import select_devices
-from tests.conftest import ADAPTERS, REPO, check_cell
+from tests.conftest import ADAPTERS, CPU_BUILDS, GPU_HERE, REPO, check_cell
 
 STAND_IN = """#!/bin/sh
 # Test double for nvidia-smi: one GPU, driver {driver}.
@@ -103,6 +104,9 @@ def test_make_install_chooses_the_variant_from_the_machine_and_says_why(tmp_path
     assert f"install variant: {expected} (" in proc.stderr
     assert (f"NVIDIA driver {driver}" if driver else "no NVIDIA driver") in proc.stderr
     assert f"-r locks/{expected}.txt" in proc.stdout
+    # GPU variants make TensorFlow's CUDA 12 environment beside the main one, and record both.
+    assert ("locks/$lock.txt" in proc.stdout and "tf:tf-cuda12" in proc.stdout) == (expected != "cpu")
+    assert f"harness.install.environments --record {expected}" in proc.stdout
 
 
 def test_make_variant_override_and_a_bad_variant(tmp_path):
@@ -117,8 +121,8 @@ def test_make_variant_override_and_a_bad_variant(tmp_path):
 PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[\w.+!-]+$")
 
 
-@pytest.mark.parametrize("name", variant.VARIANTS)
-def test_each_variant_has_a_lock_that_pins_what_its_in_file_asks_for(name):
+@pytest.mark.parametrize("name", variant.LOCK_NAMES)
+def test_each_environment_has_a_lock_that_pins_what_its_in_file_asks_for(name):
     lines = (REPO / "locks" / f"{name}.txt").read_text().splitlines()
     body = [ln for ln in lines if ln and not ln.startswith("#")]
     options = [ln for ln in body if ln.startswith("--")]
@@ -130,11 +134,27 @@ def test_each_variant_has_a_lock_that_pins_what_its_in_file_asks_for(name):
     assert options == [ln for ln in inputs if ln.startswith("--")]
     wanted = {lock.requirement_name(ln) for ln in inputs if not ln.startswith(("-", "#"))}
     assert wanted <= set(names)
-    frameworks = {"torch", "keras", "jax", "jaxlib", "optax", "flax", "numpy", "pandas", "pytest", "ruff"}
+    assert {"numpy", "pandas", "psutil", "nvidia-ml-py"} <= set(names)  # the harness's own, in every one
+    environment = variant.lock_environment(name)
+    frameworks = {"tensorflow", "keras"} if environment.frameworks else {"torch", "keras", "jax", "optax", "flax"}
     assert frameworks <= set(names)
-    assert ("tensorflow-cpu" if name == "cpu" else "tensorflow") in names
-    if name != "cpu":
-        assert f"jax-{name}-plugin" in names
+    if name == "cpu":
+        assert {"tensorflow-cpu", "pytest", "ruff"} <= set(names)
+    elif not environment.frameworks:
+        assert f"jax-cuda{environment.cuda}-plugin" in names and "tensorflow" not in names
+
+
+def test_every_gpu_variant_keeps_one_cuda_major_per_environment():
+    for name, environments in variant.ENVIRONMENTS.items():
+        claimed = [f for e in environments for f in e.frameworks]
+        assert len(claimed) == len(set(claimed)), name
+        assert len([e for e in environments if not e.frameworks]) == 1, f"{name}: one environment takes the rest"
+        assert {e.cuda for e in environments} == ({None} if name == "cpu" else {12, int(name[4:])} - {None})
+        assert len({e.folder for e in environments}) == len(environments)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.install.variant", "extra", "cuda13"], cwd=REPO, capture_output=True, text=True
+    )
+    assert proc.stdout.split() == ["tf:tf-cuda12"]
 
 
 def test_lock_pins_keep_builds_portable():
@@ -149,14 +169,15 @@ def test_lock_pins_keep_builds_portable():
     assert lock.requirement_name("tensorflow[and-cuda]==2.21.0") == "tensorflow"
 
 
-def test_cpu_lock_installs_what_this_environment_runs():
-    """The cpu lock is the environment the suite runs in (same versions of the frameworks)."""
+def test_the_installed_variants_lock_is_the_environment_the_suite_runs_in():
+    """Same versions of the frameworks as the lock of the variant make installed here (its main
+    environment: on a GPU variant TensorFlow is .venv-tf's, checked by its own workers)."""
     from importlib.metadata import version
 
-    lines = (REPO / "locks" / "cpu.txt").read_text().splitlines()
-    pins = {lock.requirement_name(ln): ln.split("==")[1] for ln in lines if "==" in ln and not ln.startswith("#")}
-    for dist in ("torch", "tensorflow-cpu", "jax", "keras", "flax", "numpy"):
-        assert version(dist).split("+")[0] == pins[dist]
+    name = variant.ENVIRONMENTS[variant.installed() or "cpu"][0].lock
+    pins = lock.pins_of(name)
+    for dist in ("torch", "jax", "keras", "flax", "numpy", *(["tensorflow-cpu"] if name == "cpu" else [])):
+        assert version(dist).split("+")[0] == pins[dist].split("+")[0], dist
 
 
 # --- device status per cell, with the real CPU builds ---------------------------------------
@@ -165,6 +186,7 @@ FAMILIES = ["torch-eager", "tf-function", "jax-jit"]
 
 
 @pytest.mark.frameworks
+@pytest.mark.skipif(not CPU_BUILDS, reason="CUDA builds installed: no CPU-only build to catch")
 @pytest.mark.parametrize("name", FAMILIES)
 def test_cpu_only_build_on_a_gpu_machine_fails_with_the_install_command(name, gpu_machine):
     info = ADAPTERS[name]
@@ -178,6 +200,7 @@ def test_cpu_only_build_on_a_gpu_machine_fails_with_the_install_command(name, gp
 
 
 @pytest.mark.frameworks
+@pytest.mark.skipif(GPU_HERE, reason="the stand-in hides nvidia-smi only: the frameworks would still see this GPU")
 def test_no_gpu_on_the_machine_is_a_skip(cpu_machine):
     rec = runner.run_cell(ADAPTERS["torch-eager"], check_cell("torch-eager", "mlp", "cuda") | {"cell_id": "x"}, 300)
     assert rec["status"] == "skipped"
@@ -197,8 +220,34 @@ def test_nvml_samples_the_gpu_the_cell_was_given():
     assert cell_gpu({"CUDA_VISIBLE_DEVICES": "MIG-5b1e"}) == ("uuid", "MIG-5b1e")
     gpu_env = runner.worker_env(ADAPTERS["torch-eager"], {"threads": 1, "device_requested": "cuda"})
     assert gpu_env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"  # framework index == NVML index
+    assert int(gpu_env["CUDA_CACHE_MAXSIZE"]) >= 2**30  # TF's PTX, JIT-compiled once, stays cached
     cpu_env = runner.worker_env(ADAPTERS["torch-eager"], {"threads": 1, "device_requested": "cpu"})
     assert cpu_env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_a_window_shorter_than_the_sampling_interval_still_gets_a_utilisation_sample(monkeypatch):
+    """A stand-in for NVML (the one piece this machine lacks): a 2 ms window under a 1 s interval."""
+    import types
+
+    from harness.measuring.gpu_util import UtilSampler
+
+    calls = []
+    nvml = types.SimpleNamespace(
+        nvmlInit=lambda: calls.append("init"),
+        nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetHandleByIndex=lambda i: f"gpu{i}",
+        nvmlDeviceGetName=lambda h: "NVIDIA H100 80GB HBM3",
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=97),
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    sampler = UtilSampler(interval_s=1.0)
+    for _ in range(2):  # a resident worker enters it around each block: samples add up
+        with sampler:
+            time.sleep(0.002)
+    assert sampler.samples == [97, 97] and sampler.mean == 97
+    assert sampler.gpu == "0: NVIDIA H100 80GB HBM3" and calls == ["init", "shutdown"] * 2
+    assert UtilSampler().interval_s <= 0.01
 
 
 def test_jax_platform_is_set_per_cell():
@@ -230,6 +279,7 @@ def test_doctor_next_steps():
 
 
 @pytest.mark.frameworks
+@pytest.mark.skipif(not CPU_BUILDS, reason="CUDA builds installed: make gpu-check runs the doctor on the GPU")
 def test_doctor_asks_the_real_build_and_names_the_fix(gpu_machine):
     found = doctor.diagnose(ADAPTERS, 1, ["torch-eager"])
     (row,) = found["frameworks"]
@@ -312,7 +362,7 @@ def test_a_sync_that_leaves_gpu_work_queued_fails_the_cell(python, tmp_path):
 
 
 @pytest.mark.frameworks
-def test_tensorflow_places_integer_inputs_as_int64(python):
+def test_tensorflow_places_integer_inputs_as_int64():
     """TF keeps int32 tensors placed on a GPU in host memory; labels must not be int32."""
     script = (
         "from adapters.tf_function import TfFunction; from adapters.base import Options; "
@@ -321,6 +371,7 @@ def test_tensorflow_places_integer_inputs_as_int64(python):
         "print(sorted({str(t.dtype.name) for t in a.to_device(spec.batches()[0]).values()}))"
     )
     env = dict(os.environ, **ADAPTERS["tf-function"].cls.worker_env(1, "cpu"))
+    python = runner.interpreter(ADAPTERS["tf-function"], {})  # TensorFlow's environment on a GPU variant
     out = subprocess.run([python, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "int32" not in out.stdout and "int64" in out.stdout
@@ -344,3 +395,79 @@ def test_variant_script_runs_without_the_environment(tmp_path):
         text=True,
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "cuda12"
+
+
+# --- the CUDA libraries a worker mapped -------------------------------------------------------
+
+SITE = "/opt/env/lib/python3.11/site-packages"
+MAPS = f"""\
+7f00-7f01 r-xp 00000000 08:01 11 {SITE}/torch/lib/libtorch_cuda.so
+7f01-7f02 r-xp 00000000 08:01 12 {SITE}/nvidia/cu13/lib/libcudart.so.13
+7f02-7f03 r--p 00001000 08:01 12 {SITE}/nvidia/cu13/lib/libcudart.so.13
+7f03-7f04 r-xp 00000000 08:01 13 {SITE}/nvidia/cusparse/lib/libcusparse.so.12
+7f04-7f05 r-xp 00000000 08:01 14 /usr/lib/x86_64-linux-gnu/libcuda.so.580.65.06
+7f05-7f06 rw-p 00000000 00:00 0
+7f06-7f07 r-xp 00000000 08:01 15 /usr/local/cuda-12.8/lib64/libcublasLt.so.12
+"""
+
+
+def test_mapped_cuda_libraries_and_their_majors():
+    from harness.measuring import cuda_libraries as cl
+
+    paths = cl.mapped(MAPS)
+    assert paths == [
+        f"{SITE}/nvidia/cu13/lib/libcudart.so.13",
+        f"{SITE}/nvidia/cusparse/lib/libcusparse.so.12",
+        "/usr/local/cuda-12.8/lib64/libcublasLt.so.12",
+    ]  # the driver and the framework's own libraries are no CUDA major's
+    assert cl.cuda_major(paths[0], "nvidia-cuda-runtime") == 13
+    # the same soname in both majors: the wheel that installed it decides
+    assert cl.cuda_major(paths[1], "nvidia-cusparse-cu12") == 12
+    assert cl.cuda_major(paths[1], "nvidia-cusparse") == 13
+    assert cl.cuda_major(paths[2], None) == 12
+    assert cl.cuda_major("/somewhere/libcudnn.so.9", None) is None
+
+
+def test_library_owners_come_from_the_installed_records(tmp_path, monkeypatch):
+    from harness.measuring import cuda_libraries as cl
+
+    site = tmp_path / "site"
+    info = site / "nvidia_cusparse_cu12-12.5.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-cusparse-cu12\nVersion: 12.5\n")
+    (info / "RECORD").write_text("nvidia/cusparse/lib/libcusparse.so.12,,\n")
+    lib = site / "nvidia/cusparse/lib/libcusparse.so.12"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"")
+    monkeypatch.setattr(sys, "path", [str(site)])
+    found = cl.report(f"7f00-7f01 r-xp 00000000 08:01 13 {lib}\n")
+    assert found == {"libraries": [{"path": str(lib), "owner": "nvidia-cusparse-cu12", "cuda": 12}], "majors": [12]}
+
+
+@pytest.mark.frameworks
+@pytest.mark.skipif(GPU_HERE, reason="a GPU is here: tests/test_cuda.py maps the libraries for real")
+def test_the_libraries_worker_on_a_machine_without_a_gpu_says_why_it_mapped_nothing():
+    (row,) = doctor.library_maps(ADAPTERS, 1, ["torch-eager"])
+    assert row["libraries"] == [] and row["majors"] == []
+    assert row["verdict"].startswith("no step on the GPU: no NVIDIA GPU on this machine")
+    assert "/proc/self/maps" in doctor.MAPS_WOULD
+
+
+@pytest.mark.frameworks
+@pytest.mark.skipif(GPU_HERE, reason="a GPU is here: make gpu-check runs every step for real")
+def test_gpu_check_runs_without_a_gpu_and_says_what_it_would_verify(python, tmp_path):
+    from harness.checks import gpu_check
+
+    env = dict(os.environ, PATH=no_driver_path(tmp_path))
+    out = tmp_path / "gpu-check"
+    proc = subprocess.run(
+        [python, "-m", "harness.checks.gpu_check", str(out)], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("# make gpu-check: no NVIDIA GPU on this machine")
+    for step in gpu_check.STEPS:  # one line per step: run here, or what it would verify on a GPU
+        prefix = "- ok " if not step.gpu_only else "- would verify "
+        assert f"{prefix}{step.name}: {step.verifies}" in summary
+    assert {"install.json", "ownership.txt", "doctor.txt"} <= {p.name for p in out.iterdir()}
+    assert "0 paths owned twice" in (out / "ownership.txt").read_text()

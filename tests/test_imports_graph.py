@@ -12,7 +12,8 @@ The allowed direction, lowest first (a part may import only the parts listed for
        ^      ^      ^               NVIDIA driver query (stdlib only: it runs before any environment)
     stats                            statistics over records (verdicts, combining rounds)
        ^
-    measuring                        the step clock, peaks, floors, contention (records, env, stats)
+    measuring                        the step clock, peaks, floors, contention (records, env, stats,
+                                     install: a framework's own environment for its floors)
        ^
     running                          plan, rounds, workers, executors (+ measuring, install)
        ^
@@ -47,7 +48,7 @@ ALLOWED: dict[str, set[str]] = {
     "env": set(),
     "install": set(),
     "stats": {"records"},
-    "measuring": {"records", "env", "stats"},
+    "measuring": {"records", "env", "stats", "install"},
     "reporting": {"records", "stats"},
     "running": _BASE | {"stats", "measuring"},
     "checks": _BASE | {"stats", "measuring", "running"},

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import tempfile
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -27,9 +28,9 @@ PROBE_TIMEOUT_S = 300
 def probe(info: AdapterInfo, threads: int, python: str | None = None) -> dict[str, Any]:
     """The adapter's versions and build from a worker process (under ``python``, another
     environment's interpreter, if given), or {"error": reason}."""
-    if not info.available and python is None:
-        return {"error": f"not installed: {info.unavailable}"}
     cell = {"adapter": info.name, "threads": threads, "device_requested": "auto", "python": python}
+    if not info.available and runner.interpreter(info, cell) == sys.executable:
+        return {"error": f"not installed: {info.unavailable}"}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "probe.json"
         try:
@@ -101,6 +102,7 @@ def diagnose(
             {
                 "framework": info.framework,
                 "adapter": f"{info.name}@{env_name}" if env_name else info.name,
+                "python": runner.interpreter(info, {"python": (envs or {}).get(env_name)}),
                 "versions": result.get("versions", {}),
                 "build": build_text(build) if "error" not in result else "-",
                 "gpus": build.get("gpus", []),
@@ -142,3 +144,63 @@ def render(found: dict[str, Any]) -> str:
 
 def healthy(found: dict[str, Any]) -> bool:
     return all(r["next_step"].startswith("ok") for r in found["frameworks"])
+
+
+MAPS_WOULD = (
+    "CUDA libraries per framework: no GPU here, nothing to map. On a GPU, each framework's worker (in its own "
+    "environment) runs one mlp training step on cuda, then lists the CUDA libraries it mapped (/proc/self/maps) "
+    "with the CUDA major of each (from the wheel that installed it), and the doctor fails where one process "
+    "mapped two majors."
+)
+
+
+def library_maps(adapters: Mapping[str, AdapterInfo], threads: int, names: list[str] | None = None) -> list[dict]:
+    """Per framework build: one training step on the GPU in a worker, then the CUDA libraries the
+    worker mapped, their CUDA majors and a verdict ("ok", or what is wrong)."""
+    rows = []
+    for info in representatives(adapters, names):
+        cell = {
+            "run_id": "doctor",
+            "adapter": info.name,
+            "framework": info.framework,
+            "graph": info.graph,
+            "workload": "mlp",
+            "overrides": [],
+            "precision": "fp32",
+            "device_requested": "cuda",
+            "profile": "quick",
+            "threads": threads,
+        }
+        python = runner.interpreter(info, cell)
+        row = {"framework": info.framework, "adapter": info.name, "python": python, "libraries": [], "majors": []}
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "libraries.json"
+            try:
+                proc = runner.run_worker(info, cell, "libraries", out, PROBE_TIMEOUT_S)
+                found = json.loads(out.read_text()) if proc.returncode == 0 and out.is_file() else None
+            except subprocess.TimeoutExpired:
+                proc, found = None, {"device_failed": f"no answer within {PROBE_TIMEOUT_S} s"}
+        if found is None:
+            row["verdict"] = f"fails: {(proc.stderr.strip().splitlines() or [f'exit {proc.returncode}'])[-1]}"
+        else:
+            row.update(libraries=found.get("libraries", []), majors=found.get("majors", []))
+            trouble = found.get("skipped") or found.get("device_failed")
+            if trouble:
+                row["verdict"] = f"no step on the GPU: {trouble}"
+            elif len(row["majors"]) > 1:
+                row["verdict"] = f"mixes CUDA {' and '.join(map(str, row['majors']))} in one process"
+            elif not row["libraries"]:
+                row["verdict"] = "no CUDA library mapped after a step on cuda"
+            else:
+                row["verdict"] = "ok"
+        rows.append(row)
+    return rows
+
+
+def render_maps(rows: list[dict]) -> str:
+    lines = ["CUDA libraries each framework's worker mapped after one step on cuda:"]
+    for r in rows:
+        lines.append(f"  {r['framework']} ({r['adapter']}, {r['python']}): {r['verdict']}")
+        for lib in r["libraries"]:
+            lines.append(f"    CUDA {lib['cuda'] or '?'}  {lib['path']}  ({lib['owner'] or 'not pip-installed'})")
+    return "\n".join(lines)

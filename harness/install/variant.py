@@ -16,6 +16,31 @@ from dataclasses import dataclass
 from pathlib import Path
 
 VARIANTS = ("cpu", "cuda12", "cuda13")
+
+
+@dataclass(frozen=True)
+class Environment:
+    """One Python environment of a variant: its folder, its lock (``locks/<lock>.txt``), the
+    framework families whose workers run in it (empty: every family no other environment
+    claims) and the one CUDA major its libraries belong to (None: CPU builds)."""
+
+    name: str
+    folder: str
+    lock: str
+    frameworks: tuple[str, ...] = ()
+    cuda: int | None = None
+
+
+# One CUDA major per environment: TensorFlow 2.21's CUDA libraries are CUDA 12 (nvidia-*-cu12),
+# and cu12 and cu13 wheels install the same paths (nvidia/cudnn/lib/libcudnn*.so.9), so on the
+# GPU variants TensorFlow gets its own environment. Each environment is resolved as a whole.
+TF_ENV = Environment("tf", ".venv-tf", "tf-cuda12", ("tensorflow",), 12)
+ENVIRONMENTS: dict[str, tuple[Environment, ...]] = {
+    "cpu": (Environment("main", ".venv", "cpu"),),
+    "cuda12": (Environment("main", ".venv", "cuda12", cuda=12), TF_ENV),
+    "cuda13": (Environment("main", ".venv", "cuda13", cuda=13), TF_ENV),
+}
+LOCK_NAMES = tuple(dict.fromkeys(e.lock for envs in ENVIRONMENTS.values() for e in envs))
 # Minimum Linux driver versions for the CUDA runtimes the GPU wheels bundle (NVIDIA's CUDA
 # compatibility table: 13.x needs >= 580, 12.x runs on >= 525 through minor-version compatibility).
 MIN_DRIVER = {"cuda13": (580, 0), "cuda12": (525, 60)}
@@ -83,10 +108,25 @@ def installed() -> str | None:
     return marker.read_text().strip() if marker.is_file() else None
 
 
+def lock_environment(lock: str) -> Environment:
+    """The environment a lock file installs (the first variant's, where several share it)."""
+    for envs in ENVIRONMENTS.values():
+        for environment in envs:
+            if environment.lock == lock:
+                return environment
+    raise ValueError(f"no environment installs locks/{lock}.txt; locks: {', '.join(LOCK_NAMES)}")
+
+
 def main(argv: list[str]) -> int:
-    """``choose``: print the variant on stdout and why on stderr (what the Makefile shows)."""
+    """``choose``: print the variant on stdout and why on stderr (what the Makefile shows).
+    ``extra VARIANT``: the variant's environments beside .venv, one ``NAME:LOCK`` per line (the
+    Makefile makes ``$(VENV)-NAME`` from ``locks/LOCK.txt``)."""
+    if argv[:1] == ["extra"] and len(argv) == 2 and argv[1] in ENVIRONMENTS:
+        for environment in ENVIRONMENTS[argv[1]][1:]:
+            print(f"{environment.name}:{environment.lock}")
+        return 0
     if argv[:1] != ["choose"]:
-        print("usage: python3 -m harness.install.variant choose", file=sys.stderr)
+        print("usage: python3 -m harness.install.variant choose | extra VARIANT", file=sys.stderr)
         return 2
     choice = detect()
     print(choice.variant)

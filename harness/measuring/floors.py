@@ -240,7 +240,7 @@ def _library_env(library: str, device: str, threads: int) -> dict[str, str]:
 
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     for info in discover().values():
-        if info.framework == library and info.available:
+        if info.framework == library:
             env.update(info.cls.worker_env(threads, device))
             break
     if device == "cpu":
@@ -254,7 +254,11 @@ def _run_library(library: str, device: str, shapes: list, threads: int, precisio
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "kernels.json", Path(tmp) / "floors.json"
         src.write_text(json.dumps(shapes))
-        cmd = [sys.executable, "-m", "harness.measuring.floors", library, device, str(src), str(out), precision]
+        from harness.install.environments import family_python
+
+        # The library's own environment where a GPU variant keeps it apart (TensorFlow's .venv-tf).
+        python = family_python(library) or sys.executable
+        cmd = [python, "-m", "harness.measuring.floors", library, device, str(src), str(out), precision]
         proc = subprocess.run(
             cmd, env=_library_env(library, device, threads), cwd=REPO, capture_output=True, text=True, timeout=1200
         )

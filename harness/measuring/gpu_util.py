@@ -22,16 +22,19 @@ def cell_gpu(environ: Mapping[str, str] = os.environ) -> tuple[str, str]:
 
 
 class UtilSampler:
-    """Context manager sampling the cell's GPU's utilisation every ``interval_s``; ``mean`` is
-    None when NVML is unavailable (no driver, no package) or no sample was taken; ``gpu`` names
-    the GPU sampled."""
+    """Context manager sampling the cell's GPU's utilisation every ``interval_s`` and once more on
+    leaving, so a steady window shorter than the interval (a few ms on an H100) still has a
+    sample; ``mean`` is None when NVML is unavailable (no driver, no package). NVML's figure is
+    the share of its own last sample period (1/6 s to 1 s by GPU) in which a kernel ran, so the
+    leaving sample covers the window's end. ``gpu`` names the GPU sampled."""
 
-    def __init__(self, interval_s: float = 0.05) -> None:
+    def __init__(self, interval_s: float = 0.01) -> None:
         self.interval_s = interval_s
         self.samples: list[int] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._nvml: Any = None
+        self._handle: Any = None
         self.gpu: str | None = None
 
     def __enter__(self) -> UtilSampler:
@@ -49,6 +52,7 @@ class UtilSampler:
         except Exception:  # noqa: BLE001 - no NVML: utilisation is reported as unavailable
             return self
         self._nvml = pynvml
+        self._handle = handle
 
         def sample() -> None:
             while not self._stop.wait(self.interval_s):
@@ -62,6 +66,8 @@ class UtilSampler:
         if self._thread:
             self._stop.set()
             self._thread.join()
+            self._thread = None
+            self.samples.append(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu)
             self._nvml.nvmlShutdown()
 
     @property

@@ -45,6 +45,16 @@ def machines_table(recs: list[dict[str, Any]]) -> str:
     return tabulate(rows, ["machine", "nodes", "cells", "ok"], tablefmt="github")
 
 
+def environments_text(found: dict[str, Any]) -> str:
+    """``main: /r/.venv (locks/cuda13.txt, CUDA 13); tf: /r/.venv-tf (locks/tf-cuda12.txt, CUDA 12, tensorflow)``."""
+    parts = []
+    for name, e in found.items():
+        details = [e.get("lock") or "not installed by make", *([f"CUDA {e['cuda']}"] if e.get("cuda") else [])]
+        details += [", ".join(e.get("frameworks") or [])] if e.get("frameworks") else []
+        parts.append(f"{name}: {e.get('folder')} ({', '.join(details)})")
+    return "; ".join(parts)
+
+
 def env_table(env: dict[str, Any]) -> str:
     gpus = "; ".join(f"{g['name']} (driver {g['driver']}, {g['memory']})" for g in env.get("gpus", [])) or "none"
     packages = ", ".join(f"{k} {v}" for k, v in sorted(env.get("packages", {}).items()))
@@ -54,6 +64,7 @@ def env_table(env: dict[str, Any]) -> str:
         ["GPU", gpus],
         ["threads per framework", env.get("threads")],
         ["Python", env.get("python")],
+        *([["environments", environments_text(env["environments"])]] if env.get("environments") else []),
         ["OS", env.get("platform")],
         ["packages", packages],
         ["git", f"{env.get('git_sha')}{' (dirty tree)' if env.get('git_dirty') else ''}"],

@@ -9,7 +9,6 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ class Resident:
         self.out = self.dir / "record.json"
         cmd_r, cmd_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        python = cell.get("python") or sys.executable
+        python = runner.interpreter(info, cell)
         args = [python, "-m", "harness.running.worker", "serve", str(self.dir / "cell.json"), str(self.out)]
         self.log = (self.dir / "log.txt").open("w+")
         self.proc = subprocess.Popen(

@@ -17,6 +17,7 @@ from typing import Any
 from adapters import AdapterInfo
 from harness import env as machine_env
 from harness import records
+from harness.install.environments import family_python
 from harness.measuring import limits_cache
 from harness.measuring.contention import OtherLoad
 from harness.running import precision
@@ -28,6 +29,9 @@ REPO = Path(__file__).resolve().parents[2]
 STDERR_TAIL_LINES = 20
 
 
+COMPUTE_CACHE_BYTES = 4 << 30
+
+
 def worker_env(info: AdapterInfo, cell: dict[str, Any]) -> dict[str, str]:
     env = dict(os.environ)
     env.update(info.cls.worker_env(cell["threads"], cell["device_requested"]))
@@ -37,6 +41,10 @@ def worker_env(info: AdapterInfo, cell: dict[str, Any]) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = ""
     else:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # frameworks number GPUs as NVML does (gpu_util)
+        # The driver's cache of JIT-compiled PTX, kept between cells (each a fresh process): TF 2.21
+        # ships sm_90 as PTX only, so its first cell on an H100 compiles its kernels; the default
+        # 256 MiB cache would evict them and every TF cell would pay that compile again.
+        env.setdefault("CUDA_CACHE_MAXSIZE", str(COMPUTE_CACHE_BYTES))
     return env
 
 
@@ -62,10 +70,9 @@ def run_worker(
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cell, f)
     first = cell["cells"][0] if "cells" in cell else cell
-    # A cell of a named environment (--env) runs under that environment's interpreter; an
-    # idiomatic-script cell (harness.checks.fidelity) runs its script, which takes a worker's arguments.
+    # An idiomatic-script cell (harness.checks.fidelity) runs its script, which takes a worker's arguments.
     module = first.get("script") or "harness.running.worker"
-    args = [first.get("python") or sys.executable, "-m", module, mode, f.name, str(out), *extra]
+    args = [interpreter(info, first), "-m", module, mode, f.name, str(out), *extra]
     if load is not None:
         load.start()
     try:
@@ -98,12 +105,19 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.communicate()
 
 
+def interpreter(info: AdapterInfo, cell: Mapping[str, Any]) -> str:
+    """The Python a cell's worker runs under: its named environment's (--env), else its framework
+    family's environment (a GPU variant's .venv-tf for TensorFlow: one CUDA major per process),
+    else this one."""
+    return cell.get("python") or family_python(info.framework) or sys.executable
+
+
 def skip_reason(info: AdapterInfo, cell: dict[str, Any]) -> str | None:
     """Why the cell will be skipped, known in the parent without starting a framework: the
     framework is not installed, the adapter declines the spec (``supports``), has no native
     input pipeline for ``--data loader``, or the cell's precision is not native on its device
     (harness.running.precision). None if none of these. Raises SpecError."""
-    if not info.available and not cell.get("python"):  # another environment may have it
+    if not info.available and interpreter(info, cell) == sys.executable:  # another environment may have it
         return info.unavailable
     spec = override(get_workload(cell["workload"]), cell["overrides"])
     unsupported = info.cls().supports(spec)

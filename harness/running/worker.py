@@ -444,7 +444,7 @@ def _counters(adapter) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.running.worker")
-    parser.add_argument("mode", choices=("bench", "serve", "check", "probe"))
+    parser.add_argument("mode", choices=("bench", "serve", "check", "probe", "libraries"))
     parser.add_argument("cell", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--steps", type=int, default=50)
@@ -455,6 +455,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "check":  # {"cells": [...]}: one .npz per cell in the folder OUT
         for i, one in enumerate(cell["cells"]):
             np.savez(args.out / f"{i}.npz", **check(one, one.get("check_steps", args.steps), args.snapshot))
+        return 0
+    if args.mode == "libraries":  # one step on the cell's device, then the CUDA libraries this process mapped
+        from harness.measuring import cuda_libraries
+
+        done = check(cell, 1, 0)
+        found = {k: v.tolist() for k, v in done.items() if k in ("losses", "skipped", "device_failed")}
+        args.out.write_text(json.dumps({**found, **cuda_libraries.this_process()}))
         return 0
     if args.mode == "probe":
         adapter = discover()[base_adapter(cell)].cls()

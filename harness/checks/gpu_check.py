@@ -1,0 +1,239 @@
+"""``python -m harness.checks.gpu_check OUT`` (``make gpu-check``): the first-GPU self-test, one
+folder with everything a maintainer needs to see what broke.
+
+Steps, in order, each writing its own file into OUT and one line of ``summary.md``: the install
+(every environment of the variant in place), no file owned twice in any environment, the doctor,
+each framework's one-step smoke test on cuda with the CUDA libraries its worker mapped, the
+conformance checks on cuda, the CUDA tests, one short mlp bench on cuda and the driver's compute
+cache. On a machine without an NVIDIA GPU the GPU steps are not run: their lines say what they
+would verify, and the exit status covers the steps that ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from adapters import discover
+from harness import env, records
+from harness.checks import doctor
+from harness.install import environments, variant
+from harness.running.runner import REPO
+
+STEP_TIMEOUT_S = 3600
+BENCH_BUDGET = "10m"
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    verifies: str
+    run: Callable[[Path], tuple[bool, str]]  # OUT -> (passed, what it found, one line)
+    gpu_only: bool = True
+
+
+def _command(out: Path, name: str, args: list[str]) -> tuple[bool, str]:
+    """Run ``python ARGS`` from the repository, its output into OUT/<name>.txt."""
+    log = out / f"{name}.txt"
+    try:
+        proc = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        log.write_text(f"$ python {' '.join(args)}\nno end within {STEP_TIMEOUT_S} s\n")
+        return False, f"timed out after {STEP_TIMEOUT_S} s ({log.name})"
+    log.write_text(f"$ python {' '.join(args)}\n(exit {proc.returncode})\n{proc.stdout}\n{proc.stderr}")
+    last = (proc.stdout.strip().splitlines() or proc.stderr.strip().splitlines() or [""])[-1]
+    return proc.returncode == 0, f"exit {proc.returncode}: {last[:200]} ({log.name})"
+
+
+def _pythons() -> dict[str, str]:
+    """Each environment make installed, name -> interpreter (this one alone where it recorded none)."""
+    return {name: e["python"] for name, e in environments.installed().items()} or {"main": sys.executable}
+
+
+def check_install(out: Path) -> tuple[bool, str]:
+    machine, installed = variant.detect(), variant.installed()
+    found = {name: Path(python).is_file() for name, python in _pythons().items()}
+    (out / "install.json").write_text(
+        json.dumps(
+            {
+                "machine_wants": machine.variant,
+                "reason": machine.reason,
+                "installed": installed,
+                "environments": environments.installed(),
+            },
+            indent=1,
+        )
+    )
+    wanted = [e.name for e in variant.ENVIRONMENTS.get(installed or "cpu", ())]
+    missing = [n for n in wanted if n != "main" and not found.get(n)]
+    ok = installed == machine.variant and not missing and all(found.values())
+    what = f"variant {installed} (this machine wants {machine.variant}), environments {', '.join(found)}"
+    return ok, what + (f"; missing: {', '.join(missing)}" if missing else "")
+
+
+def check_ownership(out: Path) -> tuple[bool, str]:
+    shared, lines = 0, []
+    for name, python in _pythons().items():
+        proc = subprocess.run(
+            [python, "-m", "harness.checks.ownership"], cwd=REPO, capture_output=True, text=True, timeout=600
+        )
+        found = json.loads(proc.stdout)["shared"] if proc.stdout.strip().startswith("{") else {"?": [proc.stderr]}
+        shared += len(found)
+        lines.append(f"{name} ({python}): {len(found)} paths owned twice")
+        lines += [f"  {path}: {', '.join(owners)}" for path, owners in found.items()]
+    (out / "ownership.txt").write_text("\n".join(lines) + "\n")
+    return shared == 0, "; ".join(ln for ln in lines if not ln.startswith("  ")) + " (ownership.txt)"
+
+
+def check_doctor(out: Path) -> tuple[bool, str]:
+    found = doctor.diagnose(discover(), env.default_threads())
+    (out / "doctor.txt").write_text(doctor.render(found) + "\n")
+    bad = [r["adapter"] for r in found["frameworks"] if not r["next_step"].startswith("ok")]
+    return not bad, (f"not ok: {', '.join(bad)}" if bad else "every framework build ok") + " (doctor.txt)"
+
+
+def check_libraries(out: Path) -> tuple[bool, str]:
+    rows = doctor.library_maps(discover(), env.default_threads())
+    (out / "libraries.json").write_text(json.dumps(rows, indent=1))
+    (out / "libraries.txt").write_text(doctor.render_maps(rows) + "\n")
+    bad = [f"{r['adapter']}: {r['verdict']}" for r in rows if r["verdict"] != "ok"]
+    return not bad, (
+        "; ".join(bad) if bad else f"{len(rows)} framework builds, one CUDA major each"
+    ) + " (libraries.txt)"
+
+
+def compute_cache_bytes() -> int:
+    folder = Path(os.environ.get("CUDA_CACHE_PATH") or Path.home() / ".nv" / "ComputeCache")
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+
+
+def check_compute_cache(out: Path) -> tuple[bool, str]:
+    """The driver's JIT cache after the steps above, and each bench cell's first step (which pays
+    any PTX compile the cache did not hold)."""
+    results = out / "bench" / records.RESULTS
+    firsts = []
+    if results.is_file():
+        for line in results.read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("first_step_s") is not None:
+                firsts.append(f"{rec['adapter']} round {rec.get('round')}: first step {rec['first_step_s']:.3f} s")
+    size = compute_cache_bytes()
+    (out / "compute-cache.txt").write_text(f"compute cache: {size / 2**20:.0f} MiB\n" + "\n".join(firsts) + "\n")
+    return True, f"{size / 2**20:.0f} MiB cached; first steps per cell in compute-cache.txt"
+
+
+STEPS = (
+    Step(
+        "install",
+        "make install put every environment of the variant this machine wants in place (GPU variants: .venv for "
+        "torch, JAX, Flax, Keras on CUDA 13 or 12, .venv-tf for TensorFlow on CUDA 12), each from its lock",
+        check_install,
+        gpu_only=False,
+    ),
+    Step(
+        "ownership",
+        "no path of any environment is installed by two distributions (cu12 and cu13 cuDNN, NCCL)",
+        check_ownership,
+        gpu_only=False,
+    ),
+    Step(
+        "doctor",
+        "every framework build is the one this machine needs, on a GPU a CUDA build that sees it (make doctor)",
+        check_doctor,
+        gpu_only=False,
+    ),
+    Step(
+        "libraries",
+        "each framework's worker, under its environment's interpreter, takes one mlp training step on cuda "
+        "(the one-kernel smoke test) and maps CUDA libraries of one CUDA major only (/proc/self/maps)",
+        check_libraries,
+    ),
+    Step(
+        "conformance",
+        "every adapter matches the NumPy float64 reference on cuda (harness check all --device cuda, mlp and cnn)",
+        lambda out: _command(
+            out, "conformance", ["-m", "harness", "check", "all", "--device", "cuda", "--workload", "mlp,cnn"]
+        ),  # fmt: skip
+    ),
+    Step(
+        "cuda-tests",
+        "tests/test_cuda.py: placement on the GPU, sync that waits, autotune settings, GPU utilisation sampled, "
+        "one CUDA major per framework",
+        lambda out: _command(out, "cuda-tests", ["-m", "pytest", "-q", "-rs", "tests/test_cuda.py"]),
+    ),
+    Step(
+        "bench",
+        f"make bench DEVICE=cuda WORKLOAD=mlp (budget {BENCH_BUDGET}) runs every adapter on the GPU to a report",
+        lambda out: _command(
+            out,
+            "bench",
+            [
+                "-m",
+                "harness",
+                "bench",
+                "--framework",
+                "all",
+                "--device",
+                "cuda",
+                "--workload",
+                "mlp",
+                "--profile",
+                "quick",
+                "--budget",
+                BENCH_BUDGET,
+                "--out",
+                str(out),
+                "--run-id",
+                "bench",
+            ],
+        ),  # fmt: skip
+    ),
+    Step(
+        "compute-cache",
+        "the driver's JIT cache holds what the cells compiled (TensorFlow's PTX on sm_90) and each cell's first "
+        "step time is listed, so one that paid a compile shows",
+        check_compute_cache,
+    ),
+)
+
+
+def run(out: Path, gpu: bool) -> int:
+    """Run the steps into ``out``; 0 when every step that ran passed."""
+    out.mkdir(parents=True, exist_ok=True)
+    lines, failed = [], 0
+    for step in STEPS:
+        if step.gpu_only and not gpu:
+            line = f"- would verify {step.name}: {step.verifies}"
+        else:
+            print(f"{step.name} ...", flush=True)
+            try:
+                ok, found = step.run(out)
+            except Exception as exc:  # noqa: BLE001 - a broken step is a finding, the others still run
+                ok, found = False, f"{type(exc).__name__}: {exc}"
+            failed += not ok
+            line = f"- {'ok' if ok else 'FAILED'} {step.name}: {step.verifies}. Found: {found}"
+        print(line, flush=True)
+        lines.append(line)
+    gpus = env.gpus()
+    head = f"# make gpu-check: {', '.join(g['name'] for g in gpus) or 'no NVIDIA GPU on this machine'}\n\n"
+    if not gpu:
+        head += "No GPU here: the steps marked 'would verify' need one and did not run.\n\n"
+    (out / "summary.md").write_text(head + "\n".join(lines) + "\n")
+    print(f"gpu-check: {failed} steps failed; {out / 'summary.md'}")
+    return 1 if failed else 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m harness.checks.gpu_check OUT_FOLDER", file=sys.stderr)
+        return 2
+    return run(Path(argv[0]), variant.detect().driver is not None)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
