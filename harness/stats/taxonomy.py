@@ -67,7 +67,7 @@ _TORCH: _Rules = [
     (
         MOVEMENT,
         (
-            "copy ::to _to_copy contiguous transpose permute cat stack index gather scatter embedding clone pad "
+            "copy ::to _to_copy contiguous transpose permute ::cat ::stack index gather scatter embedding clone pad "
             "slice select memcpy memset item _local_scalar_dense view expand as_strided =aten::t detach empty "
             "resolve_ flatten reshape squeeze split chunk unbind broadcast"
         ),
@@ -75,8 +75,8 @@ _TORCH: _Rules = [
     (
         ELEMENTWISE,
         (
-            "add sub mul div relu threshold tanh sigmoid gelu exp log neg pow sqrt clamp where fill zero "
-            "dropout maximum minimum eq ne lt gt abs sign rsub lerp"
+            "add sub mul div relu threshold tanh sigmoid gelu exp log neg pow sqrt clamp where fill zero ones full "
+            "dropout maximum minimum =aten::eq =aten::ne =aten::lt =aten::gt abs sign rsub lerp"
         ),
     ),
 ]
