@@ -59,7 +59,8 @@ def test_a_recorded_step_breaks_down_to_its_wall_time(name):
     assert math.isclose(sum(found["shares"].values()), 1.0, rel_tol=1e-9)
     assert math.isclose(sum(found["seconds"].values()), found["step_s"], rel_tol=1e-9)
     assert found["shares"][taxonomy.UNCOVERED] >= 0
-    assert found["shares"][taxonomy.MATMUL] > 0.05  # the mlp's step is mostly its matmuls
+    assert found["shares"][taxonomy.MATMUL] > 0  # an mlp step runs its matmuls
+    assert found["shares"][taxonomy.COMPILE] == 0  # a warm step compiles nothing: running compiled code is not
     assert found["ops_per_step"] >= 1
     assert [t["share"] for t in found["top_ops"]] == sorted((t["share"] for t in found["top_ops"]), reverse=True)
 

@@ -57,7 +57,8 @@ _COMMON: _Rules = [
         "all_reduce allreduce all-reduce all_gather all-gather reduce_scatter reduce-scatter collective nccl c10d::",
     ),
     (OPTIMIZER, "resourceapply applygradientdescent applyadam _foreach_ fused_sgd fused_adam adam sgd"),
-    (COMPILE, "compile trace lowering dynamo inductor_compile"),
+    # Compiling, not running compiled code: "CompiledFunction" and "Torch-Compiled Region" are not here.
+    (COMPILE, "backend_compile jit_compile compile_fx compile_inner _compile_ xla_compile tracing lowering"),
 ]
 
 _TORCH: _Rules = [
@@ -69,7 +70,7 @@ _TORCH: _Rules = [
         (
             "copy ::to _to_copy contiguous transpose permute ::cat ::stack index gather scatter embedding clone pad "
             "slice select memcpy memset item _local_scalar_dense view expand as_strided =aten::t detach empty "
-            "resolve_ flatten reshape squeeze split chunk unbind broadcast"
+            "resolve_ flatten reshape squeeze split chunk unbind broadcast lift scalar_tensor"
         ),
     ),
     (
@@ -99,7 +100,7 @@ _XLA: _Rules = [
         ELEMENTWISE,
         (
             "fusion add subtract multiply divide maximum minimum exp log tanh select compare convert negate "
-            "power sqrt and or clamp logistic"
+            "power sqrt =and =or =xor _and _or clamp logistic abs sign is-finite"
         ),
     ),
 ]
