@@ -232,6 +232,19 @@ def test_the_report_section_says_where_each_mode_spends_its_step():
     assert "jax-jit" not in text  # not profiled: not in the section
 
 
+def test_a_profile_that_disagrees_with_the_floors_is_said():
+    bound = {
+        **_rec("jax-eager", "jax", "dynamic", _profile(0.8, 100)),
+        "kernel_floor_s": 2e-3,
+        "dispatch_floor_s": 1e-3,
+    }
+    agrees = {**_rec("jax-jit", "jax", "static", _profile(0.1, 30)), "kernel_floor_s": 2e-3, "dispatch_floor_s": 1e-3}
+    assert ops.floor_disagreements([bound, agrees]) == [
+        "jax-eager is compute-bound by its floors (kernel floor 2 ms >= dispatch floor 1 ms), "
+        "yet 80% of its profiled step is outside any op."
+    ]
+
+
 def test_no_profiled_cell_no_section():
     assert ops.section([_rec("torch-eager", "torch", "dynamic", None)]) == []
 

@@ -4,7 +4,9 @@ From the ``ops_profile`` field of round-1 records (harness.measuring.profilers):
 and device, a stacked bar per adapter (the categories of harness.stats.taxonomy, in their
 colours), a table of the shares with the profiled step beside the unprofiled one and a link to
 the trace, the five ops with the most self time per adapter, and one sentence per framework's
-dynamic/static pair. A breakdown the profiler could not give is listed with its reason.
+dynamic/static pair, and where the profile disagrees with the cell's floors (overhead-bound by its
+floors yet mostly matmul, or compute-bound yet mostly uncovered). A breakdown the profiler could not
+give is listed with its reason.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def section(recs: list[Record], plot_dir: Path | None = None) -> list[str]:
             if path is not None:
                 out += [f"![{workload}: where the step's time goes]({path.name})", ""]
         out += [shares_table(group), "", top_ops_table(group), ""]
-        out += [f"- {s}" for s in pair_sentences(group)]
+        out += [f"- {s}" for s in [*pair_sentences(group), *floor_disagreements(group)]]
         skipped = [r for r in group if r["ops_profile"].get("status") != "ok"]
         out += [f"- **{r['adapter']}**: no breakdown ({r['ops_profile'].get('reason', '?')})" for r in skipped]
         out += [""] if out[-1] else []
@@ -123,4 +125,33 @@ def pair_sentences(group: list[Record]) -> list[str]:
                     f"launches {sig(s['ops_per_step'])}, {_pct(su)} uncovered ({sig(su * s['step_s'] * 1e3)} ms)"
                     + (f": the dynamic mode spends {sig(gap)} ms more per step outside any op." if gap > 0 else ".")
                 )
+    return out
+
+
+#: A share at or above this is "mostly" one thing, for floor_disagreements.
+MOSTLY = 0.5
+
+
+def floor_disagreements(group: list[Record]) -> list[str]:
+    """A sentence per cell whose larger floor (harness.measuring.floors: ``kernels`` or
+    ``dispatch``) says one thing and the profile another: overhead-bound by the floors while at
+    least MOSTLY of the profiled step is matmul/conv, or compute-bound while at least MOSTLY is
+    uncovered."""
+    out = []
+    for r in _ok(group):
+        kernels, dispatch = r.get("kernel_floor_s"), r.get("dispatch_floor_s")
+        if not kernels or not dispatch:
+            continue
+        shares = r["ops_profile"]["shares"]
+        matmul, uncovered = shares.get(taxonomy.MATMUL, 0.0), shares.get(taxonomy.UNCOVERED, 0.0)
+        if dispatch > kernels and matmul >= MOSTLY:
+            out.append(
+                f"{r['adapter']} is overhead-bound by its floors (dispatch floor {sig(dispatch * 1e3)} ms > kernel "
+                f"floor {sig(kernels * 1e3)} ms), yet {_pct(matmul)} of its profiled step is matmul/conv."
+            )
+        elif kernels >= dispatch and uncovered >= MOSTLY:
+            out.append(
+                f"{r['adapter']} is compute-bound by its floors (kernel floor {sig(kernels * 1e3)} ms >= dispatch "
+                f"floor {sig(dispatch * 1e3)} ms), yet {_pct(uncovered)} of its profiled step is outside any op."
+            )
     return out
