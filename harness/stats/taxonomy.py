@@ -10,7 +10,8 @@ launch gaps, synchronisation) is UNCOVERED, a category no event maps to: it is w
 A rule is a list of (category, space-separated substrings) tried in order on the lower-cased name (for TF ops,
 the op type after the last ``:``; for HLO names, without the ``.N`` suffix), a substring
 ``=name`` matching the whole name only; the first hit wins,
-and a name no rule knows is OTHER (shown as such, never guessed).
+and a name no rule knows is OTHER (shown as such, never guessed). Pooling counts as a reduction
+(over windows), view and layout ops (``aten::t``, ``Reshape``) as data movement.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ _COMMON: _Rules = [
 _TORCH: _Rules = [
     (MATMUL, "addmm ::mm bmm matmul linear conv baddbmm einsum _scaled_dot attention"),
     (NORM, "softmax norm nll_loss cross_entropy"),
-    (REDUCTION, "::sum ::mean =aten::max =aten::min ::amax ::argmax ::prod ::var ::std reduce"),
+    (REDUCTION, "::sum ::mean =aten::max =aten::min ::amax ::argmax ::prod ::var ::std reduce pool"),
     (
         MOVEMENT,
         (
@@ -88,7 +89,7 @@ _TORCH: _Rules = [
 _XLA: _Rules = [
     (MATMUL, "dot convolution gemm cublas matmul custom-call onednn ynn_fusion xnn_fusion"),
     (NORM, "softmax norm rsqrt"),
-    (REDUCTION, "reduce argmax argmin"),
+    (REDUCTION, "reduce select-and-scatter argmax argmin"),
     (
         MOVEMENT,
         (
@@ -108,7 +109,7 @@ _XLA: _Rules = [
 _TF: _Rules = [
     (MATMUL, "matmul conv einsum gemm"),
     (NORM, "softmax norm crossentropy"),
-    (REDUCTION, "sum mean =max =min prod argmax argmin reduce"),
+    (REDUCTION, "sum mean =max =min prod argmax argmin reduce pool"),
     (
         MOVEMENT,
         (
@@ -148,7 +149,7 @@ _GPU_KERNEL: _Rules = [
         ),
     ),
     (NORM, "softmax norm nll_loss cross_entropy"),
-    (REDUCTION, "reduce sum mean argmax"),
+    (REDUCTION, "reduce sum mean argmax pool"),
     (ELEMENTWISE, "elementwise vectorized unrolled fusion triton_poi relu add mul"),
 ]
 
