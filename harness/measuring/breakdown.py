@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,18 +41,20 @@ class Event:
     """An op's or kernel's category; a scope's where it names its ops (optimizer, compile), else None."""
 
 
-def _exclusive(events: list[Event]) -> list[tuple[float, float, Event, int]]:
-    """One thread's nested events as self-time segments: (start, end, innermost op, depth of ops
-    above it); a scope's own time and time outside every event give no segment. An op inside an
-    optimizer or compile scope takes that scope's category."""
-    out: list[tuple[float, float, Event, int]] = []
-    stack: list[tuple[Event, float, str | None, int]] = []  # event, end clipped to parent, context, op depth
+Segment = tuple[float, float, Event]
+
+
+def _exclusive(events: list[Event]) -> list[Segment]:
+    """One thread's nested events as self-time segments: (start, end, innermost op); a scope's own
+    time and time outside every event give no segment. An op inside an optimizer or compile scope
+    takes that scope's category."""
+    out: list[Segment] = []
+    stack: list[tuple[Event, float, str | None]] = []  # event, its end clipped to its parent's, context
 
     def emit(upto: float, cursor: float) -> float:
         if stack and upto > cursor and stack[-1][0].kind != "scope":
-            ev, _, context, depth = stack[-1]
-            named = Event(ev.kind, ev.name, ev.start, ev.end, ev.thread, context or ev.category)
-            out.append((cursor, upto, named, depth))
+            ev, _, context = stack[-1]
+            out.append((cursor, upto, Event(ev.kind, ev.name, ev.start, ev.end, ev.thread, context or ev.category)))
         return max(cursor, upto)
 
     cursor = float("-inf")
@@ -64,38 +67,37 @@ def _exclusive(events: list[Event]) -> list[tuple[float, float, Event, int]]:
         context = stack[-1][2] if stack else None
         if ev.kind == "scope" and ev.category in (taxonomy.OPTIMIZER, taxonomy.COMPILE):
             context = context or ev.category
-        depth = (stack[-1][3] + (stack[-1][0].kind != "scope")) if stack else 0
-        stack.append((ev, min(ev.end, parent_end), context, depth))
+        stack.append((ev, min(ev.end, parent_end), context))
     while stack:
         cursor = emit(stack[-1][1], cursor)
         stack.pop()
     return out
 
 
-def _clip(segments, windows: list[tuple[float, float]]):
+def _clip(segments: list[Segment], windows: list[tuple[float, float]]) -> Iterator[Segment]:
     """Segments cut to the step windows (sorted, disjoint)."""
     starts = [w[0] for w in windows]
-    for start, end, ev, depth in segments:
+    for start, end, ev in segments:
         i = max(0, bisect.bisect_right(starts, start) - 1)
         while i < len(windows) and windows[i][0] < end:
             lo, hi = max(start, windows[i][0]), min(end, windows[i][1])
             if hi > lo:
-                yield lo, hi, ev, depth
+                yield lo, hi, ev
             i += 1
 
 
-def _shared(segments: list[tuple[float, float, Event, int]]) -> list[float]:
+def _shared(segments: list[Segment]) -> list[float]:
     """Each segment's time, an instant shared by k segments counting 1/k to each."""
     points = sorted({p for s in segments for p in s[:2]})
     delta = [0] * (len(points) + 1)
-    for start, end, _, _ in segments:
+    for start, end, _ in segments:
         delta[bisect.bisect_left(points, start)] += 1
         delta[bisect.bisect_left(points, end)] -= 1
     weight, active = [0.0], 0  # weight[i]: shared time from points[0] to points[i]
     for i in range(len(points) - 1):
         active += delta[i]
         weight.append(weight[-1] + ((points[i + 1] - points[i]) / active if active else 0.0))
-    return [weight[bisect.bisect_left(points, e)] - weight[bisect.bisect_left(points, s)] for s, e, _, _ in segments]
+    return [weight[bisect.bisect_left(points, e)] - weight[bisect.bisect_left(points, s)] for s, e, _ in segments]
 
 
 def breakdown(events: list[Event]) -> dict[str, Any]:
@@ -120,7 +122,7 @@ def breakdown(events: list[Event]) -> dict[str, Any]:
     steps, wall = len(windows), sum(hi - lo for lo, hi in windows)
     seconds = dict.fromkeys(taxonomy.CATEGORIES, 0.0)
     per_op: dict[str, list[Any]] = defaultdict(lambda: [0.0, 0, None])  # self time, calls, category
-    for (_, _, ev, _), t in zip(segments, shared, strict=True):
+    for (_, _, ev), t in zip(segments, shared, strict=True):
         category = ev.category or taxonomy.OTHER
         seconds[category] += t
         per_op[ev.name][0] += t
