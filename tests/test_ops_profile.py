@@ -266,3 +266,15 @@ def test_the_sum_rule_on_a_real_profiled_cell(tmp_path):
     assert (tmp_path / found["trace"]).is_file()
     with gzip.open(tmp_path / found["trace"], "rt") as f:
         assert any(e.get("name") == profilers.STEP for e in json.load(f)["traceEvents"])
+
+
+@pytest.mark.parametrize("flag", [[], ["--profile-ops"]])
+def test_only_profile_ops_asks_the_cells_for_a_profiled_pass(flag, tmp_path):
+    from adapters import discover
+    from harness import cli, session
+
+    argv = ["bench", "--framework", "torch-eager", "--workload", "mlp", "--out", str(tmp_path), *flag]
+    args = cli.parser().parse_args(argv)
+    run_dir, run = session.new_run(args, discover())
+    wanted = {str(run_dir.resolve())} if flag else {None}
+    assert {c.get("profile_ops") for c in run.cells} == wanted
