@@ -278,3 +278,23 @@ def test_only_profile_ops_asks_the_cells_for_a_profiled_pass(flag, tmp_path):
     run_dir, run = session.new_run(args, discover())
     wanted = {str(run_dir.resolve())} if flag else {None}
     assert {c.get("profile_ops") for c in run.cells} == wanted
+
+
+def test_xla_control_flow_is_a_scope_its_body_ops_count():
+    def x(name, ts, dur, hlo=None):
+        return {
+            "ph": "X",
+            "pid": 1,
+            "tid": 2,
+            "name": name,
+            "ts": ts,
+            "dur": dur,
+            **({"args": {"hlo_op": hlo}} if hlo else {}),
+        }
+
+    trace = {"traceEvents": [x(profilers.STEP, 0, 100), x("while.3", 10, 80, "while.3"), x("dot.1", 20, 30, "dot.1")]}
+    events = profilers.read_xla(trace)
+    assert [(e.kind, e.name) for e in events] == [("step", profilers.STEP), ("scope", "while"), ("op", "dot")]
+    found = breakdown(events)
+    assert found["seconds"][taxonomy.MATMUL] == pytest.approx(30e-6)
+    assert found["seconds"][taxonomy.UNCOVERED] == pytest.approx(70e-6)

@@ -178,11 +178,16 @@ def read_torch(trace: dict[str, Any]) -> list[Event]:
     return out
 
 
+#: XLA control flow: its thunks run the ops of its body; its own time (the loop's bookkeeping,
+#: the condition's read-back) is the runtime's, so it is a scope and that time is uncovered.
+XLA_CONTROL = frozenset({"while", "cond", "conditional", "call"})
+
+
 def read_xla(trace: dict[str, Any]) -> list[Event]:
     """Events of a JAX profiler trace (TensorBoard's ``*.trace.json.gz``): the harness's step
     annotation; XLA instructions (an event with an ``hlo_op`` argument) on the host's executor
-    threads are ops, those on a ``/device:GPU`` process are kernels. Runtime and Python events
-    are left out: their time is the uncovered time."""
+    threads are ops (control flow, XLA_CONTROL, a scope), those on a ``/device:GPU`` process are
+    kernels. Runtime and Python events are left out: their time is the uncovered time."""
     devices = {
         e["pid"]
         for e in trace.get("traceEvents", [])
@@ -199,6 +204,9 @@ def read_xla(trace: dict[str, Any]) -> list[Event]:
             out.append(Event("step", STEP, start, end, thread))
         elif hlo:
             name = taxonomy.op_name(taxonomy.XLA, hlo)
+            if name in XLA_CONTROL:
+                out.append(Event("scope", name, start, end, thread))
+                continue
             kind = "kernel" if e.get("pid") in devices else "op"
             out.append(Event(kind, name, start, end, thread, taxonomy.classify(taxonomy.XLA, hlo)))
     return out
