@@ -64,8 +64,9 @@ def profile_cell(
 ) -> dict[str, Any]:
     """The cell's ``ops_profile`` record field: its breakdown (harness.measuring.breakdown) with
     ``profiler``, ``trace`` (relative to ``run_dir``), ``profiled_step_s`` (median of the profiled
-    steps, perf_counter) beside ``unprofiled_step_s``; or ``{"status": "skipped", "reason": ...}``
-    where the profiler cannot run or its trace cannot be read. Never raises for the profiler's sake."""
+    steps, perf_counter; each, sorted, in ``profiled_times_s``) beside ``unprofiled_step_s``; or
+    ``{"status": "skipped", "reason": ...}`` where the profiler cannot run or its trace cannot be
+    read. Never raises for the profiler's sake."""
     profiler = profiler_of(requires)
     if profiler is None:
         return {"status": "skipped", "reason": f"no profiler for an adapter requiring {', '.join(requires)}"}
@@ -83,6 +84,7 @@ def profile_cell(
         "profiler": profiler,
         **found,
         "profiled_step_s": times[len(times) // 2],
+        "profiled_times_s": times,
         "unprofiled_step_s": unprofiled_s,
         "trace": str(trace.relative_to(run_dir)),
     }
