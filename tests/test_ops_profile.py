@@ -92,6 +92,16 @@ def test_a_recorded_step_breaks_down_to_its_wall_time(name):
         (taxonomy.GPU_KERNEL, "Memcpy HtoD (Pageable -> Device)", taxonomy.MOVEMENT),
         (taxonomy.GPU_KERNEL, "void at::native::reduce_kernel<512, 1, ...>", taxonomy.REDUCTION),
         (taxonomy.TORCH, "aten::frobnicate", taxonomy.OTHER),
+        # seen in the cnn and rnn-caption steps
+        (taxonomy.TORCH, "aten::convolution_backward", taxonomy.MATMUL),
+        (taxonomy.TORCH, "aten::max_pool2d_with_indices_backward", taxonomy.REDUCTION),
+        (taxonomy.TORCH, "aten::gru_cell", taxonomy.ELEMENTWISE),
+        (taxonomy.TORCH, "aten::narrow", taxonomy.MOVEMENT),
+        (taxonomy.XLA, "wrapped_reduce-window", taxonomy.REDUCTION),
+        (taxonomy.XLA, "dynamic-slice_bitcast_fusion", taxonomy.MOVEMENT),
+        (taxonomy.TF, "_MklNativeConv2DBackpropFilter", taxonomy.MATMUL),
+        (taxonomy.TF, "gradient_tape/MaxPoolGrad:MaxPoolGrad", taxonomy.REDUCTION),
+        (taxonomy.TF, "StridedSliceGrad", taxonomy.MOVEMENT),
     ],
 )
 def test_taxonomy_rules(family, name, category):

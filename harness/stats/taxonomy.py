@@ -71,14 +71,16 @@ _TORCH: _Rules = [
         (
             "copy ::to _to_copy contiguous transpose permute ::cat ::stack index gather scatter embedding clone pad "
             "slice select memcpy memset item _local_scalar_dense view expand as_strided =aten::t detach empty "
-            "resolve_ flatten reshape squeeze split chunk unbind broadcast lift scalar_tensor"
+            "resolve_ flatten reshape squeeze split chunk unbind broadcast lift scalar_tensor resize_ narrow"
         ),
     ),
     (
         ELEMENTWISE,
         (
             "add sub mul div relu threshold tanh sigmoid gelu exp log neg pow sqrt clamp where fill zero ones full "
-            "dropout maximum minimum =aten::eq =aten::ne =aten::lt =aten::gt abs sign rsub lerp"
+            "dropout maximum minimum =aten::eq =aten::ne =aten::lt =aten::gt abs sign rsub lerp "
+            # a recurrent cell: its matmuls are nested ops; its own time is the gates (fused: _thnn_fused_*)
+            "gru_cell lstm_cell rnn_tanh_cell rnn_relu_cell _thnn_fused"
         ),
     ),
 ]
