@@ -29,8 +29,10 @@ DATA ?= resident
 PRECISION ?= fp32
 # FORCE=1: time a precision the device only emulates (bf16 without bfloat16 instructions) instead of skipping it.
 FORCE ?=
+# PROFILE_OPS=1: a profiled pass per cell after its timing, each framework's profiler (docs/profiling.md).
+PROFILE_OPS ?=
 ARGS ?=
-BENCH_ARGS = --framework $(FRAMEWORK) --device $(DEVICE) --workload $(WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(BUDGET),--budget $(BUDGET)) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(ARGS)
+BENCH_ARGS = --framework $(FRAMEWORK) --device $(DEVICE) --workload $(WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(BUDGET),--budget $(BUDGET)) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(if $(filter 1 yes true,$(PROFILE_OPS)),--profile-ops) $(ARGS)
 
 .PHONY: install bench test lint list report sweep compare rerun fidelity doctor lock lock-check env calibrate clean-venv gpu-check
 

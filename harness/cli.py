@@ -194,6 +194,12 @@ def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> No
         help="calibration: every cell also runs as identical twins (F=0) or twins slowed by F of a step "
         "(0.1: 10%%), named <adapter>~twin<i> or ~slow<percent> (see make calibrate)",
     )
+    b.add_argument(
+        "--profile-ops",
+        action="store_true",
+        help="after each cell's timing (round 1), a profiled pass under its framework's profiler: where the "
+        "step's time goes by op category, and a trace per cell in RUN_DIR/traces/ (see docs/profiling.md)",
+    )
     b.add_argument("--threads", type=int, default=None, help="intra-op threads for every framework (default: all)")
     b.add_argument("--timeout", type=float, default=None, help="seconds per cell (default: the profile's)")
     b.add_argument("--out", type=Path, default=DEFAULT_OUT, help="parent folder of run folders")

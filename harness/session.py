@@ -278,6 +278,8 @@ def new_run(args: argparse.Namespace, adapters: Adapters) -> tuple[Path, Run]:
     profile = timing.PROFILES[args.profile]
     if args.twins:
         cells = twins(cells, args.twins)
+    if getattr(args, "profile_ops", False):  # the worker writes each cell's trace under this folder
+        cells = [{**c, "profile_ops": str(run_dir.resolve())} for c in cells]
     return run_dir, Run(cells, args.rounds or profile.rounds, args.timeout or profile.timeout_s, args.budget)
 
 

@@ -103,3 +103,21 @@ def test_each_framework_maps_the_cuda_libraries_of_one_cuda_major():
 
     rows = doctor.library_maps(ADAPTERS, 1)
     assert rows and all(r["verdict"] == "ok" for r in rows), doctor.render_maps(rows)
+
+
+@pytest.mark.parametrize("name", [n for n in ("torch-eager", "jax-jit", "tf-function") if ADAPTERS[n].available])
+def test_a_profiled_gpu_cell_breaks_down_the_device_timeline(name, tmp_path):
+    """--profile-ops on a GPU: the breakdown reads the kernels (docs/profiling.md), so it carries the
+    device-busy share and the mean gap between kernels, and its categories still sum to the step."""
+    cell = check_cell(name, "mlp", "cuda") | {"cell_id": "gpu", "profile_ops": str(tmp_path), "round": 1}
+    rec = runner.run_cell(ADAPTERS[name], cell, timeout_s=600)
+    if rec["status"] == "skipped":
+        pytest.skip(rec["reason"])  # e.g. tensorflow-cpu has no CUDA build
+    assert rec["status"] == "ok", rec.get("reason")
+    found = rec["ops_profile"]
+    assert found["status"] == "ok", found.get("reason")
+    assert 0 < found["device_busy_share"] <= 1 and found["kernel_gap_s"] >= 0
+    assert found["ops_per_step"] >= 3  # an mlp step launches at least its three forward matmuls
+    assert sum(found["shares"].values()) == pytest.approx(1.0)
+    assert found["shares"]["matmul/conv"] > 0
+    assert (tmp_path / found["trace"]).is_file()

@@ -23,6 +23,7 @@ import matplotlib.ticker  # noqa: E402
 from harness.reporting.cells import strategy  # noqa: E402
 from harness.reporting.formatting import sig  # noqa: E402
 from harness.reporting.overview import Grid, ratio_text  # noqa: E402
+from harness.stats import taxonomy  # noqa: E402
 
 Record = dict[str, Any]
 Colors = dict[str, Any]
@@ -307,4 +308,26 @@ def overview(g: Grid, path: Path) -> Path:
     ax.set_xlabel(
         "1.00 framed: fastest; dashed frame: tied with it (95% interval of the paired ratio includes 1)", fontsize=8
     )
+    return _save(fig, path)
+
+
+def ops_breakdown(recs: list[Record], path: Path) -> Path | None:
+    """A stacked bar per adapter: its profiled step (ms) split by op category (harness.stats.taxonomy),
+    each category in its one colour, ``uncovered`` last; None without a profiled pass."""
+    ok = [r for r in recs if (r.get("ops_profile") or {}).get("status") == "ok"]
+    if not ok:
+        return None
+    fig, ax = plt.subplots(figsize=(8.5, 0.42 * len(ok) + 2.0))
+    left = [0.0] * len(ok)
+    for category in taxonomy.CATEGORIES:
+        widths = [r["ops_profile"]["seconds"].get(category, 0.0) * 1e3 for r in ok]
+        if not any(widths):
+            continue
+        ax.barh(range(len(ok)), widths, left=left, color=taxonomy.COLOURS[category], label=category)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    ax.set_yticks(range(len(ok)), [_label(r) for r in ok])
+    ax.invert_yaxis()
+    ax.set_xlabel("profiled step time (ms/step), by op category")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=5, fontsize=8, frameon=False)
+    ax.set_title("where the step's time goes (profiled pass)")
     return _save(fig, path)

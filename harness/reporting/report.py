@@ -13,7 +13,7 @@ import pandas as pd
 
 from harness import records
 from harness.records import is_idiomatic, load_env
-from harness.reporting import attention, fidelity, html, overview, pipelines, plots, static_dynamic, summary
+from harness.reporting import attention, fidelity, html, ops, overview, pipelines, plots, static_dynamic, summary
 from harness.reporting.breakeven import cumulative_s
 from harness.reporting.cells import strategy
 from harness.reporting.formatting import fingerprint_name, machine_name, slug
@@ -88,6 +88,7 @@ def build(run_dirs: Path | list[Path], plot_dir: Path | None = None) -> str:
         if plot_dir is not None:
             out += _plots(group, workload, key, plot_dir, colors)
     out += static_dynamic.section(resident)
+    out += ops.section(recs, plot_dir)
     out += attention.section(recs)
     out += sweep_section(recs, plot_dir, colors)
     pipes = pipelines.section(recs, plot_dir, colors)

@@ -191,4 +191,6 @@ def record(
         **({"slowdown": cell["slowdown"]} if cell.get("slowdown") else {}),
         **floor,
     )
+    # At finish the other workers of the generation wait idle: the profiled pass runs alone.
+    rec.update(worker.ops_profile(cell, s, rec))
     return rec

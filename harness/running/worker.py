@@ -35,7 +35,7 @@ import psutil
 from adapters import DeviceUnavailable, discover
 from adapters.base import Options
 from harness import env
-from harness.measuring import input_pipeline, timing
+from harness.measuring import input_pipeline, profilers, timing
 from harness.measuring.gpu_util import UtilSampler
 from harness.records import base_adapter, new_record, writable
 from harness.running import devices
@@ -304,6 +304,7 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
         return record
     if s.pipe:
         record.update(pipeline_fields(s.adapter, s.spec, s.pipe, cpu, m, profile))
+    record.update(ops_profile(cell, s, record))  # after every timed step: the profiler perturbs timing
     return {**record, **dispatch_floor(cell, s.spec, s.device)}  # last: nothing above sees the second adapter
 
 
@@ -367,6 +368,20 @@ def finish(cell: dict[str, Any], s: Started, m: timing.Measurement, profile, sam
         **({"step_batches": m.step_batches, "pass_s": steady["median_s"] * pass_steps} if pass_steps > 1 else {}),
         **steady,
     )
+
+
+def ops_profile(cell: dict[str, Any], s: Started, record: dict[str, Any]) -> dict[str, Any]:
+    """``{"ops_profile": ...}``: the cell's profiled pass (harness.measuring.profilers), its trace in
+    ``<run folder>/traces/``; only with ``--profile-ops`` (the cell's ``profile_ops`` names the run
+    folder), in a cell's first round, after its timing. Else {} (a default run is unchanged)."""
+    if not cell.get("profile_ops") or cell.get("round", 1) != 1 or record.get("status") != "ok":
+        return {}
+    run_dir = Path(cell["profile_ops"])
+    out_dir = run_dir / profilers.TRACES / profilers.folder_name(cell["cell_id"])
+    profilers.clear(out_dir)
+    requires = type(s.adapter).requires
+    found = profilers.profile_cell(requires, s.step, s.adapter.sync, s.inputs, out_dir, run_dir, record.get("median_s"))
+    return {"ops_profile": found}
 
 
 @contextlib.contextmanager
