@@ -28,7 +28,7 @@ FORCE ?=
 ARGS ?=
 BENCH_ARGS = --framework $(FRAMEWORK) --device $(DEVICE) --workload $(WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(BUDGET),--budget $(BUDGET)) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(ARGS)
 
-.PHONY: install bench test lint list report sweep compare rerun fidelity doctor lock env calibrate clean-venv
+.PHONY: install bench test test-fast lint list report sweep compare rerun fidelity doctor lock env calibrate clean-venv
 
 # One environment holds one variant: switching variants recreates it (tensorflow-cpu and
 # tensorflow's CUDA build, for one, cannot share it).
@@ -50,6 +50,10 @@ bench: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# The harness-logic tests alone (no framework, worker or subprocess; no seconds of NumPy reference work).
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not frameworks and not workers and not slow"
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -40,6 +40,24 @@ _wanted: list[tuple[str, str]] = []
 _results: dict[tuple[str, str], concurrent.futures.Future] = {}
 
 
+#: Fixtures whose tests start processes: ``trained`` a framework's conformance worker, ``python`` a
+#: subprocess (``python -m harness ...``). Other such tests carry their mark in their module.
+_MARKED_BY_FIXTURE = {"trained": "frameworks", "python": "workers"}
+
+
+class _Marks:
+    @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker (``make test-fast``)
+    def pytest_collection_modifyitems(self, items) -> None:
+        for item in items:
+            for fixture, mark in _MARKED_BY_FIXTURE.items():
+                if fixture in getattr(item, "fixturenames", ()):
+                    item.add_marker(mark)
+
+
+def pytest_configure(config) -> None:
+    config.pluginmanager.register(_Marks(), "dlcompare-marks")
+
+
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected what will not run
 def pytest_collection_modifyitems(items) -> None:
     for item in items:

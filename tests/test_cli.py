@@ -142,6 +142,7 @@ def test_an_unsupported_pair_is_skipped_without_starting_a_worker():
 
 
 @needs_torch
+@pytest.mark.workers
 def test_a_cell_past_its_timeout_is_a_failed_record():
     rec = runner.run_cell(TORCH, check_cell("torch-eager", "mlp") | {"cell_id": "x"}, timeout_s=0.2)
     assert rec["status"] == "failed" and rec["reason"] == "timeout after 0.2 s"
