@@ -16,8 +16,12 @@ from tests.conftest import REPO
 FAST = ["--set", "hidden=8", "--set", "input_shape=4,4", "--set", "num_batches=2", "--timeout", "20"]
 
 
-def bench(python, tmp_path, *args, run_id="r", wait=True):
+def bench(python, tmp_path, *args, run_id="r", wait=True, full_turns=False):
+    """``python -m harness bench`` of the fault adapters; ``full_turns``: the quick profile's own
+    turns (tests/conftest.py shortens them), for a test that reads their CPU ticks."""
     env = dict(os.environ, DLCOMPARE_EXTRA_ADAPTERS="tests.fault_adapters")
+    if full_turns:
+        env.pop("DLCOMPARE_QUICK_TURNS", None)
     cmd = [python, "-m", "harness", "bench", "--workload", "mlp", "--device", "cpu", "--out", str(tmp_path)]
     if "--data" not in args:
         cmd += ["--data", "resident"]
@@ -173,7 +177,7 @@ def test_a_cell_measured_beside_a_busy_process_is_flagged_and_not_ranked(python,
     spinner = subprocess.Popen([python, "-c", "while True: pass"])
     try:
         time.sleep(0.5)
-        proc = bench(python, tmp_path, "--framework", "fault-ok", "--rounds", "1", *FAST)
+        proc = bench(python, tmp_path, "--framework", "fault-ok", "--rounds", "1", *FAST, full_turns=True)
     finally:
         spinner.kill()
         spinner.wait()
