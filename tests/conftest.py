@@ -52,6 +52,9 @@ _MARKED_BY_FIXTURE = {"trained": "frameworks", "python": "workers"}
 
 
 class _Marks:
+    """Marks each test by the fixtures it uses, as a plugin of its own: this module's
+    ``pytest_collection_modifyitems`` must run after deselection, this before it."""
+
     @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker (``make test-fast``)
     def pytest_collection_modifyitems(self, items) -> None:
         for item in items:
