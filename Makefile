@@ -34,7 +34,7 @@ PROFILE_OPS ?=
 ARGS ?=
 BENCH_ARGS = --framework $(FRAMEWORK) --device $(DEVICE) --workload $(WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(BUDGET),--budget $(BUDGET)) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(if $(filter 1 yes true,$(PROFILE_OPS)),--profile-ops) $(ARGS)
 
-.PHONY: install bench test lint list report sweep compare rerun fidelity doctor lock lock-check env calibrate clean-venv gpu-check
+.PHONY: install bench test test-fast lint list report sweep compare rerun fidelity doctor lock lock-check env calibrate clean-venv gpu-check
 
 # One set of environments holds one variant: switching variants recreates them (tensorflow-cpu and
 # tensorflow's CUDA build, for one, cannot share one). Each environment installs its own lock
@@ -65,6 +65,10 @@ bench: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# The harness-logic tests alone (no framework, worker or subprocess; no seconds of NumPy reference work).
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not frameworks and not workers and not slow"
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

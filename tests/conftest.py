@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
+# Runs started by tests take turns briefly (harness.measuring.timing.QUICK_TURN_S, read at import:
+# set before any harness module is imported, here and in every worker). A test of contention
+# detection, which reads the turns' CPU ticks, starts its run without it.
+os.environ.setdefault("DLCOMPARE_QUICK_TURNS", "1")
+
 import atexit
 import concurrent.futures
-import os
 import shutil
 import sys
 import tempfile
@@ -42,6 +48,27 @@ CPU_BUILDS = variant.installed() in (None, "cpu")
 _pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
 _wanted: list[tuple[str, str]] = []
 _results: dict[tuple[str, str], concurrent.futures.Future] = {}
+
+
+#: Fixtures whose tests start processes: ``trained`` a framework's conformance worker, ``python`` a
+#: subprocess (``python -m harness ...``). Other such tests carry their mark in their module.
+_MARKED_BY_FIXTURE = {"trained": "frameworks", "python": "workers"}
+
+
+class _Marks:
+    """Marks each test by the fixtures it uses, as a plugin of its own: this module's
+    ``pytest_collection_modifyitems`` must run after deselection, this before it."""
+
+    @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker (``make test-fast``)
+    def pytest_collection_modifyitems(self, items) -> None:
+        for item in items:
+            for fixture, mark in _MARKED_BY_FIXTURE.items():
+                if fixture in getattr(item, "fixturenames", ()):
+                    item.add_marker(mark)
+
+
+def pytest_configure(config) -> None:
+    config.pluginmanager.register(_Marks(), "dlcompare-marks")
 
 
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected what will not run

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from adapters import discover
-from harness import records
+from harness import cli, records
 from harness.reporting import hardware
 from harness.running import runner
 from harness.stats.cells import combine_all
@@ -22,6 +22,17 @@ needs_torch = pytest.mark.skipif(not TORCH.available, reason=str(TORCH.unavailab
 
 def harness(python, *args, check=False):
     return subprocess.run([python, "-m", "harness", *args], cwd=REPO, capture_output=True, text=True, check=check)
+
+
+def harness_here(capsys, *args: str) -> tuple[int, str]:
+    """``python -m harness ARGS`` in this process, for input rejected before any worker starts (a
+    subprocess would add only its imports; test_help_and_list runs the module itself): the exit
+    code and stderr."""
+    try:
+        code = cli.main(list(args))
+    except SystemExit as exc:  # argparse rejects its own options this way
+        code = exc.code
+    return code, capsys.readouterr().err
 
 
 def test_help_and_list(python):
@@ -110,11 +121,13 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
         (["report", "/nonexistent/run"], "no such results file"),
     ],
 )
-def test_bad_input_exits_2_with_one_clear_line(python, args, message, tmp_path):
-    proc = harness(python, *args, "--out", str(tmp_path)) if args[0] == "bench" else harness(python, *args)
-    assert proc.returncode == 2
-    assert message in proc.stderr
-    assert "Traceback" not in proc.stderr
+def test_bad_input_exits_2_with_one_clear_line(capsys, args, message, tmp_path):
+    code, stderr = (
+        harness_here(capsys, *args, "--out", str(tmp_path)) if args[0] == "bench" else harness_here(capsys, *args)
+    )
+    assert code == 2
+    assert message in stderr
+    assert "Traceback" not in stderr
     assert not list(tmp_path.iterdir()), "nothing is written for rejected input"
 
 
@@ -133,6 +146,7 @@ def test_an_unsupported_pair_is_skipped_without_starting_a_worker():
 
 
 @needs_torch
+@pytest.mark.workers
 def test_a_cell_past_its_timeout_is_a_failed_record():
     rec = runner.run_cell(TORCH, check_cell("torch-eager", "mlp") | {"cell_id": "x"}, timeout_s=0.2)
     assert rec["status"] == "failed" and rec["reason"] == "timeout after 0.2 s"

@@ -132,6 +132,7 @@ def test_greedy_decode_matches_reference(spec, trained):
     check(spec, trained, "greedy decode")
 
 
+@pytest.mark.slow
 def test_evaluate_reports_a_wrong_adapter_in_plain_words():
     """A result that is off (float32 reference losses scaled by 1.01) fails by name."""
     spec = conformance.spec_of(("mlp", tuple(conformance.CHECK_OVERRIDES)))

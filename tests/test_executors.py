@@ -28,6 +28,7 @@ from tests.test_faults import FAST, bench
 
 ray = pytest.importorskip("ray")
 submitit = pytest.importorskip("submitit")
+pytestmark = pytest.mark.workers  # every test runs benches or their workers
 
 MATRIX = ["--framework", "fault-ok,fault-raise", "--rounds", "2", *FAST]
 #: fault-lost kills its job's process (the bench itself under the local executor): cluster runs only.

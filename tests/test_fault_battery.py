@@ -223,6 +223,7 @@ def _disk_full_after(monkeypatch, kind: str, fs: Path | None, whole: int):
 
 
 @pytest.mark.parametrize("kind", ["simulated", "tmpfs"])
+@pytest.mark.workers
 def test_disk_full_mid_run_stops_with_one_line_keeps_whole_records_and_resumes(
     kind, bench, tmp_path, monkeypatch, capsys
 ):
@@ -258,6 +259,7 @@ def test_disk_full_mid_run_stops_with_one_line_keeps_whole_records_and_resumes(
             subprocess.run(["umount", "-l", str(out)], check=False)
 
 
+@pytest.mark.workers
 def test_disk_full_while_writing_the_report_is_one_line_and_the_records_stay(bench, tmp_path, monkeypatch):
     def no_space(run_dir, *args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(run_dir / "report.html"))
@@ -315,6 +317,7 @@ def read_only(tmp_path):
             sub.chmod(0o755)
 
 
+@pytest.mark.workers
 def test_an_unwritable_output_folder_is_refused_before_any_work(bench, read_only):
     folder = read_only()
     code, out, err = bench(*CELL, "--out", str(folder), "--run-id", "r")
@@ -325,6 +328,7 @@ def test_an_unwritable_output_folder_is_refused_before_any_work(bench, read_only
     _nothing_ran(out)
 
 
+@pytest.mark.workers
 def test_resume_of_an_unwritable_run_folder_is_refused_before_any_work(bench, read_only):
     def a_run(folder):
         (folder / "r").mkdir()
@@ -340,6 +344,7 @@ def test_resume_of_an_unwritable_run_folder_is_refused_before_any_work(bench, re
 
 
 @pytest.mark.parametrize("kind", ["simulated", "tmpfs"])
+@pytest.mark.workers
 def test_a_full_disk_before_the_run_is_refused_before_any_work(kind, bench, tmp_path, monkeypatch):
     if kind == "tmpfs":
         out = tmp_path / "fs"

@@ -10,20 +10,47 @@ import time
 
 import pytest
 
-from harness import records
+from harness import cli, records
 from tests.conftest import REPO
 
 FAST = ["--set", "hidden=8", "--set", "input_shape=4,4", "--set", "num_batches=2", "--timeout", "20"]
 
 
-def bench(python, tmp_path, *args, run_id="r", wait=True):
-    env = dict(os.environ, DLCOMPARE_EXTRA_ADAPTERS="tests.fault_adapters")
-    cmd = [python, "-m", "harness", "bench", "--workload", "mlp", "--device", "cpu", "--out", str(tmp_path)]
+def bench_args(tmp_path, *args: str, run_id: str = "r") -> list[str]:
+    """The harness's arguments for ``bench`` of the fault adapters with ``args``."""
+    cmd = ["bench", "--workload", "mlp", "--device", "cpu", "--out", str(tmp_path)]
     if "--data" not in args:
         cmd += ["--data", "resident"]
     if "--rounds" not in args and "--resume" not in args:  # the quick profile runs 3: these tests need no more than 2
         cmd += ["--rounds", "2"]
-    cmd += ["--run-id", run_id, *args]
+    return [*cmd, "--run-id", run_id, *args]
+
+
+@pytest.fixture
+def bench_here(monkeypatch, capsys):
+    """``bench`` as ``bench()`` runs it but in this process (``cli.main``), for options rejected, or
+    a plan printed, before any worker starts (a subprocess adds only its imports; the tests above
+    run the module): (exit code, stdout, stderr)."""
+    monkeypatch.setenv("DLCOMPARE_EXTRA_ADAPTERS", "tests.fault_adapters")
+
+    def run(tmp_path, *args: str) -> tuple[int, str, str]:
+        try:
+            code = cli.main(bench_args(tmp_path, *args))
+        except SystemExit as exc:  # argparse rejects its own options this way
+            code = exc.code
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def bench(python, tmp_path, *args, run_id="r", wait=True, full_turns=False):
+    """``python -m harness bench`` of the fault adapters; ``full_turns``: the quick profile's own
+    turns (tests/conftest.py shortens them), for a test that reads their CPU ticks."""
+    env = dict(os.environ, DLCOMPARE_EXTRA_ADAPTERS="tests.fault_adapters")
+    if full_turns:
+        env.pop("DLCOMPARE_QUICK_TURNS", None)
+    cmd = [python, "-m", "harness", *bench_args(tmp_path, *args, run_id=run_id)]
     if not wait:
         return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
@@ -65,13 +92,10 @@ def test_strict_exits_nonzero_only_when_a_cell_failed(python, tmp_path):
     assert bench(python, tmp_path, "--framework", "fault-ok", "--strict", *FAST, run_id="ok").returncode == 0
 
 
-def test_dry_run_plans_without_running_or_writing(python, tmp_path):
-    proc = bench(python, tmp_path, "--framework", "fault-ok,fault-nan", "--dry-run", *FAST)
-    assert proc.returncode == 0
-    assert (
-        "fault-nan" in proc.stdout
-        and "2 cells planned (0 will be skipped), 2 rounds each; nothing was run." in proc.stdout
-    )
+def test_dry_run_plans_without_running_or_writing(bench_here, tmp_path):
+    code, stdout, _ = bench_here(tmp_path, "--framework", "fault-ok,fault-nan", "--dry-run", *FAST)
+    assert code == 0
+    assert "fault-nan" in stdout and "2 cells planned (0 will be skipped), 2 rounds each; nothing was run." in stdout
     assert not list(tmp_path.iterdir())
 
 
@@ -112,9 +136,9 @@ def test_sigterm_keeps_finished_cells_and_resume_runs_only_the_missing(python, t
         (["--framework", "fault-ok", "--timeout", "0"], "--timeout must be > 0 seconds"),
     ],
 )
-def test_bad_run_options(python, tmp_path, args, message):
-    proc = bench(python, tmp_path, *args)
-    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+def test_bad_run_options(bench_here, tmp_path, args, message):
+    code, _, stderr = bench_here(tmp_path, *args)
+    assert code == 2 and message in stderr and "Traceback" not in stderr
 
 
 def test_existing_run_id_is_refused_with_the_resume_hint(python, tmp_path):
@@ -150,9 +174,9 @@ def test_data_modes_host_runs_and_a_missing_loader_is_skipped(python, tmp_path):
         (["--strategy", "paded"], "unknown strategy 'paded' (did you mean 'padded'?)"),
     ],
 )
-def test_bad_axis_values(python, tmp_path, args, message):
-    proc = bench(python, tmp_path, "--framework", "fault-ok", *args)
-    assert proc.returncode == 2 and message in proc.stderr
+def test_bad_axis_values(bench_here, tmp_path, args, message):
+    code, _, stderr = bench_here(tmp_path, "--framework", "fault-ok", *args)
+    assert code == 2 and message in stderr
 
 
 def test_a_run_folder_in_use_is_refused_and_nothing_is_written(python, tmp_path):
@@ -173,7 +197,7 @@ def test_a_cell_measured_beside_a_busy_process_is_flagged_and_not_ranked(python,
     spinner = subprocess.Popen([python, "-c", "while True: pass"])
     try:
         time.sleep(0.5)
-        proc = bench(python, tmp_path, "--framework", "fault-ok", "--rounds", "1", *FAST)
+        proc = bench(python, tmp_path, "--framework", "fault-ok", "--rounds", "1", *FAST, full_turns=True)
     finally:
         spinner.kill()
         spinner.wait()

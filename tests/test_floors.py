@@ -19,6 +19,7 @@ def test_a_steps_floor_is_its_kernels_times_their_counts_averaged_over_batches()
     assert floors.floor_s([[(a, 1), (("matmul", 9, 9, 9), 1)]], seconds) is None, "an unmeasured kernel: no floor"
 
 
+@pytest.mark.frameworks
 def test_every_library_times_every_kernel_kind_and_each_cell_gets_its_floor():
     """One process per installed library (NumPy, torch, JAX, TensorFlow), real kernels: matmuls
     and every role of a convolution; each cell's floor from the fastest; decoding states none."""

@@ -97,6 +97,7 @@ def run_make(tmp_path, path: str, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("driver, expected", [("580.65.06", "cuda13"), ("550.54.15", "cuda12"), (None, "cpu")])
+@pytest.mark.workers
 def test_make_install_chooses_the_variant_from_the_machine_and_says_why(tmp_path, driver, expected):
     path = stand_in_path(tmp_path, driver) if driver else no_driver_path(tmp_path)
     proc = run_make(tmp_path, path, "install")
@@ -109,6 +110,7 @@ def test_make_install_chooses_the_variant_from_the_machine_and_says_why(tmp_path
     assert f"harness.install.environments --record {expected}" in proc.stdout
 
 
+@pytest.mark.workers
 def test_make_variant_override_and_a_bad_variant(tmp_path):
     proc = run_make(tmp_path, no_driver_path(tmp_path), "install", "VARIANT=cuda12")
     assert proc.returncode == 0 and "-r locks/cuda12.txt" in proc.stdout
@@ -384,6 +386,7 @@ def test_peak_is_measured_in_the_runs_precision(python, tmp_path):
     assert json.loads(out.read_text())["precision"] == "tf32"
 
 
+@pytest.mark.workers
 def test_variant_script_runs_without_the_environment(tmp_path):
     """The Makefile calls it with the system Python before any install: standard library only."""
     env = dict(os.environ, PATH=stand_in_path(tmp_path, "560.35.03"))

@@ -80,6 +80,7 @@ PIPELINES = [
 
 
 @pytest.mark.parametrize(("name", "modules", "make", "workers"), PIPELINES, ids=[p[0] for p in PIPELINES])
+@pytest.mark.frameworks
 def test_every_framework_pipeline_yields_the_reference_batches(images, name, modules, make, workers):
     if not _installed(*modules):
         pytest.skip(f"{', '.join(modules)} not installed")

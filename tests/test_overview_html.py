@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import re
 
+import pytest
+
 from harness.reporting import html, overview, plots, report
 from tests.conftest import REPO
 from tests.fakes import record
@@ -67,6 +69,7 @@ def test_one_colour_per_adapter_in_every_plot_of_a_report():
     assert plots._wide([1.0, 10.5]) and not plots._wide([1.0, 9.5]), "log axis past a 10x span"
 
 
+@pytest.mark.slow
 def test_committed_report_opens_with_the_overview_and_a_short_summary(tmp_path):
     md = (FULL_RUN / "report.md").read_text()
     assert report.build(FULL_RUN, plot_dir=tmp_path) == md, "regenerated from its records, nothing by hand"

@@ -49,6 +49,7 @@ def test_native_bf16_on_the_cpu_follows_its_flags():
     ("cap", "name", "native"),
     [("8.0", "NVIDIA A100-SXM4-80GB", True), ("9.0", "NVIDIA H100 80GB HBM3", True), ("7.5", "Tesla T4", False)],
 )
+@pytest.mark.workers
 def test_native_bf16_on_a_gpu_follows_its_compute_capability(tmp_path, monkeypatch, cap, name, native):
     exe = tmp_path / "nvidia-smi"
     exe.write_text(SMI.format(cap=cap, name=name))
@@ -111,6 +112,7 @@ def test_bench_skips_emulated_bf16_unless_forced(python, tmp_path):
     assert "bfloat16 or float32 (the faster) matmul" in report
 
 
+@pytest.mark.slow
 def test_bf16_allowance_is_derived_from_bf16_runs_of_the_reference():
     """The bf16 allowance is FACTOR x the spread of the reference trained in bfloat16 compute
     from float32 master weights (conformance.bf16_train), never below FLOOR; and it still fails

@@ -6,6 +6,7 @@ import json
 import subprocess
 
 import numpy as np
+import pytest
 
 from harness import records
 from harness.reporting import breakeven, compare, report, static_dynamic, summary, sweeps
@@ -197,6 +198,7 @@ ENV = {
 }
 
 
+@pytest.mark.slow
 def test_sweep_section_and_plots_are_written(tmp_path):
     recs = [sweep_record("torch-eager", "cpu", v, m, i) for i, (v, m) in enumerate([(16, 1), (256, 5), (1024, 20)])]
     recs += [

@@ -48,6 +48,7 @@ def test_cold_window_covers_every_batch_so_no_new_shape_reaches_the_steady_windo
     assert adapter.batches_seen[:7] == batches
 
 
+@pytest.mark.slow
 def test_max_steps_caps_a_fast_cell():
     clock = FakeClock()
     profile = Profile("t", 0, 1, 50, budget_s=1e9, target_rel_iqr=0.0, rounds=1, timeout_s=10)

@@ -20,6 +20,8 @@ from harness.checks import conformance
 from workloads import Params, Workload, optim, transformer
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
 
+pytestmark = pytest.mark.slow  # seconds of NumPy reference training per test
+
 #: One training variant per workload family and optimiser (strategies share the exact one).
 WORKLOADS = ["mlp", "mlp-wide", "cnn", "rnn-caption", "transformer"]
 PARITY = ("step-0 loss", "losses of the first", "parameter updates", "initial parameters")

@@ -95,6 +95,7 @@ def test_a_bad_budget_names_the_valid_forms(text, capsys):
     assert "--budget" in err and ("15m" in err or "more than 0" in err)
 
 
+@pytest.mark.workers
 def test_short_turns_read_together_see_a_busy_core_one_turn_cannot():
     spinner = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<5: pass"])
     try:
@@ -114,6 +115,7 @@ def test_short_turns_read_together_see_a_busy_core_one_turn_cannot():
         spinner.wait()
 
 
+@pytest.mark.workers
 def test_machine_load_sees_a_process_outside_the_workers():
     spinner = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<3: pass"])
     try:
@@ -147,6 +149,7 @@ def fault_adapters(monkeypatch):
     monkeypatch.setenv("DLCOMPARE_EXTRA_ADAPTERS", "tests.fault_adapters")
 
 
+@pytest.mark.workers
 def test_a_worker_whose_parent_dies_ends_itself(fault_adapters):
     adapters = discover()
     cell = {**_cell("fault-ok"), "round": 1}

@@ -55,6 +55,7 @@ def test_reference_gradients_match_finite_differences():
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.slow
 def test_reference_training_reduces_loss(optimizer):
     spec = dataclasses.replace(
         WORKLOADS["mlp"], optimizer=optimizer, learning_rate=0.01 if optimizer == "sgd" else 1e-3
@@ -151,6 +152,7 @@ def test_caption_lengths_vary_and_strategies_shape_the_time_axis():
     assert np.all(b["targets"][np.arange(len(ends)), ends] == 2)
 
 
+@pytest.mark.slow
 def test_strategies_change_cost_never_the_reference_loss():
     spec = get_workload("rnn-caption")
     p = spec.init_params()
@@ -199,6 +201,7 @@ def test_flops_are_counted_from_the_spec():
     assert get_workload("rnn-decode").flops(b) is None
 
 
+@pytest.mark.slow
 def test_decode_spec_stops_at_the_designed_varied_lengths():
     """rnn-decode's captions end where its batches' masks say, at lengths spread like the
     training captions', with early exits and PAD after EOS in every batch."""
@@ -239,6 +242,7 @@ def test_kernel_lists_add_up_to_the_stated_flops(name):
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
+@pytest.mark.slow
 def test_tiny_spec_keeps_the_step_structure_on_tiny_tensors(name):
     """The dispatch floor's spec: valid, a few parameters, the same number of batches and, for
     the caption decoder, the same caption lengths batch by batch (the same loop trip counts)."""

@@ -29,6 +29,7 @@ import bisect
 import contextlib
 import dataclasses
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -57,11 +58,19 @@ class Profile:
     generation (its steady window, shared with the other cells of its group)."""
 
 
+#: The test suite's runs are tiny and assert no timing (tests/conftest.py sets DLCOMPARE_QUICK_TURNS):
+#: their quick generations take turns for a quarter of the time, still at least MIN_TURNS kept turns
+#: (harness.running.turns). Read at import, so the parent and its workers agree and every record's
+#: ``protocol`` says what ran. Users never set it.
+QUICK_TURN_S = 0.5 if os.environ.get("DLCOMPARE_QUICK_TURNS") else 2.0
+
 # quick: 3 rounds, since a verdict between two cells rests on their processes: at 2, a pair whose
 # own spread exceeds its group's has 1 degree of freedom. The calibration on the 2-core AMD EPYC VM
 # (reports/2026-11-24-calibration) found a 10% slow-down in 57% of pairs at 2 generations, 90% at 3.
 PROFILES = {
-    "quick": Profile("quick", 5, 30, 5000, budget_s=0.6, target_rel_iqr=0.05, rounds=3, timeout_s=600, turn_s=2.0),
+    "quick": Profile(
+        "quick", 5, 30, 5000, budget_s=0.6, target_rel_iqr=0.05, rounds=3, timeout_s=600, turn_s=QUICK_TURN_S
+    ),
     "full": Profile("full", 30, 200, 100_000, budget_s=6.0, target_rel_iqr=0.02, rounds=5, timeout_s=3600, turn_s=10.0),
 }
 #: How often (in steps) the adaptive rule looks at the spread.
