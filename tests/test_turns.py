@@ -108,7 +108,7 @@ def test_short_turns_read_together_see_a_busy_core_one_turn_cannot():
             load.stop()
             loads.append(load)
         whole = MachineLoad.combined(loads)
-        assert 0.5 < whole.other_cores < 1.6 and whole.contended
+        assert whole.other_cores > 0.5 and whole.contended
         assert not MachineLoad.combined([]).contended
     finally:
         spinner.kill()
