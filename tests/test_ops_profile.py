@@ -242,6 +242,15 @@ def test_the_report_section_says_where_each_mode_spends_its_step():
     assert "jax-jit" not in text  # not profiled: not in the section
 
 
+def test_the_unprofiled_step_beside_the_profiled_one_is_the_same_rounds():
+    # The record's median may be another round's (or the rounds' combination): the profiler's
+    # overhead is read against the step the same process timed just before its profiled pass.
+    profile = {**_profile(0.1, 9), "profiled_step_s": 0.0025, "unprofiled_step_s": 0.002}
+    table = ops.shares_table([{**_rec("torch-compile", "torch", "static", profile), "median_s": 0.004}])
+    row = next(line for line in table.splitlines() if line.startswith("| torch-compile"))
+    assert [c.strip() for c in row.split("|")[2:4]] == ["2.5", "2"]
+
+
 def test_a_profile_that_disagrees_with_the_floors_is_said():
     bound = {
         **_rec("jax-eager", "jax", "dynamic", _profile(0.8, 100)),
@@ -308,3 +317,20 @@ def test_xla_control_flow_is_a_scope_its_body_ops_count():
     found = breakdown(events)
     assert found["seconds"][taxonomy.MATMUL] == pytest.approx(30e-6)
     assert found["seconds"][taxonomy.UNCOVERED] == pytest.approx(70e-6)
+
+
+def test_a_one_shot_cell_times_its_floor_before_its_profiled_pass(monkeypatch):
+    # The dispatch floor is a timing: the profiler must not run before it (it perturbs timing).
+    calls = []
+    fields = {f.name: None for f in worker.dataclasses.fields(worker.Started)}
+    adapter = type("Adapter", (), {"sync": None})()
+    started = worker.Started(**{**fields, "adapter": adapter, "pass_steps": 1, "chained": True})
+    monkeypatch.setattr(worker, "start", lambda cell: started)
+    monkeypatch.setattr(worker.timing, "measure", lambda *a, **k: None)
+    monkeypatch.setattr(worker, "compile_count", lambda adapter: None)
+    monkeypatch.setattr(worker, "finish", lambda *a: {"status": "ok"})
+    monkeypatch.setattr(worker, "dispatch_floor", lambda *a: calls.append("floor") or {"dispatch_floor_s": 1.0})
+    monkeypatch.setattr(worker, "ops_profile", lambda *a: calls.append("profile") or {"ops_profile": {}})
+    record = worker.bench({"profile": "quick"})
+    assert calls == ["floor", "profile"]
+    assert record == {"status": "ok", "dispatch_floor_s": 1.0, "ops_profile": {}}

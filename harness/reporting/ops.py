@@ -86,7 +86,9 @@ def shares_table(group: list[Record]) -> str:
     rows = []
     for r in ok:
         p = r["ops_profile"]
-        row = [r["adapter"], sig(p["profiled_step_s"] * 1e3), sig(r["median_s"] * 1e3), sig(p["ops_per_step"])]
+        # The unprofiled step of the same process and round: another round's may differ by drift.
+        unprofiled = p.get("unprofiled_step_s") or r["median_s"]
+        row = [r["adapter"], sig(p["profiled_step_s"] * 1e3), sig(unprofiled * 1e3), sig(p["ops_per_step"])]
         row += [_pct(p["shares"].get(c, 0.0)) for c in used]
         if gpu:
             row += [_pct(p.get("device_busy_share")), sig((p.get("kernel_gap_s") or 0) * 1e6)]
