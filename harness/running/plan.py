@@ -107,20 +107,20 @@ def select_strategies(expr: str) -> list[str]:
 
 def variants(workload: str, overrides: list[str], strategies: list[str]) -> list[list[str]]:
     """Override lists for one workload: one per loop strategy where the workload has them
-    (training with a variable-length loop) and the user did not fix one with --set, none where
-    it has none of ``strategies`` (its ``strategies`` attribute, else all); times each value of
-    every field in its ``plan_axes`` that --set does not fix (the transformer's ``attention``)."""
+    (training with a variable-length loop: its ``strategies``) and the user did not fix one
+    with --set, none where it has none of ``strategies``; times each value of every field in
+    its ``plan_axes`` that --set does not fix (the transformer's ``attention``)."""
     spec = get_workload(workload)
     fixed = {o.split("=")[0].strip() for o in overrides}
     out = [list(overrides)]
+    looped = spec.task == "train" and bool(spec.strategies) and "strategy" not in fixed
     if strategies == [DEFAULT_STRATEGY]:  # the spec's own defaults: one cell per adapter
-        if getattr(spec, "task", None) == "train" and "strategy" not in fixed and hasattr(spec, "strategy"):
+        if looped:
             out = [[*overrides, f"strategy={spec.strategy}"]]
         return out
-    if getattr(spec, "task", None) == "train" and "strategy" not in fixed:
-        own = getattr(spec, "strategies", STRATEGIES)  # a workload may have fewer (no graph-loop)
-        out = [[*overrides, f"strategy={s}"] for s in strategies if s in own]
-    for field, values in getattr(spec, "plan_axes", {}).items():
+    if looped:
+        out = [[*overrides, f"strategy={s}"] for s in strategies if s in spec.strategies]
+    for field, values in spec.plan_axes.items():
         if field not in fixed:
             out = [[*o, f"{field}={v}"] for o in out for v in values]
     return out

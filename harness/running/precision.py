@@ -116,7 +116,7 @@ def skip_reason(cell: dict[str, Any], spec: Any) -> str | None:
     precision = cell.get("precision", "fp32")
     if precision != "bf16":
         return None
-    if getattr(spec, "task", "train") != "train":
+    if spec.task != "train":
         return f"bf16 applies to training steps (the loss function); {spec.name}'s inference step runs float32"
     if cell.get("force_precision"):
         return None

@@ -85,7 +85,7 @@ def place(adapter, batches: list) -> tuple[list[Any], list[float]]:
 
 def step_function(adapter, spec):
     """``infer_step`` for inference workloads (``task="decode"``), else ``train_step``."""
-    return adapter.infer_step if getattr(spec, "task", "train") != "train" else adapter.train_step
+    return adapter.infer_step if spec.task != "train" else adapter.train_step
 
 
 def feed(
@@ -144,7 +144,7 @@ def token_counts(adapter, spec, batches: list) -> tuple[list[int] | None, dict[s
 
     Decoding counts what the adapter emitted (EOS included, PAD after it not), from one more
     untimed decode of every batch; training counts the workload's own token count."""
-    if getattr(spec, "task", "train") == "train":
+    if spec.task == "train":
         return [spec.tokens(b) for b in batches] if spec.tokens(batches[0]) is not None else None, {}
     lengths = [decoded_lengths(adapter.fetch(adapter.infer_step(adapter.to_device(b)))) for b in batches]
     every = np.concatenate(lengths)
@@ -219,7 +219,7 @@ def dispatch_floor(cell: dict[str, Any], spec, device: str) -> dict[str, Any]:
         mode = "resident" if mode == "loader" and has_images(tiny) else mode
         step, inputs, _, _ = feed(adapter, tiny, mode, batches)
         pass_steps = len(batches) if len({tiny.flops(b) for b in batches}) > 1 else 1  # as bench() decides
-        chained = getattr(tiny, "task", "train") == "train"
+        chained = tiny.task == "train"
         m = timing.measure(
             step,
             adapter.sync,
@@ -273,7 +273,7 @@ def start(cell: dict[str, Any]) -> Started:
         flops,
         # Steps of different sizes: a block is whole passes, so every block does the same work.
         pass_steps=len(batches) if len(set(flops)) > 1 else 1,
-        chained=getattr(spec, "task", "train") == "train",
+        chained=spec.task == "train",
         compiles_before=adapter.compile_stats(),
     )
 
@@ -430,7 +430,7 @@ def check(cell: dict[str, Any], steps: int, snapshot: int) -> dict[str, np.ndarr
     except DeviceFailure as exc:
         return {"device_failed": np.asarray(str(exc))}
     placed, _ = place(adapter, spec.batches())
-    if getattr(spec, "task", "train") != "train":
+    if spec.task != "train":
         return {"outputs": np.stack([adapter.fetch(adapter.infer_step(batch)) for batch in placed])}
     snaps = {f"param0:{k}": v for k, v in adapter.params().items()}
     # A static graph's traces and compiles in each step, read around the step alone (params()

@@ -91,8 +91,8 @@ def check_steps(spec: Workload, precision: str = "fp32") -> int:
 def falls_checked(spec: Workload, precision: str = "fp32") -> bool:
     """Whether the "loss falls" check applies: not to padding strategies nor bf16 variants (see
     check_steps)."""
-    return getattr(spec, "strategy", "exact") == "exact" and precision != "bf16"
+    return spec.strategy == "exact" and precision != "bf16"
 
 
 def is_training(spec: Workload) -> bool:
-    return getattr(spec, "task", "train") == "train"
+    return spec.task == "train"
