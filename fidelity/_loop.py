@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.records import new_record, writable
-from workloads import Batch, Params, Workload, get_workload, override
+from harness.records import Cell, new_record, spec_of, writable
+from workloads import Batch, Params, Workload
 
 LATENCY_S = 0.5
 MIN_STEPS = 30
@@ -46,12 +46,12 @@ def cell() -> tuple[dict[str, Any], Path]:
     return json.loads(args.cell.read_text()), args.out
 
 
-def workload(cell: dict[str, Any]) -> tuple[Workload, Params, list[Batch]]:
-    spec = override(get_workload(cell["workload"]), cell.get("overrides", []))
+def workload(cell: Cell) -> tuple[Workload, Params, list[Batch]]:
+    spec = spec_of(cell)
     return spec, spec.init_params(), spec.batches()
 
 
-def device(cell: dict[str, Any]) -> str:
+def device(cell: Cell) -> str:
     """``cpu`` or ``cuda`` (``auto`` is the GPU where the framework sees one; scripts take it as asked)."""
     return "cuda" if cell["device_requested"] == "cuda" else "cpu"
 
@@ -95,7 +95,7 @@ def result(step_times: list[float], block_per_step: list[float], block_steps: in
     }
 
 
-def write(cell: dict[str, Any], out: Path, versions: dict[str, str], measured: dict[str, Any]) -> None:
+def write(cell: Cell, out: Path, versions: dict[str, str], measured: dict[str, Any]) -> None:
     batch_size = int(cell["spec"]["batch_size"])
     record = new_record(
         cell,

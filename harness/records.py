@@ -1,7 +1,10 @@
 """Result records: one flat JSON object per cell, one per line in ``results.jsonl``.
 
-Reports are built from records alone, so every field a report shows lives here.
-``schema_version`` changes whenever a field changes meaning.
+Reports are built from records alone, so every field a report shows lives here. A record is
+its ``Cell`` (what was asked) followed by what was measured (``Record``): both are typed here,
+plain dicts at run time, so the JSON on disk is exactly what these types describe.
+``schema_version`` changes whenever a field changes meaning; ``upgrade`` brings a record of an
+older version to the current one, and every reader goes through ``load``, which calls it.
 """
 
 from __future__ import annotations
@@ -11,8 +14,13 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    from workloads.images import PipelineSettings
+    from workloads.spec import Workload
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "skipped", "failed")
@@ -22,6 +30,153 @@ ENV = "env.json"
 
 class RecordError(ValueError):
     """A results file that is not ours or is damaged; the message names file and line."""
+
+
+class _Worker(TypedDict):
+    """The keys every cell has: what starting its worker reads (harness.running.runner)."""
+
+    adapter: str  #: the label (``torch-eager``, ``torch-eager@torch-next``, ``...~twin1``)
+    threads: int
+    device_requested: str  #: ``cpu``, ``cuda`` (``auto`` only for doctor's probe)
+
+
+class Cell(_Worker, total=False):
+    """One cell of a run's matrix: what a worker is asked to run. harness.running.plan builds
+    them (calibration twins add ``slowdown``, fidelity ``kind`` and ``script``, the session
+    ``kernel_floor_s``, the executors each round's ``round``); conformance and doctor build
+    smaller ones, with the keys their workers read. Every record starts with its cell's keys."""
+
+    run_id: str
+    cell_id: str  #: see ``cell_id``: stable across runs
+    base_adapter: str  #: the adapter module where ``adapter`` is not it (see ``base_adapter``)
+    env: str  #: the named environment (``--env NAME=PYTHON``) a cell runs in
+    python: str | None  #: that environment's interpreter
+    framework: str
+    graph: str
+    workload: str
+    overrides: list[str]  #: ``field=value`` spec overrides (``spec_of`` applies them)
+    spec: dict[str, Any]  #: the resulting spec, ``Workload.as_dict()``
+    param_count: int
+    data: str  #: ``resident``, ``host`` or ``loader``
+    precision: str
+    force_precision: bool
+    profile: str
+    pipeline: dict[str, int]  #: input pipeline settings, parsed by the plan (``pipeline_of``)
+    sweep: dict[str, Any]  #: ``{"field": name, "value": float}`` of a sweep's cell
+    slowdown: float  #: a calibration twin's busy-wait factor (harness.calibrate)
+    kind: str  #: ``idiomatic`` for a fidelity script's cell
+    script: str  #: that script's module
+    kernel_floor_s: float | None  #: the step's kernels at the device's measured peak (harness.measuring.floors)
+    round: int  #: which of the run's rounds a worker is running (from 1)
+
+
+class Record(Cell, total=False):
+    """A cell's result as written to ``results.jsonl``: the cell's keys, then these. Only
+    ``schema_version``, ``status`` and ``reason`` are in every record; the measured keys are
+    in ``ok`` records (and some in others), each where its part of the harness measured it.
+    Listed are the keys the reports and statistics read; a record may hold more."""
+
+    schema_version: int
+    status: str  #: one of STATUSES
+    reason: str
+    # identity of where it ran
+    machine: str
+    node: str
+    device: str
+    versions: dict[str, Any]
+    fingerprint: dict[str, Any]
+    protocol: dict[str, Any]
+    group: str
+    rounds: int
+    turn_ids: list[int]
+    # the timed steps (seconds)
+    step_times_s: list[float]
+    median_s: float
+    ci_low_s: float
+    ci_high_s: float
+    iqr_s: float
+    wall_s: float
+    first_step_s: float
+    compile_s: float | None
+    cold_s: float
+    cold_times_s: list[float]
+    cold_settled: bool | None
+    pipelined_s: float
+    synced_block_s: float
+    turn_block_s: list[float]
+    turns_dropped: int
+    turns_contended: int
+    verdict_level: float
+    contended: bool
+    other_cpu_cores: float
+    noisy: bool
+    # what a step does
+    batch_size: int
+    steps: int
+    loss_first: float
+    samples_per_s: float
+    tokens_per_s: float | None
+    gflops: float | None
+    flops_per_step: float | None
+    dispatch_floor_s: float
+    steady_recompiles: int
+    pipelined_recompiles: int
+    recompile_times_s: list[float]
+    step_batches: list[int]
+    pass_steps: int
+    pass_s: float
+    # input pipelines (``data: loader``)
+    wait_times_s: list[float]
+    wait_median_s: float
+    input_bound_share: float
+    pipeline_data: dict[str, Any]
+    # resources
+    host_peak_rss_bytes: int
+    device_peak_bytes: int | None
+    gpu_util_mean: float | None
+    to_device_s: float
+    traces: int | None
+    ops_profile: dict[str, Any]
+
+
+def spec_of(cell: Cell | Mapping[str, Any]) -> Workload:
+    """The workload spec a cell (or record) runs: its ``workload`` with its ``overrides`` applied
+    and validated (the only keys read, so a check's variant may pass just those). The one place
+    a spec is rebuilt from a cell; raises ``workloads.SpecError``."""
+    from workloads import get_workload, override  # the workloads import numpy: not for every reader
+
+    return override(get_workload(cell["workload"]), list(cell.get("overrides", [])))
+
+
+def pipeline_of(cell: Cell) -> PipelineSettings:
+    """A cell's input pipeline settings (defaults where it names none). The plan parsed and
+    validated them from ``--set`` and ``--sweep`` (harness.running.plan); read as they are."""
+    from workloads.images import PipelineSettings
+
+    return PipelineSettings(**cell.get("pipeline", {}))
+
+
+#: ``version -> step`` turning a record of that version into one of the next; empty while no
+#: version before SCHEMA_VERSION has been written (every committed record is version 1).
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def upgrade(record: dict[str, Any]) -> Record:
+    """A record of any readable version as a record of SCHEMA_VERSION (the record itself where it
+    is current). Raises ``RecordError`` naming the version and the readable ones where it is
+    newer than this harness or older than any step in UPGRADES."""
+    version = record.get("schema_version")
+    readable = sorted({*UPGRADES, SCHEMA_VERSION})
+    while version != SCHEMA_VERSION:
+        step = UPGRADES.get(version) if isinstance(version, int) else None
+        if step is None:
+            newer = " (written by a newer dlcompare)" if isinstance(version, int) and version > SCHEMA_VERSION else ""
+            raise RecordError(f"schema_version {version!r}{newer}: this version reads {', '.join(map(str, readable))}")
+        record = step(record)
+        if record.get("schema_version") != version + 1:
+            raise AssertionError(f"upgrade from schema_version {version} must give {version + 1}")
+        version = record["schema_version"]
+    return record  # type: ignore[return-value]  # a dict holding Record's keys
 
 
 #: The ``kind`` of a record (or cell) that an idiomatic script ran, not an adapter (harness.checks.fidelity).
@@ -55,7 +210,7 @@ class RecordWriteError(OSError):
         return f"cannot write a record to {self.path}: {self.strerror}" + (f" ({code})" if code else "")
 
 
-def base_adapter(cell: dict[str, Any]) -> str:
+def base_adapter(cell: Cell) -> str:
     """The adapter module a cell runs (``torch-eager@torch-next`` runs ``torch-eager``)."""
     return cell.get("base_adapter") or cell["adapter"]
 
@@ -65,7 +220,8 @@ def cell_id(adapter: str, workload: str, device: str, overrides: list[str]) -> s
     return "|".join([adapter, workload, device, *sorted(overrides)])
 
 
-def new_record(cell: dict[str, Any], status: str, reason: str = "", **fields: Any) -> dict[str, Any]:
+def new_record(cell: Cell, status: str, reason: str = "", **fields: Any) -> Record:
+    """A record of the current version: the cell's keys, status and reason, then ``fields``."""
     if status not in STATUSES:
         raise ValueError(f"status {status!r} is not one of {STATUSES}")
     return {"schema_version": SCHEMA_VERSION, **cell, "status": status, "reason": reason, **fields}
@@ -195,8 +351,8 @@ def load_env(run_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def load(path: Path) -> list[dict[str, Any]]:
-    """Read and validate every record of a results file.
+def load(path: Path) -> list[Record]:
+    """Read and validate every record of a results file, each upgraded to SCHEMA_VERSION.
 
     A torn last line (no newline at the end and not JSON: a write cut short by a full disk or
     a crash) is skipped with a warning on stderr naming file and line; every whole record
@@ -220,10 +376,10 @@ def load(path: Path) -> list[dict[str, Any]]:
             raise RecordError(f"{path}:{n}: not a JSON record ({exc.msg})") from None
         if not isinstance(rec, dict) or "schema_version" not in rec:
             raise RecordError(f"{path}:{n}: not a dlcompare record (no schema_version)")
-        if rec["schema_version"] != SCHEMA_VERSION:
-            raise RecordError(
-                f"{path}:{n}: schema_version {rec['schema_version']!r}, this version reads {SCHEMA_VERSION}"
-            )
+        try:
+            rec = upgrade(rec)
+        except RecordError as exc:
+            raise RecordError(f"{path}:{n}: {exc}") from None
         missing = [k for k in ("adapter", "workload", "device_requested", "status") if k not in rec]
         if missing or rec["status"] not in STATUSES:
             raise RecordError(f"{path}:{n}: record lacks {missing or 'a valid status'}")

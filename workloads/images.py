@@ -65,17 +65,6 @@ class PipelineSettings:
 PIPELINE_FIELDS = {"workers": AUTOTUNE, "prefetch": 0}
 
 
-def pipeline_settings(values: dict[str, Any]) -> PipelineSettings:
-    """Settings from ``{field: value}``; raises SpecError naming a bad field or value."""
-    out = {}
-    for key, raw in values.items():
-        if key not in PIPELINE_FIELDS:
-            raise SpecError(f"unknown pipeline setting {key!r}; valid: {', '.join(PIPELINE_FIELDS)}")
-        value = parse_setting(key, raw)
-        out[key] = value
-    return PipelineSettings(**out)
-
-
 def parse_setting(key: str, raw: Any) -> int:
     """One pipeline setting's value: an integer >= its minimum; ``autotune`` for workers."""
     if key == "workers" and str(raw).strip().lower() == "autotune":

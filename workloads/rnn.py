@@ -49,6 +49,7 @@ marks each caption's designed length, which the decode reproduces (tests check i
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 
@@ -87,6 +88,9 @@ class RNNCaption(Workload):
     strategy: str = "exact"
     buckets: tuple[int, ...] = (10, 20, 30, 40)
     task: str = "train"
+
+    #: The loop strategies a run plans for this workload (harness.running.plan.variants): all.
+    strategies: ClassVar[tuple[str, ...]] = STRATEGIES
 
     def validate(self) -> None:
         super().validate()

@@ -11,6 +11,8 @@ import abc
 import dataclasses
 import math
 import typing
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -46,8 +48,25 @@ class SpecError(ValueError):
     """A bad workload name, field or value; the message names it and the valid choices."""
 
 
+class Declared:
+    """What the harness reads of every workload, with the value a workload that does not set it
+    has. A plain base class, not dataclass fields: a subclass may make one of them a field
+    (rnn-caption's ``task``, ``strategy``), and a workload that does not records no such field."""
+
+    task: ClassVar[str] = "train"
+    """``train`` (a step trains) or another task (rnn-decode's ``decode``: a step infers)."""
+    strategy: ClassVar[str] = "exact"
+    """The loop strategy of a variable-length workload; fixed-shape workloads are ``exact``."""
+    strategies: ClassVar[tuple[str, ...]] = ()
+    """The loop strategies a run plans for this workload when it trains (empty: none, fixed shapes)."""
+    attention: ClassVar[str] = "naive"
+    """The attention kernel (the transformer's field); ``naive`` where a workload has no attention."""
+    plan_axes: ClassVar[Mapping[str, tuple[str, ...]]] = MappingProxyType({})
+    """Fields a run plans every value of unless ``--set`` fixes one (harness.running.plan.variants)."""
+
+
 @dataclasses.dataclass(frozen=True)
-class Workload(abc.ABC):
+class Workload(Declared, abc.ABC):
     """Base class of every workload spec.
 
     Subclasses set ``family`` (what adapters dispatch on) and implement the NumPy methods.

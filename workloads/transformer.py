@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
@@ -123,7 +124,7 @@ class Transformer(Workload):
     strategies: ClassVar[tuple[str, ...]] = STRATEGIES
     #: Fields a run plans every value of unless ``--set`` fixes one (harness.running.plan.variants): the
     #: attention kernels side by side in one run.
-    plan_axes: ClassVar[dict[str, tuple[str, ...]]] = {"attention": ATTENTION}
+    plan_axes: ClassVar[Mapping[str, tuple[str, ...]]] = {"attention": ATTENTION}
 
     def validate(self) -> None:
         super().validate()

@@ -20,6 +20,7 @@ from typing import Any
 from adapters import AdapterInfo
 from harness import env
 from harness.install import variant
+from harness.records import Cell
 from harness.running import runner
 
 PROBE_TIMEOUT_S = 300
@@ -28,7 +29,7 @@ PROBE_TIMEOUT_S = 300
 def probe(info: AdapterInfo, threads: int, python: str | None = None) -> dict[str, Any]:
     """The adapter's versions and build from a worker process (under ``python``, another
     environment's interpreter, if given), or {"error": reason}."""
-    cell = {"adapter": info.name, "threads": threads, "device_requested": "auto", "python": python}
+    cell: Cell = {"adapter": info.name, "threads": threads, "device_requested": "auto", "python": python}
     if not info.available and runner.interpreter(info, cell) == sys.executable:
         return {"error": f"not installed: {info.unavailable}"}
     with tempfile.TemporaryDirectory() as tmp:
@@ -159,7 +160,7 @@ def library_maps(adapters: Mapping[str, AdapterInfo], threads: int, names: list[
     worker mapped, their CUDA majors and a verdict ("ok", or what is wrong)."""
     rows = []
     for info in representatives(adapters, names):
-        cell = {
+        cell: Cell = {
             "run_id": "doctor",
             "adapter": info.name,
             "framework": info.framework,

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.measuring import limits_cache
-from workloads import get_workload, override
+from harness.records import Cell, spec_of
 
 REPO = Path(__file__).resolve().parents[2]
 REPEATS = 2 if os.environ.get("DLCOMPARE_QUICK_LIMITS") else 5  # the test suite's runs are tiny
@@ -45,9 +45,9 @@ def _key(kernel: tuple) -> str:
     return json.dumps(list(kernel))
 
 
-def cell_kernels(cell: dict[str, Any]) -> list[list[tuple[tuple, int]]] | None:
+def cell_kernels(cell: Cell) -> list[list[tuple[tuple, int]]] | None:
     """Per batch of the cell's workload, its kernels and counts; None where it states none."""
-    spec = override(get_workload(cell["workload"]), cell.get("overrides", []))
+    spec = spec_of(cell)
     per_batch = [spec.kernels(b) for b in spec.batches()]
     return None if any(k is None for k in per_batch) else per_batch
 

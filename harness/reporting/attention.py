@@ -4,16 +4,14 @@ the swept value at which fused overtakes naive (or naive fused) for each adapter
 
 from __future__ import annotations
 
-from typing import Any
-
 from tabulate import tabulate
 
+from harness.records import Record
 from harness.reporting.cells import strategy
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig
 from harness.reporting.sweeps import crossovers
 from harness.stats.verdicts import separated
 
-Record = dict[str, Any]
 KINDS = ("naive", "fused")
 
 

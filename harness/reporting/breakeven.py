@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
+from harness.records import Record
 from harness.stats.verdicts import FASTER, NOT_JUDGED, SLOWER, TIE, pair_verdict, relative, separated
-
-Record = dict[str, Any]
 
 
 def cold_window(rec: Record) -> list[float]:

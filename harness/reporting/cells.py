@@ -7,11 +7,8 @@ summary, tables, plots, comparisons) can import it without importing each other.
 
 from __future__ import annotations
 
-from typing import Any
-
+from harness.records import Record
 from harness.stats.verdicts import separated
-
-Record = dict[str, Any]
 
 
 def strategy(rec: Record) -> str | None:

@@ -13,13 +13,11 @@ from typing import Any
 from tabulate import tabulate
 
 from harness import records
-from harness.records import is_idiomatic
+from harness.records import Record, is_idiomatic
 from harness.reporting import cells, report
 from harness.reporting.formatting import fingerprint_name, machine_name, sig, status_text
 from harness.stats.cells import combine_all, fingerprint_key
 from harness.stats.verdicts import INCONCLUSIVE, MEANINGFUL_CHANGE, NO_CHANGE, RunChange, change, separated
-
-Record = dict[str, Any]
 
 
 def geometric_mean_s(rec: Record) -> float:

@@ -12,16 +12,14 @@ give is listed with its reason.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from tabulate import tabulate
 
+from harness.records import Record
 from harness.reporting import plots
 from harness.reporting.cells import strategy
 from harness.reporting.formatting import DASH, device_label, sig, slug
 from harness.stats import taxonomy
-
-Record = dict[str, Any]
 
 
 def profiled(recs: list[Record]) -> list[Record]:

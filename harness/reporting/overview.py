@@ -10,15 +10,13 @@ tie; cells that did not run show their status; contended cells show their ratio,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from tabulate import tabulate
 
+from harness.records import Record
 from harness.reporting.cells import best_per_adapter, comparable, strategy, what
 from harness.reporting.formatting import device_label, sig
 from harness.stats.verdicts import separated
-
-Record = dict[str, Any]
 
 
 @dataclass(frozen=True)

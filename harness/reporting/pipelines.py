@@ -5,15 +5,14 @@ and where each series stops being input-bound."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from tabulate import tabulate
 
+from harness.records import Record
 from harness.reporting import plots
 from harness.reporting.formatting import DASH, device_label, sig, slug
 from workloads.images import AUTOTUNE, PIPELINE_FIELDS
 
-Record = dict[str, Any]
 #: A step is input-bound while waiting for its batch takes at least this share of it: past it
 #: the wait is no longer small against the step, and more workers or prefetch could still buy
 #: time. A definition, not a tuned threshold (at 50% a step waiting 40% of its time would read

@@ -20,12 +20,12 @@ import matplotlib.patches  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
+from harness.records import Record  # noqa: E402
 from harness.reporting.cells import strategy  # noqa: E402
 from harness.reporting.formatting import sig  # noqa: E402
 from harness.reporting.overview import Grid, ratio_text  # noqa: E402
 from harness.stats import taxonomy  # noqa: E402
 
-Record = dict[str, Any]
 Colors = dict[str, Any]
 #: Steps shown in the cumulative-time plot: far enough to see late break-evens.
 HORIZON = 10_000

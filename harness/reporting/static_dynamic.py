@@ -3,16 +3,13 @@ compiling costs each static-graph cell and when it pays off, and the loop strate
 
 from __future__ import annotations
 
-from typing import Any
-
 from tabulate import tabulate
 
+from harness.records import Record
 from harness.reporting.breakeven import break_even_range, break_even_text, cumulative_s, steady_outcome, steps_text
 from harness.reporting.cells import axes, comparable, name, strategy, what
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig
 from harness.stats.verdicts import NOT_JUDGED, TIE
-
-Record = dict[str, Any]
 
 
 def section(groups: dict[tuple, list[Record]]) -> list[str]:

@@ -10,13 +10,10 @@ whose data is missing is left out, never guessed; cells that ran beside other CP
 
 from __future__ import annotations
 
-from typing import Any
-
+from harness.records import Record
 from harness.reporting.breakeven import break_even_range, steps_text
 from harness.reporting.cells import axes, comparable, leaders, name, strategy, what
 from harness.stats.verdicts import separated
-
-Record = dict[str, Any]
 
 
 def _num(value: float) -> str:

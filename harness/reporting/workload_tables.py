@@ -14,11 +14,10 @@ from typing import Any
 
 from tabulate import tabulate
 
+from harness.records import Record
 from harness.reporting.cells import overlap, strategy
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig, status_text
 from harness.stats.verdicts import separated
-
-Record = dict[str, Any]
 
 #: The most columns the main table may have; the rest go to the details table.
 MAIN_MAX = 10

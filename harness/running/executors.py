@@ -40,6 +40,7 @@ import psutil
 
 from adapters import AdapterInfo
 from harness import records
+from harness.records import Record
 from harness.running import turns
 from harness.running.progress import MatrixProgress
 from harness.running.rounds import Run
@@ -52,8 +53,6 @@ SLURM_SLACK_MIN = 10
 #: and submitit's local mode and Ray's, where a poll is cheap and every wait adds to each cell.
 POLL_S = 0.5
 LOCAL_POLL_S = 0.05
-
-Record = dict[str, Any]
 
 
 class ExecutorError(RuntimeError):

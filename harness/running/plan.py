@@ -17,8 +17,8 @@ from pathlib import Path
 from adapters import AdapterInfo
 from adapters.base import PRECISIONS
 from harness.install.environments import ENV_NAME
-from harness.records import base_adapter, cell_id
-from workloads import STRATEGIES, WORKLOADS, SpecError, get_workload, override
+from harness.records import Cell, base_adapter, cell_id, spec_of
+from workloads import STRATEGIES, WORKLOADS, SpecError, get_workload
 from workloads.images import PIPELINE_FIELDS, has_images, parse_setting
 from workloads.spec import overridable_fields
 
@@ -107,20 +107,20 @@ def select_strategies(expr: str) -> list[str]:
 
 def variants(workload: str, overrides: list[str], strategies: list[str]) -> list[list[str]]:
     """Override lists for one workload: one per loop strategy where the workload has them
-    (training with a variable-length loop) and the user did not fix one with --set, none where
-    it has none of ``strategies`` (its ``strategies`` attribute, else all); times each value of
-    every field in its ``plan_axes`` that --set does not fix (the transformer's ``attention``)."""
+    (training with a variable-length loop: its ``strategies``) and the user did not fix one
+    with --set, none where it has none of ``strategies``; times each value of every field in
+    its ``plan_axes`` that --set does not fix (the transformer's ``attention``)."""
     spec = get_workload(workload)
     fixed = {o.split("=")[0].strip() for o in overrides}
     out = [list(overrides)]
+    looped = spec.task == "train" and bool(spec.strategies) and "strategy" not in fixed
     if strategies == [DEFAULT_STRATEGY]:  # the spec's own defaults: one cell per adapter
-        if getattr(spec, "task", None) == "train" and "strategy" not in fixed and hasattr(spec, "strategy"):
+        if looped:
             out = [[*overrides, f"strategy={spec.strategy}"]]
         return out
-    if getattr(spec, "task", None) == "train" and "strategy" not in fixed:
-        own = getattr(spec, "strategies", STRATEGIES)  # a workload may have fewer (no graph-loop)
-        out = [[*overrides, f"strategy={s}"] for s in strategies if s in own]
-    for field, values in getattr(spec, "plan_axes", {}).items():
+    if looped:
+        out = [[*overrides, f"strategy={s}"] for s in strategies if s in spec.strategies]
+    for field, values in spec.plan_axes.items():
         if field not in fixed:
             out = [[*o, f"{field}={v}"] for o in out for v in values]
     return out
@@ -151,7 +151,7 @@ def plan(
     sweep: str | None = None,
     gpu_present: bool = False,
     envs: list[str] = (),
-) -> list[dict]:
+) -> list[Cell]:
     """The cells of a run, in order: workload (and its strategies), data mode, device, adapter
     (and its environments). With ``envs`` (``NAME=PYTHON``), every adapter also runs in each
     named Python environment, as the adapter ``<adapter>@<NAME>``: two versions of a framework
@@ -176,16 +176,16 @@ def plan(
         for ovr, value in itertools.product(variants(w, overrides, strategies), values):
             pipe = dict(pipeline)
             if field in PIPELINE_FIELDS:
-                pipe[field] = parse_setting(field, value)
+                pipe[field] = value  # parsed by parse_sweep
             elif field is not None:
                 ovr = [*ovr, f"{field}={value}"]
             try:
-                planned.append((w, ovr, override(get_workload(w), ovr), value, pipe))
+                planned.append((w, ovr, spec_of({"workload": w, "overrides": ovr}), value, pipe))
             except SpecError as exc:
                 raise PlanError(str(exc)) from None
     if not planned:
         raise PlanError(f"no workload of {workload!r} has any of the strategies {', '.join(strategies)}")
-    cells = []
+    cells: list[Cell] = []
     runs_in = [(None, None), *environments.items()]  # this environment, then each named one
     for (w, ovr, spec, value, pipe), mode, d, name, (env, python) in itertools.product(
         planned, modes, devices, names, runs_in
@@ -212,13 +212,13 @@ def plan(
                 "profile": profile,
                 "threads": threads,
                 **({"pipeline": pipe} if pipe else {}),
-                **({"sweep": {"field": field, "value": float(_numeric(field, value))}} if field else {}),
+                **({"sweep": {"field": field, "value": float(value)}} if field else {}),
             }
         )
     return cells
 
 
-def twins(cells: list[dict], factors: list[float]) -> list[dict]:
+def twins(cells: list[Cell], factors: list[float]) -> list[Cell]:
     """Each cell, then its twins for calibration (harness.calibrate): the same adapter under
     another name, ``<adapter>~twin<i>`` for a factor of 0 (identical code), ``<adapter>~slow<p>``
     for a factor f > 0 (a busy-wait of f times its step inside the timed region, p = 100 f)."""
@@ -293,23 +293,20 @@ def check_pipeline_cells(workloads: list[str], modes: list[str]) -> None:
         )
 
 
-def _numeric(field: str, value: str) -> float:
-    return float(parse_setting(field, value)) if field in PIPELINE_FIELDS else float(value)
-
-
-def parse_sweep(expr: str) -> tuple[str, list[str]]:
-    """``FIELD=V1,V2,...`` with numeric values (the sweep's x axis); ``autotune`` for workers."""
+def parse_sweep(expr: str) -> tuple[str, list[str] | list[int]]:
+    """``FIELD=V1,V2,...`` with numeric values (the sweep's x axis); ``autotune`` for workers.
+    A spec field's values stay text (they become ``--set`` overrides); a pipeline setting's are
+    parsed here, once, to the integers its cells record."""
     field, sep, raw = expr.partition("=")
     values = [v.strip() for v in raw.split(",") if v.strip()]
     if not sep or not field.strip() or len(values) < 2:
         raise PlanError(f"--sweep {expr!r}: expected FIELD=V1,V2,... with at least two values")
+    if field.strip() in PIPELINE_FIELDS:
+        try:
+            return field.strip(), [parse_setting(field.strip(), v) for v in values]
+        except SpecError as exc:
+            raise PlanError(f"--sweep {expr!r}: {exc}") from None
     for v in values:
-        if field.strip() in PIPELINE_FIELDS:
-            try:
-                parse_setting(field.strip(), v)
-            except SpecError as exc:
-                raise PlanError(f"--sweep {expr!r}: {exc}") from None
-            continue
         try:
             number = float(v)
         except ValueError:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.measuring.gpu_util import cell_gpu
+from harness.records import Cell
 
 #: Where the CPU's flags are read; ``DLCOMPARE_CPUINFO`` names another file (a stand-in for tests,
 #: or a cluster node's cpuinfo saved beside the run).
@@ -108,7 +109,7 @@ def _cuda_native() -> tuple[bool | None, str]:
     return cuda_bf16(*query_compute_cap())
 
 
-def skip_reason(cell: dict[str, Any], spec: Any) -> str | None:
+def skip_reason(cell: Cell, spec: Any) -> str | None:
     """Why a cell's precision makes it a skipped cell, or None. A bf16 inference cell is
     skipped (no bf16 path); a bf16 cell on a device without bfloat16 arithmetic is skipped
     unless the cell is forced (``force_precision``). Unknown support (no /proc/cpuinfo, a GPU
@@ -116,7 +117,7 @@ def skip_reason(cell: dict[str, Any], spec: Any) -> str | None:
     precision = cell.get("precision", "fp32")
     if precision != "bf16":
         return None
-    if getattr(spec, "task", "train") != "train":
+    if spec.task != "train":
         return f"bf16 applies to training steps (the loss function); {spec.name}'s inference step runs float32"
     if cell.get("force_precision"):
         return None

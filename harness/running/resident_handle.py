@@ -12,13 +12,11 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from adapters import AdapterInfo
 from harness import records
+from harness.records import Record
 from harness.running import runner
-
-Record = dict[str, Any]
 
 
 class Gone(Exception):

@@ -11,12 +11,11 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from harness import records
+from harness.records import Record
 from harness.stats.cells import round_of
-
-Record = dict[str, Any]
 
 
 def schedule(cells: list[Record], rounds: int, run_id: str, done: Iterable[Record] = ()) -> list[tuple[Record, int]]:

@@ -22,7 +22,7 @@ from harness.measuring import limits_cache
 from harness.measuring.contention import OtherLoad
 from harness.running import precision
 from harness.running.progress import MatrixProgress
-from workloads import SpecError, get_workload, override
+from workloads import SpecError
 from workloads.images import has_images
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ STDERR_TAIL_LINES = 20
 COMPUTE_CACHE_BYTES = 4 << 30
 
 
-def worker_env(info: AdapterInfo, cell: dict[str, Any]) -> dict[str, str]:
+def worker_env(info: AdapterInfo, cell: records.Cell) -> dict[str, str]:
     env = dict(os.environ)
     env.update(info.cls.worker_env(cell["threads"], cell["device_requested"]))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
@@ -112,14 +112,14 @@ def interpreter(info: AdapterInfo, cell: Mapping[str, Any]) -> str:
     return cell.get("python") or family_python(info.framework) or sys.executable
 
 
-def skip_reason(info: AdapterInfo, cell: dict[str, Any]) -> str | None:
+def skip_reason(info: AdapterInfo, cell: records.Cell) -> str | None:
     """Why the cell will be skipped, known in the parent without starting a framework: the
     framework is not installed, the adapter declines the spec (``supports``), has no native
     input pipeline for ``--data loader``, or the cell's precision is not native on its device
     (harness.running.precision). None if none of these. Raises SpecError."""
     if not info.available and interpreter(info, cell) == sys.executable:  # another environment may have it
         return info.unavailable
-    spec = override(get_workload(cell["workload"]), cell["overrides"])
+    spec = records.spec_of(cell)
     unsupported = info.cls().supports(spec)
     if not unsupported and cell.get("data") == "loader":
         if has_images(spec) and info.cls.image_loader_kind is None:
@@ -131,7 +131,7 @@ def skip_reason(info: AdapterInfo, cell: dict[str, Any]) -> str | None:
     return unsupported or precision.skip_reason(cell, spec)
 
 
-def run_cell(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+def run_cell(info: AdapterInfo, cell: records.Cell, timeout_s: float) -> dict[str, Any]:
     """One cell's record, with the node and machine fingerprint it ran on (the worker's own where
     it wrote one); never raises for anything the cell itself does."""
     record = _run_cell(info, cell, timeout_s)
@@ -140,7 +140,7 @@ def run_cell(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[
     return record
 
 
-def _run_cell(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+def _run_cell(info: AdapterInfo, cell: records.Cell, timeout_s: float) -> dict[str, Any]:
     try:
         reason = skip_reason(info, cell)
     except SpecError as exc:
@@ -150,7 +150,7 @@ def _run_cell(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict
     return _run_once(info, cell, timeout_s)
 
 
-def _run_once(info: AdapterInfo, cell: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+def _run_once(info: AdapterInfo, cell: records.Cell, timeout_s: float) -> dict[str, Any]:
     t0 = time.perf_counter()
     load = OtherLoad()
     with tempfile.TemporaryDirectory() as tmp:

@@ -32,7 +32,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import psutil
 
@@ -40,13 +39,11 @@ from adapters import AdapterInfo
 from harness import records
 from harness.measuring import timing
 from harness.measuring.contention import MachineLoad
+from harness.records import Record
 from harness.running import runner
 from harness.running.progress import MatrixProgress
 from harness.running.resident_handle import Gone, Resident
-from workloads import get_workload, override
 from workloads.images import has_images
-
-Record = dict[str, Any]
 
 #: Fewest kept turns per generation: each is one block per worker, the unit the verdicts average.
 MIN_TURNS = 8
@@ -76,7 +73,7 @@ def servable(cell: Record) -> bool:
     if cell.get("script"):
         return False
     if cell.get("data") == "loader":
-        return not has_images(override(get_workload(cell["workload"]), cell["overrides"]))
+        return not has_images(records.spec_of(cell))
     return True
 
 

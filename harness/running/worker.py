@@ -37,11 +37,10 @@ from adapters.base import Options
 from harness import env
 from harness.measuring import input_pipeline, profilers, timing
 from harness.measuring.gpu_util import UtilSampler
-from harness.records import base_adapter, new_record, writable
+from harness.records import Cell, base_adapter, new_record, pipeline_of, spec_of, writable
 from harness.running import devices
 from harness.stats.steps import step_time, summarize
-from workloads import get_workload, override
-from workloads.images import PipelineSkip, has_images, image_dataset, pipeline_settings
+from workloads.images import PipelineSettings, PipelineSkip, has_images, image_dataset
 from workloads.rnn import decoded_lengths
 
 
@@ -53,11 +52,11 @@ class DeviceFailure(Exception):
     """The cell asked for a GPU this machine has but the framework cannot use; the message says why."""
 
 
-def prepare(cell: dict[str, Any]):
+def prepare(cell: Cell):
     """Instantiate adapter and spec, resolve the device and set up; raises Skip, or DeviceFailure
     for a GPU this machine has that the framework cannot use (harness.running.devices tells them apart)."""
     adapter = discover()[base_adapter(cell)].cls()
-    spec = override(get_workload(cell["workload"]), cell.get("overrides", []))
+    spec = spec_of(cell)
     reason = adapter.supports(spec)
     if reason:
         raise Skip(reason)
@@ -85,11 +84,11 @@ def place(adapter, batches: list) -> tuple[list[Any], list[float]]:
 
 def step_function(adapter, spec):
     """``infer_step`` for inference workloads (``task="decode"``), else ``train_step``."""
-    return adapter.infer_step if getattr(spec, "task", "train") != "train" else adapter.train_step
+    return adapter.infer_step if spec.task != "train" else adapter.train_step
 
 
 def feed(
-    adapter, spec, mode: str, batches: list, pipeline: dict[str, Any] | None = None
+    adapter, spec, mode: str, batches: list, pipeline: PipelineSettings | None = None
 ) -> tuple[Any, list, list[float], dict[str, Any] | None]:
     """The step function and its per-step inputs for a data mode:
 
@@ -108,7 +107,7 @@ def feed(
     if mode == "host":
         return (lambda batch: step(adapter.to_device(batch))), batches, copy_s, None
     if has_images(spec):
-        settings = pipeline_settings(pipeline or {})
+        settings = pipeline or PipelineSettings()
         try:
             made = adapter.image_loader(image_dataset(spec), settings)
         except PipelineSkip as exc:
@@ -144,7 +143,7 @@ def token_counts(adapter, spec, batches: list) -> tuple[list[int] | None, dict[s
 
     Decoding counts what the adapter emitted (EOS included, PAD after it not), from one more
     untimed decode of every batch; training counts the workload's own token count."""
-    if getattr(spec, "task", "train") == "train":
+    if spec.task == "train":
         return [spec.tokens(b) for b in batches] if spec.tokens(batches[0]) is not None else None, {}
     lengths = [decoded_lengths(adapter.fetch(adapter.infer_step(adapter.to_device(b)))) for b in batches]
     every = np.concatenate(lengths)
@@ -200,7 +199,7 @@ def compile_count(adapter) -> Callable[[], int] | None:
 FLOOR_PROFILE = timing.Profile("floor", 5, 30, 2000, budget_s=0.3, target_rel_iqr=0.05, rounds=1, timeout_s=600)
 
 
-def dispatch_floor(cell: dict[str, Any], spec, device: str) -> dict[str, Any]:
+def dispatch_floor(cell: Cell, spec, device: str) -> dict[str, Any]:
     """The adapter's step time on ``spec.tiny()`` (harness.measuring.floors): a second adapter instance,
     set up and warmed up like the first (its compiles are not the cell's), its steady step time
     as the cell's is taken. Measured in a cell's first round only; a failure is recorded, not raised."""
@@ -219,7 +218,7 @@ def dispatch_floor(cell: dict[str, Any], spec, device: str) -> dict[str, Any]:
         mode = "resident" if mode == "loader" and has_images(tiny) else mode
         step, inputs, _, _ = feed(adapter, tiny, mode, batches)
         pass_steps = len(batches) if len({tiny.flops(b) for b in batches}) > 1 else 1  # as bench() decides
-        chained = getattr(tiny, "task", "train") == "train"
+        chained = tiny.task == "train"
         m = timing.measure(
             step,
             adapter.sync,
@@ -254,11 +253,11 @@ class Started:
     compiles_before: dict[str, Any]
 
 
-def start(cell: dict[str, Any]) -> Started:
+def start(cell: Cell) -> Started:
     """Set the cell up (adapter, spec, device, placed data or pipeline); raises Skip or DeviceFailure."""
     adapter, spec, device, setup_s = prepare(cell)
     batches = spec.batches()
-    step, inputs, place_s, pipe = feed(adapter, spec, cell.get("data", "resident"), batches, cell.get("pipeline"))
+    step, inputs, place_s, pipe = feed(adapter, spec, cell.get("data", "resident"), batches, pipeline_of(cell))
     flops = [spec.flops(b) for b in batches]
     return Started(
         adapter,
@@ -273,12 +272,12 @@ def start(cell: dict[str, Any]) -> Started:
         flops,
         # Steps of different sizes: a block is whole passes, so every block does the same work.
         pass_steps=len(batches) if len(set(flops)) > 1 else 1,
-        chained=getattr(spec, "task", "train") == "train",
+        chained=spec.task == "train",
         compiles_before=adapter.compile_stats(),
     )
 
 
-def bench(cell: dict[str, Any]) -> dict[str, Any]:
+def bench(cell: Cell) -> dict[str, Any]:
     """The cell's record, timed alone (the protocol of harness.measuring.timing.measure)."""
     profile = timing.PROFILES[cell["profile"]]
     try:
@@ -311,7 +310,7 @@ def bench(cell: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def finish(cell: dict[str, Any], s: Started, m: timing.Measurement, profile, sampler) -> dict[str, Any]:
+def finish(cell: Cell, s: Started, m: timing.Measurement, profile, sampler) -> dict[str, Any]:
     """The record of a cell whose steps were measured (``m``), from its steady window and blocks."""
     adapter, spec, device, batches, flops, pass_steps = s.adapter, s.spec, s.device, s.batches, s.flops, s.pass_steps
     if not m.step_times_s:
@@ -373,7 +372,7 @@ def finish(cell: dict[str, Any], s: Started, m: timing.Measurement, profile, sam
     )
 
 
-def ops_profile(cell: dict[str, Any], s: Started, record: dict[str, Any]) -> dict[str, Any]:
+def ops_profile(cell: Cell, s: Started, record: dict[str, Any]) -> dict[str, Any]:
     """``{"ops_profile": ...}``: the cell's profiled pass (harness.measuring.profilers), its trace in
     ``<run folder>/traces/``; only with ``--profile-ops`` (the cell's ``profile_ops`` names the run
     folder), in a cell's first round, after its timing. Else {} (a default run is unchanged)."""
@@ -420,7 +419,7 @@ def pipeline_fields(adapter, spec, pipe: dict[str, Any], cpu, m: timing.Measurem
     }
 
 
-def check(cell: dict[str, Any], steps: int, snapshot: int) -> dict[str, np.ndarray]:
+def check(cell: Cell, steps: int, snapshot: int) -> dict[str, np.ndarray]:
     """Losses of ``steps`` steps, the parameters before the first and after each of the first
     ``snapshot`` steps (``param{t}:{name}``), the adapter's settings (JSON) and, for a static-graph
     adapter that counts them, the traces and compiles of each step (``step_compiles``); for inference
@@ -433,7 +432,7 @@ def check(cell: dict[str, Any], steps: int, snapshot: int) -> dict[str, np.ndarr
     except DeviceFailure as exc:
         return {"device_failed": np.asarray(str(exc))}
     placed, _ = place(adapter, spec.batches())
-    if getattr(spec, "task", "train") != "train":
+    if spec.task != "train":
         return {"outputs": np.stack([adapter.fetch(adapter.infer_step(batch)) for batch in placed])}
     snaps = {f"param0:{k}": v for k, v in adapter.params().items()}
     # A static graph's traces and compiles in each step, read around the step alone (params()

@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
 
 import numpy as np
 import scipy.stats
 
+from harness.records import Record
 from harness.stats.steps import step_time, summarize
 from harness.stats.verdicts import DEFAULT_LEVEL, cell_interval, level_of, residual_variance
-
-Record = dict[str, Any]
-
 
 #: Share of a process's block times left out at each end of its level (``process_level``).
 TRIM = 0.2

@@ -28,14 +28,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import scipy.stats
 
+from harness.records import Record
 from harness.stats.steps import step_time
-
-Record = dict[str, Any]
 
 #: Confidence level of verdicts where the records do not say (``verdict_level``).
 DEFAULT_LEVEL = 0.95

@@ -98,9 +98,9 @@ BF16_RUNS = tuple(run.replace("float32", "bfloat16-rounded parameters and inputs
 def _exact(spec: Workload) -> Workload:
     """Every loop strategy is held to the exact strategy's reference: padding may change
     cost, never results. The attention kernel changes neither: one reference for both."""
-    if getattr(spec, "strategy", "exact") != "exact":
+    if spec.strategy != "exact":
         spec = dataclasses.replace(spec, strategy="exact")
-    if getattr(spec, "attention", "naive") != "naive":
+    if spec.attention != "naive":
         spec = dataclasses.replace(spec, attention="naive")
     return spec
 

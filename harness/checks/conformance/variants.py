@@ -7,8 +7,9 @@ small shapes of CHECK_OVERRIDES and CHECK_SIZES.
 
 from __future__ import annotations
 
+from harness.records import spec_of as _spec_of
 from harness.running.plan import variants
-from workloads import STRATEGIES, WORKLOADS, Workload, get_workload, override
+from workloads import STRATEGIES, WORKLOADS, Workload
 
 #: Training steps compared with float64 shadow steps, from the first (tolerance.shadow).
 SNAPSHOT = 5
@@ -64,8 +65,14 @@ def precision_of(variant: Variant) -> str:
     return next((o.removeprefix(PRECISION) for o in variant[1] if o.startswith(PRECISION)), "fp32")
 
 
+def overrides_of(variant: Variant) -> list[str]:
+    """A variant's spec overrides (its precision is the cell's own key, not a spec field)."""
+    return [o for o in variant[1] if not o.startswith(PRECISION)]
+
+
 def spec_of(variant: Variant) -> Workload:
-    return override(get_workload(variant[0]), [o for o in variant[1] if not o.startswith(PRECISION)])
+    """The spec a variant checks, rebuilt as every cell's is (harness.records.spec_of)."""
+    return _spec_of({"workload": variant[0], "overrides": overrides_of(variant)})
 
 
 def variant_id(variant: Variant) -> str:
@@ -91,8 +98,8 @@ def check_steps(spec: Workload, precision: str = "fp32") -> int:
 def falls_checked(spec: Workload, precision: str = "fp32") -> bool:
     """Whether the "loss falls" check applies: not to padding strategies nor bf16 variants (see
     check_steps)."""
-    return getattr(spec, "strategy", "exact") == "exact" and precision != "bf16"
+    return spec.strategy == "exact" and precision != "bf16"
 
 
 def is_training(spec: Workload) -> bool:
-    return getattr(spec, "task", "train") == "train"
+    return spec.task == "train"

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from adapters import AdapterInfo
-from harness.checks.conformance.variants import PRECISION, SNAPSHOT, Variant, check_steps, precision_of, spec_of
+from harness.checks.conformance.variants import SNAPSHOT, Variant, check_steps, overrides_of, precision_of, spec_of
+from harness.records import Cell
 from harness.running import runner
 
 
@@ -53,14 +53,14 @@ def run_adapter(
     return results
 
 
-def check_cell(info: AdapterInfo, variant: Variant, device: str = "cpu") -> dict[str, Any]:
+def check_cell(info: AdapterInfo, variant: Variant, device: str = "cpu") -> Cell:
     return {
         "run_id": "check",
         "adapter": info.name,
         "framework": info.framework,
         "graph": info.graph,
         "workload": variant[0],
-        "overrides": [o for o in variant[1] if not o.startswith(PRECISION)],
+        "overrides": overrides_of(variant),
         "precision": precision_of(variant),
         "device_requested": device,
         "profile": "quick",
