@@ -199,7 +199,8 @@ class Session:
 
     def finish(self, ran: bool, interrupted: bool, strict: bool) -> int:
         """After the rounds: the peaks again (if rounds ran to the end), the report and its physics
-        check; the exit code (130 interrupted; 1 under ``strict`` with a failed cell or a violation)."""
+        check; the exit code (130 interrupted; 1 where the report could not be written, or under
+        ``strict`` with a failed cell or a violation; every record is kept either way)."""
         run_dir = self.run_dir
         problems: list[str] = []
         if not interrupted and ran:
@@ -210,8 +211,19 @@ class Session:
             )
             info["peaks"] = peak.best_of(info.get("peaks", {}), end)
             records.write_json(run_dir / records.ENV, info)
+        report_failed = False
         if self.results.exists():
-            print(f"report: {report.write(run_dir)}")
+            try:
+                print(f"report: {report.write(run_dir)}")
+            except OSError:
+                raise  # the disk or the path: execute's one-line error with the resume command
+            except Exception as exc:  # noqa: BLE001 - a report bug must not cost the run its resume line
+                report_failed = True
+                print(
+                    f"report: not written ({type(exc).__name__}: {exc}); every record is kept in {self.results}; "
+                    f"rebuild it with: python -m harness report {run_dir}",
+                    file=sys.stderr,
+                )
             if (run_dir / "fidelity.md").exists():
                 print(f"fidelity: {run_dir / 'fidelity.md'}")
             measured = records.load(self.results)
@@ -226,7 +238,7 @@ class Session:
         if strict and (failed or problems):
             print(f"{len(failed)} failed cells, {len(problems)} physics violations (--strict)", file=sys.stderr)
             return 1
-        return 0
+        return 1 if report_failed else 0
 
 
 def new_run(args: argparse.Namespace, adapters: Adapters) -> tuple[Path, Run]:

@@ -272,6 +272,23 @@ def test_disk_full_while_writing_the_report_is_one_line_and_the_records_stay(ben
     assert [r["status"] for r in records.load(tmp_path / "r" / records.RESULTS)] == ["ok"]
 
 
+@pytest.mark.workers
+def test_a_report_that_fails_to_build_is_one_line_exit_1_and_the_records_stay(bench, tmp_path, monkeypatch):
+    # A reporting bug (a plot refusing a value, say) must not end the run in a traceback that
+    # hides where its records are and how to rebuild the report.
+    def broken(run_dir, *args, **kwargs):
+        raise ValueError("'xerr' must not contain negative values")
+
+    monkeypatch.setattr(report, "write", broken)
+    code, _, err = bench(*CELL, *TINY, "--rounds", "1", "--out", str(tmp_path), "--run-id", "r")
+    assert code == 1 and "Traceback" not in err
+    assert (
+        f"report: not written (ValueError: 'xerr' must not contain negative values); every record is kept in "
+        f"{tmp_path / 'r' / records.RESULTS}; rebuild it with: python -m harness report {tmp_path / 'r'}"
+    ) in err
+    assert [r["status"] for r in records.load(tmp_path / "r" / records.RESULTS)] == ["ok"]
+
+
 # --- paths checked before any work ------------------------------------------------------------
 
 

@@ -91,8 +91,10 @@ def step_times(recs: list[Record], workload: str, path: Path, colors: Colors) ->
         return None
     fig, ax = plt.subplots(figsize=(8.5, 0.42 * len(ok) + 1.8))
     medians = [r["median_s"] * 1e3 for r in ok]
-    low = [(r["median_s"] - r.get("ci_low_s", r["median_s"])) * 1e3 for r in ok]
-    high = [(r.get("ci_high_s", r["median_s"]) - r["median_s"]) * 1e3 for r in ok]
+    # A percentile bootstrap need not hold its own estimate (a skewed few-sample window): such a
+    # bar's error bar stops at the bar; the table prints the interval as it is.
+    low = [max(0.0, r["median_s"] - r.get("ci_low_s", r["median_s"])) * 1e3 for r in ok]
+    high = [max(0.0, r.get("ci_high_s", r["median_s"]) - r["median_s"]) * 1e3 for r in ok]
     ax.barh(range(len(ok)), medians, xerr=[low, high], color=[colors.get(r["adapter"], "grey") for r in ok], capsize=3)
     ends = [m + h for m, h in zip(medians, high, strict=True)]
     wide = _wide(medians)
@@ -218,7 +220,7 @@ def sweep(
         left.errorbar(
             xs,
             [p[1] * 1e3 for p in points],
-            yerr=[[(p[1] - p[2]) * 1e3 for p in points], [(p[3] - p[1]) * 1e3 for p in points]],
+            yerr=[[max(0.0, p[1] - p[2]) * 1e3 for p in points], [max(0.0, p[3] - p[1]) * 1e3 for p in points]],
             marker="o",
             capsize=3,
             label=label,
