@@ -40,7 +40,7 @@ def providers(device: str, available: list[str]) -> list[str]:
         if CUDA not in available:
             raise DeviceUnavailable(
                 f"onnxruntime has no {CUDA} (available: {', '.join(available) or 'none'}): "
-                "install onnxruntime-gpu (the cuda12/cuda13 install variants)"
+                "install onnxruntime-gpu (the cuda12 install variant: docs/export.md)"
             )
         return [CUDA, CPU]
     raise ValueError(f"device {device!r} is not one of cpu, cuda")

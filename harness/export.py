@@ -28,6 +28,7 @@ from adapters import AdapterInfo, discover
 from adapters.base import EXPORT_FAMILIES, IN_PROCESS
 from harness import env, records
 from harness.checks.conformance import forward as parity
+from harness.measuring.contention import OtherLoad
 from harness.reporting import export as report
 from harness.running import runner
 from harness.running.plan import PlanError, _bad, _items, select_adapters, select_devices
@@ -120,17 +121,21 @@ def _step(info: AdapterInfo, job: dict[str, Any], mode: str, timeout_s: float) -
     """One worker process; its result, or ``{"ok": False, "error": ...}`` for a crash or timeout."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = Path(f.name)
+    load = OtherLoad() if mode != "export" else None  # a busy machine is detected, not measured
     try:
-        proc = runner.run_worker(info, {**job, "script": MODULE}, mode, out, timeout_s)
+        proc = runner.run_worker(info, {**job, "script": MODULE}, mode, out, timeout_s, load=load)
         text = out.read_text() if out.stat().st_size else ""
         if not text:
-            tail = runner._tail(proc.stderr)
+            tail = "\n".join(proc.stderr.strip().splitlines()[-12:])
             return {
                 "ok": False,
                 "error": f"{mode} worker exited with {proc.returncode}, no result",
                 "stderr_tail": tail,
             }
-        return json.loads(text)
+        result = json.loads(text)
+        if load is not None and load.cores is not None:
+            result.update(other_cpu_cores=load.cores, contended=load.cores > records.CONTENDED_CORES)
+        return result
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"{mode} worker timed out after {timeout_s:g} s"}
     finally:

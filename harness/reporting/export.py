@@ -60,6 +60,8 @@ def table(recs: list[Record]) -> list[str]:
         parity = f"{sig(r['parity_error'], 2)} / {sig(r['parity_allowed'], 2)}" if "parity_error" in r else DASH
         throughput = f"{sig(r['throughput_per_s'])} (batch {r['throughput_batch']})" if ok else DASH
         status = r["status"] if ok else f"{r['status']} (below)"
+        if ok and r.get("contended"):
+            status = f"ok, contended ({r['other_cpu_cores']:.2f} other cores busy)"
         cells = [
             row_label(r),
             sig(r.get("export_s")) if r["export_path"] != IN_PROCESS else "none",
@@ -117,7 +119,8 @@ METHOD = (
     "throughput batch (**samples/s**, median block). **Parity**: the logits of 16 inputs against the "
     "float64 reference forward, relative L2 error, allowed 10x the float32 reference's own rounding "
     "error (at least 256 ulps); a row over it is failed. One process per row: rows closer than about "
-    "10% are within this machine's run-to-run drift (docs/measurement.md). docs/export.md has the details."
+    "10% are within this machine's run-to-run drift (docs/measurement.md); a row marked contended ran "
+    "while other processes used more than a quarter of a core. docs/export.md has the details."
 )
 
 
