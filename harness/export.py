@@ -204,7 +204,7 @@ def main(args: argparse.Namespace) -> int:
         devices = select_devices(args.device, bool(env.gpus()))
     except PlanError as exc:
         return fail(str(exc))
-    if args.run_id is not None and not RUN_ID.fullmatch(args.run_id):
+    if args.run_id is not None and (not RUN_ID.fullmatch(args.run_id) or args.run_id in (".", "..")):
         return fail(f"--run-id {args.run_id!r} is not a name: letters, digits and - _ . only")
     cells = plan(workloads, names, paths, devices, adapters)
     if not cells:
@@ -233,6 +233,19 @@ def main(args: argparse.Namespace) -> int:
     return 1 if failed and args.strict else 0
 
 
+def _positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a positive {kind.__name__}")
+        return value
+
+    return parse
+
+
 def add_arguments(p: argparse.ArgumentParser, default_out: Path) -> None:
     p.add_argument(
         "--workload", default=DEFAULT_WORKLOADS, help=f"all, or a comma list of: {', '.join(export_workloads())}"
@@ -240,10 +253,14 @@ def add_arguments(p: argparse.ArgumentParser, default_out: Path) -> None:
     p.add_argument("--framework", default="all", help="all, an adapter, a framework family, or a comma list")
     p.add_argument("--path", default="all", help=f"all, or a comma list of export paths ({IN_PROCESS} included)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, auto, all, or a comma list (default: cpu)")
-    p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="batch size of the throughput window")
-    p.add_argument("--budget", type=float, default=2.0, help="seconds of synced batch-1 calls per cell (default 2)")
-    p.add_argument("--threads", type=int, default=None, help="intra-op threads for every framework (default: all)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds per worker process (default 600)")
+    p.add_argument("--batch", type=_positive(int), default=DEFAULT_BATCH, help="batch size of the throughput window")
+    p.add_argument(
+        "--budget", type=_positive(float), default=2.0, help="seconds of synced batch-1 calls per cell (default 2)"
+    )
+    p.add_argument(
+        "--threads", type=_positive(int), default=None, help="intra-op threads for every framework (default: all)"
+    )
+    p.add_argument("--timeout", type=_positive(float), default=600.0, help="seconds per worker process (default 600)")
     p.add_argument("--out", type=Path, default=default_out, help="parent folder of run folders")
     p.add_argument("--run-id", default=None, help="run folder name (default: export-<timestamp>)")
     p.add_argument("--strict", action="store_true", help="exit 1 if any cell failed")
