@@ -3,7 +3,8 @@
 One fresh process per step of a cell (harness.running.export starts them), JSON out:
 
 ``export``: build the model from the shared canonical parameters and write its artifact through
-    the cell's export path; reports the export's seconds and the artifact's bytes on disk.
+    the cell's export path; reports the export's seconds (the framework's import included: this
+    process starts cold, as a shipping job does) and the artifact's bytes on disk.
 ``serve``: the cold start of a served model (import the runtime, load the artifact, first call),
     then the serving windows (harness.measuring.serving) and the logits of the parity inputs.
 ``in-process``: the same for the adapter's own forward, built in this process: its cold start is
