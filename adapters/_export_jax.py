@@ -71,9 +71,17 @@ def export(spec: Workload, params: Params, device: str, directory: Path) -> Path
 
     p = jax_place({k: jax.numpy.asarray(v) for k, v in params.items()}, jax.devices(device)[0])
     logits = logits_fn(jax, spec)
+    return write(lambda x: logits(p, x), spec, device, directory)
+
+
+def write(fn: Any, spec: Workload, device: str, directory: Path) -> Path:
+    """``jax.export`` of ``fn`` (inputs -> logits, parameters closed over: they become constants)
+    jitted, for ``device``'s platform, with a symbolic batch dimension; serialised to a file."""
+    import jax
+
     (batch,) = jax.export.symbolic_shape("batch")
     shape = jax.ShapeDtypeStruct((batch, *spec.input_shape), jax.numpy.float32)
-    exported = jax.export.export(jax.jit(lambda x: logits(p, x)), platforms=[device])(shape)
+    exported = jax.export.export(jax.jit(fn), platforms=[device])(shape)
     out = directory / FILES["jax-export"]
     out.write_bytes(exported.serialize())
     return out

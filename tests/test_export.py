@@ -57,15 +57,19 @@ def test_every_adapter_gets_an_in_process_row_and_one_row_per_declared_path():
     rows = {(c["adapter"], c["export_path"]) for c in cells}
     assert {(n, IN_PROCESS) for n in ADAPTERS} <= rows
     assert {("torch-eager", "torch-export"), ("tf-function", "tf-saved-model"), ("jax-jit", "jax-export")} <= rows
+    assert {("flax-nnx", "jax-export"), ("keras-jax", "keras-file"), ("keras-torch", "onnx")} <= rows
     # one artifact per framework: a path belongs to one mode of each framework
-    assert not any(a in ("torch-compile", "tf-eager", "jax-eager") and p != IN_PROCESS for a, p in rows)
+    others = ("torch-compile", "tf-eager", "jax-eager", "flax-nnx-cached")
+    assert not any(a in others and p != IN_PROCESS for a, p in rows)
 
 
 def test_export_reasons_name_what_is_missing():
-    torch_eager, flax = ADAPTERS["torch-eager"].cls(), ADAPTERS["flax-nnx"].cls()
+    torch_eager, compiled = ADAPTERS["torch-eager"].cls(), ADAPTERS["torch-compile"].cls()
     assert "fixed-shape forward" in torch_eager.export_reason("onnx", get_workload("rnn-caption"))
     assert torch_eager.export_reason("tf-saved-model", get_workload("mlp")).startswith("torch-eager has no export path")
-    assert flax.export_reason(IN_PROCESS, get_workload("mlp")) == "flax-nnx has no in-process forward"
+    # one artifact per framework: torch-compile runs its forward in process, torch-eager exports
+    assert compiled.export_reason("torch-export", get_workload("mlp")).endswith("(it has: none)")
+    assert compiled.export_reason(IN_PROCESS, get_workload("mlp")) is None
     assert "jax2onnx" in ADAPTERS["jax-jit"].cls().export_reason("onnx", get_workload("mlp"))
 
 
@@ -212,19 +216,21 @@ def test_fastest_sentence_when_nothing_was_served():
 #: Each framework family's own path on mlp, ONNX Runtime beside them, one in-process row, and cnn's
 #: ONNX graph (torch computes NCHW, the artifact takes NHWC). AOTInductor (30 s of C++ compile
 #: here) and the other rows run in `make export`.
-FRAMEWORK_PATHS = "in-process,torch-export,onnx,tf-saved-model,jax-export,keras-file"
-FRAMEWORKS = "torch-eager,tf-function,jax-jit,keras-jax"
+FRAMEWORK_PATHS = "torch-export,onnx,tf-saved-model,jax-export,keras-file"
+FRAMEWORKS = "torch-eager,tf-function,jax-jit,keras-jax,flax-nnx"
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory) -> dict[tuple[str, str, str], dict]:
-    """One real export run (mlp: FRAMEWORK_PATHS over FRAMEWORKS; cnn: torch's ONNX), by record."""
+    """Real export runs (mlp: FRAMEWORK_PATHS over FRAMEWORKS, jax-jit's in-process row; cnn:
+    torch's ONNX), their records by (workload, adapter, path)."""
     import sys
 
     out = tmp_path_factory.mktemp("export")
     base = [sys.executable, "-m", "harness", "export", "--out", str(out), "--budget", "0.05", "--batch", "32"]
     runs = [
         ["--workload", "mlp", "--framework", FRAMEWORKS, "--path", FRAMEWORK_PATHS, "--run-id", "mlp"],
+        ["--workload", "mlp", "--framework", "jax-jit", "--path", IN_PROCESS, "--run-id", "in-process"],
         ["--workload", "cnn", "--framework", "torch-eager", "--path", "onnx", "--run-id", "cnn"],
     ]
     found = {}
@@ -248,6 +254,7 @@ def exported(tmp_path_factory) -> dict[tuple[str, str, str], dict]:
         ("tf-function", "onnx"),
         ("jax-jit", "jax-export"),
         ("keras-jax", "keras-file"),
+        ("flax-nnx", "jax-export"),
     ],
 )
 def test_each_framework_exports_reloads_in_a_fresh_process_and_matches_the_reference(exported, adapter, path):
