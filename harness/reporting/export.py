@@ -111,8 +111,9 @@ def section(workload: str, device: str, recs: list[Record], plot_dir: Path, colo
 METHOD = (
     "Every row starts from the workload's canonical initial parameters, the same NumPy arrays for "
     "every framework. A served row's artifact is written by one fresh process (**export s**: importing "
-    "the framework, building the model and writing it; **size**: its bytes on disk) and loaded by another that has imported "
-    "nothing of a framework (**cold load s**: import + load + first call, one request). An in-process "
+    "the framework, building the model and writing it; **size**: its bytes on disk) and loaded by "
+    "another that has imported nothing of a framework (**cold load s**: import + load + first call, "
+    "one request). An in-process "
     "row builds the adapter's own forward in a fresh process instead (cold: import + build + first "
     "call, compiles included). Then batch-1 requests, each timed alone with its answer copied to host "
     "memory (the sync), for the run's budget: **p50** and **p99**; and blocks of requests at the "
