@@ -34,7 +34,7 @@ PROFILE_OPS ?=
 ARGS ?=
 BENCH_ARGS = --framework $(FRAMEWORK) --device $(DEVICE) --workload $(WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(BUDGET),--budget $(BUDGET)) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(if $(filter 1 yes true,$(PROFILE_OPS)),--profile-ops) $(ARGS)
 
-.PHONY: install bench test test-fast lint list report sweep compare rerun fidelity doctor lock lock-check env calibrate clean-venv gpu-check
+.PHONY: install bench export test test-fast lint list report sweep compare rerun fidelity doctor lock lock-check env calibrate clean-venv gpu-check
 
 # One set of environments holds one variant: switching variants recreates them (tensorflow-cpu and
 # tensorflow's CUDA build, for one, cannot share one). Each environment installs its own lock
@@ -62,6 +62,12 @@ install: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m harness bench $(BENCH_ARGS)
+
+# Export, reload in a fresh process and serve each model (docs/export.md): FRAMEWORK, DEVICE, WORKLOAD
+# (default: the task's own, mlp and cnn), PATHS (export paths, default all), ARGS (any other option).
+PATHS ?= all
+export: $(STAMP)
+	$(PY) -m harness export --framework $(FRAMEWORK) --device $(DEVICE) --path $(PATHS) $(if $(filter-out all,$(WORKLOAD)),--workload $(WORKLOAD)) $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest

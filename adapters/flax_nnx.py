@@ -29,12 +29,13 @@ state donated 0.57, jax-jit 0.52. At batch 1024 the step's compute dominates and
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from adapters import _flax_transformer, _grain_data, kit
-from adapters.base import Adapter, Options
+from adapters import _export_jax, _flax_transformer, _grain_data, kit
+from adapters.base import Adapter, Forward, Options
 from workloads import Batch, Params, Workload
 from workloads.rnn import BOS, EOS, PAD
 
@@ -69,6 +70,40 @@ class FlaxNnx(Adapter):
 
     def build_info(self) -> dict[str, Any]:
         return kit.jax_build_info()
+
+    # Export (docs/export.md): the model's forward through jax.export, served by JAX alone.
+    export_paths = ("jax-export",)
+    in_process_forward = True
+
+    def _model(self, spec: Workload, params: Params, device: str) -> Any:
+        import jax
+        from flax import nnx
+
+        model = _build(nnx, spec)
+        _load(nnx, model, spec, params)
+        nnx.update(model, kit.jax_place(nnx.state(model), jax.devices(device)[0]))
+        return model
+
+    def forward(self, spec: Workload, params: Params, device: str, options: Options) -> Forward:
+        """``nnx.jit`` over the model (graph traversal every call), or ``nnx.cached_partial``."""
+        import jax
+        from flax import nnx
+
+        kit.jax_precision(options.tf32)
+        model = self._model(spec, params, device)
+        call = nnx.jit(lambda m, x: m(x))
+        logits = nnx.cached_partial(call, model) if self.cached else (lambda x: call(model, x))
+        return _export_jax.forward_of(jax, logits, device)
+
+    def export(self, path: str, spec: Workload, params: Params, device: str, directory: Path) -> Path:
+        from flax import nnx
+
+        graphdef, state = nnx.split(self._model(spec, params, device))
+        return _export_jax.write(lambda x: nnx.merge(graphdef, state)(x), spec, device, directory)
+
+    @classmethod
+    def serve(cls, path: str, artifact: Path, device: str, threads: int) -> Forward:
+        return _export_jax.serve(artifact, device)
 
     def setup(self, spec: Workload, params: Params, device: str, options: Options) -> None:
         import jax
@@ -166,6 +201,7 @@ class FlaxNnxCached(FlaxNnx):
 
     name = "flax-nnx-cached"
     cached = True
+    export_paths = ()  # Flax's artifact is flax-nnx's: one per framework
 
 
 def _build(nnx: Any, spec: Workload) -> Any:

@@ -19,6 +19,7 @@ class JaxEager(JaxJit):
     graph = "dynamic"
     graph_loop = None
     python_loop = True
+    export_paths = ()  # JAX's export paths are jax-jit's: one artifact per framework
 
     def _compile(self, fn: Any, **jit_args: Any) -> Any:
         return fn

@@ -22,12 +22,13 @@ from __future__ import annotations
 import collections
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from adapters import _grain_data, _jax_transformer, kit
-from adapters.base import Adapter, Options
+from adapters import _export_jax, _grain_data, _jax_transformer, kit
+from adapters.base import Adapter, Forward, Options
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
 from workloads.rnn import BOS, EOS, PAD
@@ -96,6 +97,30 @@ class JaxJit(Adapter):
 
     python_loop = False
     """Run the caption loops as Python loops (op by op) instead of lax.scan / lax.while_loop."""
+
+    export_paths = _export_jax.PATHS
+    in_process_forward = True
+
+    def export_reason(self, path: str, spec: Workload) -> str | None:
+        reason = super().export_reason(path, spec)
+        if reason is None and path == "onnx":
+            return _export_jax.onnx_reason()
+        return reason
+
+    def forward(self, spec: Workload, params: Params, device: str, options: Options) -> Forward:
+        import jax
+
+        kit.jax_precision(options.tf32)
+        p = kit.jax_place({k: jax.numpy.asarray(v) for k, v in params.items()}, jax.devices(device)[0])
+        logits = self._compile(_export_jax.logits_fn(jax, spec))
+        return _export_jax.forward_of(jax, lambda x: logits(p, x), device)
+
+    def export(self, path: str, spec: Workload, params: Params, device: str, directory: Path) -> Path:
+        return _export_jax.export(spec, params, device, directory)
+
+    @classmethod
+    def serve(cls, path: str, artifact: Path, device: str, threads: int) -> Forward:
+        return _export_jax.serve(artifact, device)
 
     def _compile(self, fn: Any, **jit_args: Any) -> Any:
         """How step functions become executable: jax.jit here (jax-eager overrides it)."""

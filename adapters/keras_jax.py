@@ -31,11 +31,12 @@ from ``jax.monitoring``. ``--data loader``: on the image workloads, Keras's own 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from adapters import _keras_transformer, kit
+from adapters import _export_keras, _keras_transformer, kit
 from adapters._keras_common import (
     algorithm1_adam,
     build_model,
@@ -46,7 +47,7 @@ from adapters._keras_common import (
     save_params,
 )
 from adapters._keras_data import IMAGE_LOADER_KIND, image_batches
-from adapters.base import Adapter, Options
+from adapters.base import Adapter, Forward, Options
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAMW_WEIGHT_DECAY
 from workloads.rnn import BOS, EOS, PAD
@@ -61,6 +62,25 @@ class KerasJax(Adapter):
     image_loader_kind = IMAGE_LOADER_KIND
     families = ("mlp", "cnn", "rnn-caption", "transformer")
     precisions = ("fp32", "tf32", "bf16")
+
+    export_paths = _export_keras.PATHS
+    in_process_forward = True
+
+    def export_reason(self, path: str, spec: Workload) -> str | None:
+        return super().export_reason(path, spec) or _export_keras.path_reason(path, "jax")
+
+    def forward(self, spec: Workload, params: Params, device: str, options: Options) -> Forward:
+        import keras
+
+        kit.jax_precision(options.tf32)
+        return _export_keras.forward_of(_export_keras.model(keras, spec, params, device, jit_compile=True))
+
+    def export(self, path: str, spec: Workload, params: Params, device: str, directory: Path) -> Path:
+        return _export_keras.export(path, spec, params, device, directory, jit_compile=True)
+
+    @classmethod
+    def serve(cls, path: str, artifact: Path, device: str, threads: int) -> Forward:
+        return _export_keras.serve(path, artifact, device, threads)
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:

@@ -31,11 +31,12 @@ sample weight, as for captions.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from adapters import _keras_transformer, kit
+from adapters import _export_keras, _keras_transformer, kit
 from adapters._keras_common import (
     adam,
     build_model,
@@ -47,7 +48,7 @@ from adapters._keras_common import (
 )
 from adapters._keras_data import IMAGE_LOADER_KIND, image_batches
 from adapters._torch_data import LOADER_KIND, data_loader
-from adapters.base import Adapter, Options
+from adapters.base import Adapter, Forward, Options
 from workloads import Batch, Params, Workload
 from workloads.rnn import BOS, EOS, PAD
 
@@ -62,6 +63,27 @@ class KerasTorch(Adapter):
     image_loader_kind = IMAGE_LOADER_KIND
     families = ("mlp", "cnn", "rnn-caption", "transformer")
     precisions = ("fp32", "tf32", "bf16")
+
+    export_paths = _export_keras.PATHS
+    in_process_forward = True
+
+    def export_reason(self, path: str, spec: Workload) -> str | None:
+        return super().export_reason(path, spec) or _export_keras.path_reason(path, "torch")
+
+    def forward(self, spec: Workload, params: Params, device: str, options: Options) -> Forward:
+        import keras
+        import torch
+
+        torch.set_num_threads(options.threads)
+        kit.torch_precision(torch, options.tf32)
+        return _export_keras.forward_of(_export_keras.model(keras, spec, params, device, jit_compile=False))
+
+    def export(self, path: str, spec: Workload, params: Params, device: str, directory: Path) -> Path:
+        return _export_keras.export(path, spec, params, device, directory, jit_compile=False)
+
+    @classmethod
+    def serve(cls, path: str, artifact: Path, device: str, threads: int) -> Forward:
+        return _export_keras.serve(path, artifact, device, threads)
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:

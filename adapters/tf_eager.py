@@ -18,6 +18,7 @@ class TfEager(TfFunction):
     name = "tf-eager"
     graph = "dynamic"
     graph_loop = None
+    export_paths = ()  # TensorFlow's export paths are tf-function's: one artifact per framework
 
     def _compile(self, fn: Any, input_signature: Any = None) -> Any:
         return fn

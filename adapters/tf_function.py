@@ -34,12 +34,13 @@ import itertools
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from adapters import _tf_data, _tf_transformer, kit
-from adapters.base import Adapter, Options
+from adapters import _export_tf, _tf_data, _tf_transformer, kit
+from adapters.base import Adapter, Forward, Options
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ADAMW_WEIGHT_DECAY, decays
 from workloads.rnn import BOS, EOS, PAD
@@ -56,10 +57,33 @@ class TfFunction(Adapter):
     graph_loop = "tf.while_loop via AutoGraph over tf.range(length)"
     families = ("mlp", "cnn", "rnn-caption", "transformer")
     precisions = ("fp32", "tf32", "bf16")
+    export_paths = _export_tf.PATHS
+    in_process_forward = True
 
     @classmethod
     def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
         return {**super().worker_env(threads, device), **kit.tf_env(threads, device)}
+
+    def export_reason(self, path: str, spec: Workload) -> str | None:
+        reason = super().export_reason(path, spec)
+        if reason is None and path == "onnx":
+            return _export_tf.converter_reason()
+        return reason
+
+    def forward(self, spec: Workload, params: Params, device: str, options: Options) -> Forward:
+        import tensorflow as tf
+
+        kit.tf_precision(tf, options.tf32, options.threads)
+        self._tf = tf  # what _compile reads
+        logits = _export_tf.logits_fn(tf, spec, _export_tf.variables(tf, params, device))
+        return _export_tf.forward_of(tf, self._compile(logits, _export_tf.signature(tf, spec)), device)
+
+    def export(self, path: str, spec: Workload, params: Params, device: str, directory: Path) -> Path:
+        return _export_tf.export(path, spec, params, device, directory)
+
+    @classmethod
+    def serve(cls, path: str, artifact: Path, device: str, threads: int) -> Forward:
+        return _export_tf.serve(path, artifact, device, threads)
 
     def version(self) -> dict[str, str]:
         import tensorflow as tf

@@ -26,6 +26,7 @@ from adapters.torch_eager import TorchEager
 class TorchCompile(TorchEager):
     name = "torch-compile"
     graph = "static"
+    export_paths = ()  # torch's export paths are torch-eager's: one artifact per framework
 
     def _compile(self, fn: Any, dynamic: bool = False) -> Any:
         if self.spec.family == "transformer":

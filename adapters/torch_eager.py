@@ -24,13 +24,14 @@ and tables only (two parameter groups).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from adapters import _torch_transformer, kit
+from adapters import _export_onnx, _export_torch, _torch_transformer, kit
 from adapters._torch_data import IMAGE_LOADER_KIND, LOADER_KIND, data_loader, image_loader
-from adapters.base import Adapter, Options
+from adapters.base import Adapter, Forward, Options
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ADAMW_WEIGHT_DECAY
 from workloads.rnn import BOS, EOS, PAD
@@ -46,11 +47,35 @@ class TorchEager(Adapter):
     image_loader_kind = IMAGE_LOADER_KIND
     families = ("mlp", "cnn", "rnn-caption", "transformer")
     precisions = ("fp32", "tf32", "bf16")
+    export_paths = _export_torch.PATHS
+    in_process_forward = True
 
     def version(self) -> dict[str, str]:
         import torch
 
         return {"torch": torch.__version__}
+
+    def export_reason(self, path: str, spec: Workload) -> str | None:
+        reason = super().export_reason(path, spec)
+        if reason is None and path == "onnx":
+            return _export_onnx.runtime_reason()
+        return reason
+
+    def forward(self, spec: Workload, params: Params, device: str, options: Options) -> Forward:
+        import torch
+
+        torch.set_num_threads(options.threads)
+        kit.torch_precision(torch, options.tf32)
+        self.torch, self.spec = torch, spec  # what _compile reads
+        module = _export_torch.served_module(torch, spec, params, device)
+        return _export_torch.forward_of(torch, self._compile(module), device)
+
+    def export(self, path: str, spec: Workload, params: Params, device: str, directory: Path) -> Path:
+        return _export_torch.export(path, spec, params, device, directory)
+
+    @classmethod
+    def serve(cls, path: str, artifact: Path, device: str, threads: int) -> Forward:
+        return _export_torch.serve(path, artifact, device, threads)
 
     def resolve_device(self, device: str) -> str:
         return kit.torch_resolve_device(device, "torch")

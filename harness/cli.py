@@ -1,4 +1,4 @@
-"""Command line: ``python -m harness {list,bench,sweep,fidelity,report,check,doctor,compare,calibrate}``.
+"""Command line: ``python -m harness {list,bench,sweep,fidelity,export,report,check,doctor,compare,calibrate}``.
 
 Parsing only: each command is one call (a bench run is harness.session)."""
 
@@ -14,7 +14,7 @@ from tabulate import tabulate
 
 from adapters import discover
 from adapters.base import PRECISIONS
-from harness import env, records, session
+from harness import env, export, records, session
 from harness.checks import conformance, doctor, fidelity
 from harness.measuring import timing
 from harness.reporting import compare, report
@@ -40,6 +40,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     return session.bench(args)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    return export.main(args)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -276,6 +280,14 @@ def parser() -> argparse.ArgumentParser:
         ),
         fidelity_defaults,
     )
+
+    e = sub.add_parser(
+        "export",
+        help="export each model (mlp, cnn), reload it in a fresh process and serve it: export time, size, "
+        "cold load, batch-1 p50/p99 latency, throughput, parity (docs/export.md)",
+    )
+    export.add_arguments(e, DEFAULT_OUT)
+    e.set_defaults(func=cmd_export)
 
     r = sub.add_parser("report", help="rebuild report.md of a run from its records, or merge several runs")
     r.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")

@@ -121,3 +121,42 @@ def test_a_profiled_gpu_cell_breaks_down_the_device_timeline(name, tmp_path):
     assert sum(found["shares"].values()) == pytest.approx(1.0)
     assert found["shares"]["matmul/conv"] > 0
     assert (tmp_path / found["trace"]).is_file()
+
+
+#: The export task's GPU rows (docs/export.md): each framework's program exported for and served on
+#: CUDA, and ONNX Runtime's CUDAExecutionProvider serving torch's ONNX graph.
+GPU_EXPORTS = [
+    ("torch-eager", "torch-export"),
+    ("torch-eager", "onnx"),
+    ("jax-jit", "jax-export"),
+    ("tf-function", "tf-saved-model"),
+]
+
+
+@pytest.fixture(scope="module")
+def gpu_exported(tmp_path_factory) -> dict[tuple[str, str], dict]:
+    import subprocess
+    import sys
+
+    from harness import records
+    from tests.conftest import REPO
+
+    out = tmp_path_factory.mktemp("gpu-export")
+    names = ",".join(sorted({a for a, _ in GPU_EXPORTS}))
+    paths = ",".join(sorted({p for _, p in GPU_EXPORTS}))
+    args = ["export", "--device", "cuda", "--workload", "mlp", "--framework", names, "--path", paths]
+    args += ["--budget", "0.2", "--batch", "64", "--out", str(out), "--run-id", "gpu"]
+    proc = subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {(r["adapter"], r["export_path"]): r for r in records.load(out / "gpu" / records.RESULTS)}
+
+
+@pytest.mark.parametrize(("adapter", "path"), GPU_EXPORTS)
+def test_exported_programs_serve_on_the_gpu_and_match_the_reference(gpu_exported, adapter, path):
+    rec = gpu_exported[(adapter, path)]
+    no_provider = "has no CUDAExecutionProvider" in rec["reason"]  # the CPU onnxruntime (cuda13 variant)
+    if rec["status"] != "ok" and (CPU_BUILDS or no_provider):
+        pytest.skip(rec["reason"])
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["device_requested"] == "cuda" and rec["parity_error"] <= rec["parity_allowed"]
+    assert rec["p50_s"] > 0 and rec["throughput_per_s"] > 0

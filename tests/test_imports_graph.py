@@ -21,6 +21,8 @@ The allowed direction, lowest first (a part may import only the parts listed for
        ^
     session  calibrate               a bench run from plan to report; A/A calibration (+ checks, reporting)
        ^
+    export                           the export task, from plan to report (+ session's run-id rule)
+       ^
     cli  <-  __main__                argument parsing, one call per command
 
     reporting                        records and statistics only: a report is rebuilt from a run's
@@ -54,7 +56,8 @@ ALLOWED: dict[str, set[str]] = {
     "checks": _BASE | {"stats", "measuring", "running"},
     "session": _BASE | {"stats", "measuring", "running", "checks", "reporting"},
     "calibrate": _BASE | {"stats", "measuring", "running", "checks", "reporting"},
-    "cli": _BASE | {"stats", "measuring", "running", "checks", "reporting", "session", "calibrate"},
+    "export": _BASE | {"stats", "measuring", "running", "checks", "reporting", "session"},
+    "cli": _BASE | {"stats", "measuring", "running", "checks", "reporting", "session", "calibrate", "export"},
     "__main__": {"cli"},
 }
 

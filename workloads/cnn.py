@@ -24,7 +24,7 @@ import dataclasses
 
 import numpy as np
 
-from workloads.mlp import dense_training_flops, relu_slope, softmax_cross_entropy
+from workloads.mlp import dense_forward, dense_training_flops, relu_slope, softmax_cross_entropy
 from workloads.spec import Batch, Kernel, Params, SpecError, Workload, _positive, dense_kernels
 
 
@@ -128,6 +128,12 @@ class CNN(Workload):
             hidden=(2,) * len(self.hidden),
             num_classes=2,
         )
+
+    def reference_logits(self, params: Params, x: np.ndarray) -> np.ndarray:
+        h = x.astype(params["conv0/kernel"].dtype)
+        for i in range(len(self.channels)):
+            h = maxpool2x2(np.maximum(conv3x3_same(h, params[f"conv{i}/kernel"]) + params[f"conv{i}/bias"], 0.0))[0]
+        return dense_forward(params, h.reshape(len(h), -1), len(self.dense_sizes) - 1)
 
     def reference_loss_and_grads(self, params: Params, batch: Batch, relu_tie: float = 0.0) -> tuple[float, Params]:
         h = batch["x"].astype(params["conv0/kernel"].dtype)

@@ -67,6 +67,10 @@ class MLP(Workload):
     def reference_loss_and_grads(self, params: Params, batch: Batch, relu_tie: float = 0.0) -> tuple[float, Params]:
         return mlp_loss_and_grads(params, batch, len(self.layer_sizes) - 1, relu_tie)
 
+    def reference_logits(self, params: Params, x: np.ndarray) -> np.ndarray:
+        h = x.reshape(len(x), -1).astype(params["dense0/kernel"].dtype)
+        return dense_forward(params, h, len(self.layer_sizes) - 1)
+
     def flops(self, batch: Batch) -> int:
         return dense_training_flops(self.layer_sizes, len(batch["y"]))
 
@@ -110,6 +114,15 @@ def relu_slope(z: np.ndarray, tie: float = 0.0) -> np.ndarray:
     """ReLU's derivative at ``z``: 1 where z > tie * max|z|. ``tie`` (see
     Workload.reference_loss_and_grads) decides inputs within rounding of zero; 0 is the usual."""
     return z > tie * np.max(np.abs(z))
+
+
+def dense_forward(p: Params, h: np.ndarray, n_layers: int) -> np.ndarray:
+    """``dense{i}`` layers with ReLU between them, no activation after the last: the logits."""
+    for i in range(n_layers):
+        h = h @ p[f"dense{i}/kernel"] + p[f"dense{i}/bias"]
+        if i < n_layers - 1:
+            h = np.maximum(h, 0.0)
+    return h
 
 
 def mlp_loss_and_grads(p: Params, batch: Batch, n_layers: int, relu_tie: float = 0.0) -> tuple[float, Params]:

@@ -116,6 +116,11 @@ class Workload(Declared, abc.ABC):
         (0: the usual). An input within float32 rounding of zero may land on either side in a
         float32 framework; the conformance checks try +-a rounding's width to follow it."""
 
+    def reference_logits(self, params: Params, x: np.ndarray) -> np.ndarray:
+        """The model's forward pass (inference) in the parameters' dtype: logits for inputs ``x``.
+        Implemented by the fixed-shape feed-forward families (the export task's parity reference)."""
+        raise NotImplementedError(f"workload family {self.family!r} has no reference forward")
+
     def reference_train(
         self,
         params: Params,

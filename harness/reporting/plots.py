@@ -333,3 +333,34 @@ def ops_breakdown(recs: list[Record], path: Path) -> Path | None:
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=5, fontsize=8, frameon=False)
     ax.set_title("where the step's time goes (profiled pass)")
     return _save(fig, path)
+
+
+def serve_latency(rows: list[tuple[str, Record]], workload: str, path: Path, colors: Colors) -> Path | None:
+    """Batch-1 latency of each served or in-process forward (export task): the bar the median
+    (p50), the whisker up to p99, the p50 written at the bar's end; bars in the adapter's colour,
+    labelled by row (``rows``: (label, record) of the ok cells, in the table's order)."""
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(8.5, 0.42 * len(rows) + 1.8))
+    p50 = [r["p50_s"] * 1e3 for _, r in rows]
+    p99 = [r["p99_s"] * 1e3 for _, r in rows]
+    tails = [max(0.0, hi - lo) for lo, hi in zip(p50, p99, strict=True)]
+    colours = [colors.get(r["adapter"], "grey") for _, r in rows]
+    hatches = ["" if r.get("export_path") == "in-process" else "//" for _, r in rows]
+    bars = ax.barh(range(len(rows)), p50, xerr=[[0] * len(rows), tails], color=colours, capsize=3)
+    for bar, hatch in zip(bars, hatches, strict=True):
+        bar.set_hatch(hatch)
+    wide = _wide(p50 + p99)
+    for i, (end, value) in enumerate(zip(p99, p50, strict=True)):
+        ax.text(end * (1.06 if wide else 1) + (0 if wide else 0.01 * max(p99)), i, sig(value), va="center", fontsize=8)
+    ax.set_yticks(range(len(rows)), [label for label, _ in rows])
+    ax.invert_yaxis()
+    if wide:
+        ax.set_xscale("log")
+        _log_ticks(ax.xaxis)
+        ax.set_xlim(min(p50) / 1.5, max(p99) * 2.2)
+    else:
+        ax.set_xlim(0, max(p99) * 1.18)
+    ax.set_xlabel("batch-1 latency, p50 (ms" + (", log scale" if wide else "") + "); whisker to p99; hatched: served")
+    ax.set_title(f"{workload}: one request, answer in host memory (lower is better)")
+    return _save(fig, path)

@@ -13,7 +13,18 @@ import pandas as pd
 
 from harness import records
 from harness.records import is_idiomatic, load_env
-from harness.reporting import attention, fidelity, html, ops, overview, pipelines, plots, static_dynamic, summary
+from harness.reporting import (
+    attention,
+    export,
+    fidelity,
+    html,
+    ops,
+    overview,
+    pipelines,
+    plots,
+    static_dynamic,
+    summary,
+)
 from harness.reporting.breakeven import cumulative_s
 from harness.reporting.cells import strategy
 from harness.reporting.formatting import fingerprint_name, machine_name, slug
@@ -156,6 +167,9 @@ def write(run_dir: Path, extra: list[Path] = (), out_dir: Path | None = None) ->
     """Write report.md, its plots and report.html (the same page, self-contained) for one run, or
     merge ``extra`` runs into it; merged reports go to ``out_dir``. A fidelity run
     (idiomatic-script records) also gets fidelity.md."""
+    recs = records.load(run_dir / records.RESULTS)
+    if not extra and recs and all(export.is_export(r) for r in recs):
+        return export.write(run_dir, out_dir)  # an export run (python -m harness export) has its own report
     target = out_dir or run_dir
     target.mkdir(parents=True, exist_ok=True)
     path = target / "report.md"

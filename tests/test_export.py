@@ -1,0 +1,285 @@
+"""The export task (python -m harness export, docs/export.md).
+
+Harness logic first (no framework, no process): choosing paths and workloads, ONNX Runtime's
+provider choice, the forward parity rule, the serving clock, a cell's verdict and the report.
+Then one real run, shared by the framework tests (module-scoped): every framework family's own
+path and ONNX Runtime on ``mlp``, ONNX on ``cnn`` (the NHWC-in-the-graph layout), each exported
+and served in fresh processes, its logits held to the float64 reference.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from adapters import _export_onnx
+from adapters.base import IN_PROCESS, DeviceUnavailable
+from harness import cli, export, records
+from harness.checks.conformance import forward
+from harness.measuring import serving
+from harness.reporting import export as export_report
+from harness.reporting import report
+from harness.running.plan import PlanError
+from tests.conftest import ADAPTERS, REPO
+from workloads import get_workload
+
+# ---------------------------------------------------------------- choosing what runs
+
+
+def test_unknown_path_or_workload_names_the_bad_value_and_the_valid_ones():
+    with pytest.raises(PlanError, match=r"unknown export path 'pt2'.*valid: all, in-process, .*torch-export"):
+        export.select_paths("pt2", ADAPTERS)
+    with pytest.raises(PlanError, match=r"unknown export workload 'rnn-caption'; valid: all, mlp, mlp-wide, cnn"):
+        export.select_workloads("rnn-caption")
+    assert export.select_workloads("all") == ["mlp", "mlp-wide", "cnn"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--path", "pt2"], "unknown export path 'pt2'"),
+        (["--workload", "transformer"], "unknown export workload 'transformer'"),
+        (["--framework", "mxnet"], "unknown framework or adapter 'mxnet'"),
+    ],
+)
+def test_bad_export_input_exits_2_with_one_clear_line(capsys, tmp_path, args, message):
+    code = cli.main(["export", *args, "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "valid:" in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # nothing started, no run folder
+
+
+def test_every_adapter_gets_an_in_process_row_and_one_row_per_declared_path():
+    cells = export.plan(["mlp"], list(ADAPTERS), export.select_paths("all", ADAPTERS), ["cpu"], ADAPTERS)
+    rows = {(c["adapter"], c["export_path"]) for c in cells}
+    assert {(n, IN_PROCESS) for n in ADAPTERS} <= rows
+    assert {("torch-eager", "torch-export"), ("tf-function", "tf-saved-model"), ("jax-jit", "jax-export")} <= rows
+    assert {("flax-nnx", "jax-export"), ("keras-jax", "keras-file"), ("keras-torch", "onnx")} <= rows
+    # one artifact per framework: a path belongs to one mode of each framework
+    others = ("torch-compile", "tf-eager", "jax-eager", "flax-nnx-cached")
+    assert not any(a in others and p != IN_PROCESS for a, p in rows)
+
+
+def test_export_reasons_name_what_is_missing():
+    torch_eager, compiled = ADAPTERS["torch-eager"].cls(), ADAPTERS["torch-compile"].cls()
+    assert "fixed-shape forward" in torch_eager.export_reason("onnx", get_workload("rnn-caption"))
+    assert torch_eager.export_reason("tf-saved-model", get_workload("mlp")).startswith("torch-eager has no export path")
+    # one artifact per framework: torch-compile runs its forward in process, torch-eager exports
+    assert compiled.export_reason("torch-export", get_workload("mlp")).endswith("(it has: none)")
+    assert compiled.export_reason(IN_PROCESS, get_workload("mlp")) is None
+    assert "jax2onnx" in ADAPTERS["jax-jit"].cls().export_reason("onnx", get_workload("mlp"))
+
+
+# ---------------------------------------------------------------- ONNX Runtime's provider choice (CPU stand-ins)
+
+
+def test_onnx_runtime_provider_choice():
+    cpu, cuda = _export_onnx.CPU, _export_onnx.CUDA
+    assert _export_onnx.providers("cpu", [cuda, cpu]) == [cpu]  # a CPU cell never touches the GPU
+    assert _export_onnx.providers("cuda", [cuda, cpu]) == [cuda, cpu]
+    with pytest.raises(DeviceUnavailable, match="onnxruntime has no CUDAExecutionProvider.*onnxruntime-gpu"):
+        _export_onnx.providers("cuda", ["AzureExecutionProvider", cpu])
+    with pytest.raises(ValueError, match="'tpu'"):
+        _export_onnx.providers("tpu", [cpu])
+    # ORT falls back to the CPU quietly when the CUDA provider fails to load: refused, not timed
+    with pytest.raises(DeviceUnavailable, match="could not start CUDAExecutionProvider"):
+        _export_onnx.check_placed("cuda", [cpu])
+    _export_onnx.check_placed("cuda", [cuda, cpu])
+    _export_onnx.check_placed("cpu", [cpu])
+
+
+# ---------------------------------------------------------------- parity and the serving clock
+
+
+@pytest.mark.parametrize("workload", ["mlp", "cnn"])
+def test_forward_parity_passes_float32_rounding_and_fails_a_wrong_model(workload):
+    spec = get_workload(workload)
+    params, x = spec.init_params(), spec.batches()[0]["x"][:8]
+    allowed = forward.allowance(spec, params, x)
+    assert forward.FLOOR <= allowed < 1e-3
+    right = spec.reference_logits(params, x)  # float32 arithmetic: rounding only
+    assert forward.check(spec, params, x, right, allowed).ok
+    one_row = right.copy()
+    one_row[3] *= 1.001  # a 0.1% error on one sample
+    bad = forward.check(spec, params, x, one_row, allowed)
+    assert not bad.ok and "differ from the float64 reference" in bad.reason()
+    assert not forward.check(spec, params, x, right[:, ::-1], allowed).ok  # classes swapped
+    assert not forward.check(spec, params, x, right[:4], allowed).ok  # wrong shape
+    assert not forward.check(spec, params, x, np.full_like(right, np.nan), allowed).ok
+
+
+def test_serving_clock_keeps_raw_calls_and_reads_p50_p99():
+    calls = []
+
+    def fwd(x):
+        calls.append(len(x))
+        return x.sum(axis=1)
+
+    got = serving.measure(fwd, [np.ones((1, 3), np.float32)] * 2, [np.ones((8, 3), np.float32)], budget_s=0.05)
+    assert len(got["latency_times_s"]) >= serving.MIN_CALLS
+    assert 0 < got["p50_s"] <= got["p99_s"]
+    assert got["throughput_batch"] == 8 and got["throughput_per_s"] > 0 and got["throughput_block_times_s"]
+    assert set(calls) == {1, 8}
+
+
+def _shared(workload: str) -> dict:
+    spec = get_workload(workload)
+    data = export.inputs(spec, 16)
+    params = spec.init_params()
+    return {
+        "files": {workload: {}},
+        "inputs": {workload: data},
+        "params": {workload: params},
+        "allowed": {workload: forward.allowance(spec, params, data["parity"])},
+        "threads": 1,
+        "budget_s": 0.01,
+    }
+
+
+def test_an_artifact_that_loads_but_disagrees_is_a_failed_cell(monkeypatch, tmp_path):
+    spec = get_workload("mlp")
+    shared = _shared("mlp")
+    want = spec.reference_logits(shared["params"]["mlp"], shared["inputs"]["mlp"]["parity"])
+    steps = []
+
+    def fake_step(info, job, mode, timeout_s):  # stands in for the worker processes
+        steps.append(mode)
+        if mode == "export":
+            return {"ok": True, "export_s": 1.0, "artifact": "a", "artifact_bytes": 10, "runtimes": {}}
+        return {"ok": True, "p50_s": 1e-4, "p99_s": 2e-4, "parity_logits": (want * 1.01).tolist()}
+
+    monkeypatch.setattr(export, "_step", fake_step)
+    cell = export.cell(ADAPTERS["torch-eager"], "mlp", "torch-export", "cpu")
+    rec = export.run_cell(ADAPTERS["torch-eager"], cell, shared, tmp_path, 60)
+    assert steps == ["export", "serve"]
+    assert rec["status"] == "failed" and "differ from the float64 reference" in rec["reason"]
+    assert rec["parity_error"] > rec["parity_allowed"] and rec["export_s"] == 1.0
+
+    def crashing(info, job, mode, timeout_s):
+        return {"ok": False, "error": "RuntimeError: no kernel"}
+
+    monkeypatch.setattr(export, "_step", crashing)
+    rec = export.run_cell(ADAPTERS["torch-eager"], cell, shared, tmp_path, 60)
+    assert rec["status"] == "failed" and rec["reason"] == "export: RuntimeError: no kernel"
+
+
+# ---------------------------------------------------------------- the report, from records alone
+
+
+def _rec(adapter: str, path: str, status: str = "ok", p50_ms: float = 1.0, **extra) -> dict:
+    rec = records.new_record(
+        export.cell(ADAPTERS[adapter], "mlp", path, "cpu"),
+        status,
+        "" if status == "ok" else "why not",
+    )
+    if status == "ok":
+        rec.update(p50_s=p50_ms / 1e3, p99_s=2 * p50_ms / 1e3, cold_load_s=0.5, throughput_per_s=1e4)
+        rec.update(throughput_batch=256, parity_error=1e-7, parity_allowed=3e-5, artifact_bytes=2_000_000)
+        rec.update(export_s=None if path == IN_PROCESS else 3.0)
+    return {**rec, **extra}
+
+
+def test_report_has_the_section_the_table_the_plot_and_the_fastest_served_path(tmp_path):
+    recs = [
+        _rec("jax-jit", IN_PROCESS, p50_ms=0.05),
+        _rec("torch-eager", "onnx", p50_ms=0.03),
+        _rec("torch-eager", "torch-export", p50_ms=0.1),
+        _rec("tf-function", "tf-saved-model", status="failed"),
+        _rec("jax-jit", "onnx", status="skipped"),
+    ]
+    for r in recs:
+        records.append(tmp_path / records.RESULTS, r)
+    path = report.write(tmp_path)  # `harness report RUN_DIR` of an export run: the export report
+    text = path.read_text()
+    assert "## Export and serve: mlp (cpu)" in text
+    table = [line for line in text.splitlines() if line.startswith("| ")]
+    assert all(line.count("|") - 1 <= 10 for line in table)
+    assert table[1].startswith("| onnx (torch-eager) |")  # fastest first
+    assert (
+        "`mlp` on cpu: the fastest served path is onnx (torch-eager), 0.03 ms p50 and 0.06 ms p99 for one request "
+        "(fastest in-process forward: jax-jit in-process, 0.05 ms p50)." in text
+    )
+    assert "- tf-saved-model (tf-function): failed: why not" in text
+    assert (tmp_path / "export-mlp-cpu.png").is_file() and (tmp_path / "report.html").is_file()
+
+
+def test_fastest_sentence_when_nothing_was_served():
+    text = export_report.fastest_sentence("cnn", "cuda", [_rec("jax-jit", IN_PROCESS)])
+    assert text == "`cnn` on cuda: no served path ran to the end (see the table for why)."
+
+
+# ---------------------------------------------------------------- real frameworks, real processes and files
+
+#: Each framework family's own path on mlp, ONNX Runtime beside them, one in-process row, and cnn's
+#: ONNX graph (torch computes NCHW, the artifact takes NHWC). AOTInductor (30 s of C++ compile
+#: here) and the other rows run in `make export`.
+FRAMEWORK_PATHS = "torch-export,onnx,tf-saved-model,jax-export,keras-file"
+FRAMEWORKS = "torch-eager,tf-function,jax-jit,keras-jax,flax-nnx"
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> dict[tuple[str, str, str], dict]:
+    """Real export runs (mlp: FRAMEWORK_PATHS over FRAMEWORKS, jax-jit's in-process row; cnn:
+    torch's ONNX), their records by (workload, adapter, path)."""
+    import sys
+
+    out = tmp_path_factory.mktemp("export")
+    base = [sys.executable, "-m", "harness", "export", "--out", str(out), "--budget", "0.05", "--batch", "32"]
+    runs = [
+        ["--workload", "mlp", "--framework", FRAMEWORKS, "--path", FRAMEWORK_PATHS, "--run-id", "mlp"],
+        ["--workload", "mlp", "--framework", "jax-jit", "--path", IN_PROCESS, "--run-id", "in-process"],
+        ["--workload", "cnn", "--framework", "torch-eager", "--path", "onnx", "--run-id", "cnn"],
+    ]
+    found = {}
+    for args in runs:
+        proc = subprocess.run([*base, *args], cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        for rec in records.load(out / args[-1] / records.RESULTS):
+            found[(rec["workload"], rec["adapter"], rec["export_path"])] = rec
+    found["report"] = (out / "mlp" / "report.md").read_text()
+    return found
+
+
+@pytest.mark.frameworks
+@pytest.mark.workers
+@pytest.mark.parametrize(
+    ("adapter", "path"),
+    [
+        ("torch-eager", "torch-export"),
+        ("torch-eager", "onnx"),
+        ("tf-function", "tf-saved-model"),
+        ("tf-function", "onnx"),
+        ("jax-jit", "jax-export"),
+        ("keras-jax", "keras-file"),
+        ("flax-nnx", "jax-export"),
+    ],
+)
+def test_each_framework_exports_reloads_in_a_fresh_process_and_matches_the_reference(exported, adapter, path):
+    rec = exported[("mlp", adapter, path)]
+    if not ADAPTERS[adapter].available:
+        pytest.skip(ADAPTERS[adapter].unavailable)
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["parity_error"] <= rec["parity_allowed"]
+    assert rec["export_s"] > 0 and rec["artifact_bytes"] > 4 * get_workload("mlp").param_count()  # the weights
+    # served in a process that imported nothing of a framework before its cold clock started
+    assert rec["framework_preloaded"] == [] and rec["cold_load_s"] >= rec["load_s"] > 0
+    if path == "onnx":
+        assert list(rec["runtimes"]) == ["onnxruntime"]  # ONNX Runtime alone serves it
+    assert 0 < rec["p50_s"] <= rec["p99_s"] and len(rec["latency_times_s"]) >= serving.MIN_CALLS
+    assert rec["throughput_batch"] == 32 and rec["throughput_per_s"] > 0
+
+
+@pytest.mark.frameworks
+@pytest.mark.workers
+def test_in_process_rows_skips_and_the_cnn_layout(exported):
+    rec = exported[("mlp", "jax-jit", IN_PROCESS)]
+    assert rec["status"] == "ok" and "export_s" not in rec and rec["parity_error"] <= rec["parity_allowed"]
+    assert exported[("mlp", "jax-jit", "onnx")]["status"] == "skipped"
+    assert "jax2onnx" in exported[("mlp", "jax-jit", "onnx")]["reason"]
+    cnn = exported[("cnn", "torch-eager", "onnx")]
+    assert cnn["status"] == "ok", cnn["reason"]  # NHWC in, as the workload's data, through torch's NCHW graph
+    assert "## Export and serve: mlp (cpu)" in exported["report"] and "fastest served path" in exported["report"]
+    json.dumps(cnn, allow_nan=False)  # records stay strict JSON
