@@ -32,7 +32,7 @@ from harness.measuring.contention import OtherLoad
 from harness.reporting import export as report
 from harness.running import runner
 from harness.running.plan import PlanError, _bad, _items, select_adapters, select_devices
-from harness.session import RUN_ID, fail
+from harness.session import RUN_ID, fail, unwritable
 from workloads import WORKLOADS, Workload, get_workload
 
 #: The record ``kind`` of an export cell.
@@ -210,7 +210,11 @@ def main(args: argparse.Namespace) -> int:
     if not cells:
         return fail("nothing to run: no selected adapter has a selected path")
     run_dir = args.out / (args.run_id or datetime.datetime.now().strftime("export-%Y%m%d-%H%M%S"))
-    run_dir.mkdir(parents=True, exist_ok=True)
+    why = unwritable(run_dir)
+    if why:
+        return fail(f"--out: cannot write to {run_dir}: {why}")
+    if (run_dir / records.RESULTS).exists():  # a second run would add rows the report cannot tell apart
+        return fail(f"{run_dir} already holds export results; choose another --run-id or --out")
     threads = args.threads or env.default_threads()
     modules = sorted({m for n in names for m in adapters[n].cls.requires} | {"onnxruntime", "onnx", "tf2onnx"})
     records.write_json(run_dir / records.ENV, env.capture(threads, ["python", "-m", "harness", *sys.argv[1:]], modules))

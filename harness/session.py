@@ -117,9 +117,9 @@ class Session:
         executor (raising ExecutorError: one line, exit 2, before anything is measured). A full
         disk, a quota or an I/O error mid-run is one line and exit 2, the records written kept."""
         run_dir = self.run_dir
-        unwritable = _unwritable(run_dir)
-        if unwritable:
-            return fail(f"{'--resume' if self.resumed else '--out'}: cannot write to {run_dir}: {unwritable}")
+        why = unwritable(run_dir)
+        if why:
+            return fail(f"{'--resume' if self.resumed else '--out'}: cannot write to {run_dir}: {why}")
         lock = _lock(run_dir)
         if lock is None:
             return fail(
@@ -340,7 +340,7 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _unwritable(run_dir: Path) -> str | None:
+def unwritable(run_dir: Path) -> str | None:
     """Why ``run_dir`` cannot hold a run (created here if need be, a test write made), or None."""
     probe = run_dir / f".write-test-{os.getpid()}"
     try:

@@ -52,6 +52,16 @@ def test_bad_export_input_exits_2_with_one_clear_line(capsys, tmp_path, args, me
     assert not list(tmp_path.iterdir())  # nothing started, no run folder
 
 
+def test_an_export_run_folder_that_holds_results_or_cannot_be_written_is_refused(capsys, tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "results.jsonl").write_text("")
+    assert cli.main(["export", "--framework", "torch-eager", "--out", str(tmp_path), "--run-id", "r"]) == 2
+    assert f"{tmp_path / 'r'} already holds export results" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert cli.main(["export", "--framework", "torch-eager", "--out", str(tmp_path / "file")]) == 2
+    assert f"--out: cannot write to {tmp_path / 'file'}" in capsys.readouterr().err
+
+
 def test_every_adapter_gets_an_in_process_row_and_one_row_per_declared_path():
     cells = export.plan(["mlp"], list(ADAPTERS), export.select_paths("all", ADAPTERS), ["cpu"], ADAPTERS)
     rows = {(c["adapter"], c["export_path"]) for c in cells}
