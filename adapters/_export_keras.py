@@ -29,6 +29,13 @@ def path_reason(path: str, backend: str) -> str | None:
     """Why ``path`` cannot run on ``backend`` here (a converter or runtime missing), or None."""
     if path == "keras-saved-model" and importlib.util.find_spec("tensorflow") is None:
         return "tensorflow not installed: Keras exports and serves SavedModels through it"
+    if path == "keras-saved-model" and backend == "torch" and importlib.util.find_spec("torch_xla") is None:
+        # Tried with Keras 3.15: a batch-polymorphic signature fails inside its torch.export call
+        # (inputs and dynamic_shapes differ in structure); a fixed one asks for torch_xla.
+        return (
+            "Keras on torch converts a SavedModel through torch_xla, not installed here (and Keras 3.15's "
+            "export with a dynamic batch fails in torch.export: its inputs and dynamic_shapes differ in structure)"
+        )
     if path == "onnx":
         if backend == "jax" and importlib.util.find_spec("jax2onnx") is None:
             return "Keras on JAX exports ONNX through jax2onnx, not installed (docs/export.md)"

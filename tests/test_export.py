@@ -9,6 +9,8 @@ and served in fresh processes, its logits held to the float64 reference.
 
 from __future__ import annotations
 
+import importlib.util
+
 import json
 import subprocess
 
@@ -81,6 +83,9 @@ def test_export_reasons_name_what_is_missing():
     assert compiled.export_reason("torch-export", get_workload("mlp")).endswith("(it has: none)")
     assert compiled.export_reason(IN_PROCESS, get_workload("mlp")) is None
     assert "jax2onnx" in ADAPTERS["jax-jit"].cls().export_reason("onnx", get_workload("mlp"))
+    if importlib.util.find_spec("torch_xla") is None:
+        keras_torch = ADAPTERS["keras-torch"].cls()
+        assert "torch_xla" in keras_torch.export_reason("keras-saved-model", get_workload("mlp"))
 
 
 # ---------------------------------------------------------------- ONNX Runtime's provider choice (CPU stand-ins)
