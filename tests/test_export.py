@@ -10,7 +10,6 @@ and served in fresh processes, its logits held to the float64 reference.
 from __future__ import annotations
 
 import importlib.util
-
 import json
 import subprocess
 
