@@ -3,8 +3,9 @@
 batch dimension, serialised (``Exported.serialize``) with the parameters as constants, and in a
 fresh process deserialised (``jax.export.deserialize``) and called through ``jax.jit``.
 
-JAX has no ONNX exporter of its own; the converter (jax2onnx) is not installed here, so JAX's
-ONNX path is a skipped cell with that reason (docs/export.md).
+JAX has no ONNX exporter of its own: its ONNX path converts the same jitted forward with
+jax2onnx (``to_onnx``, a symbolic batch dimension, the parameters as initializers), served by ONNX
+Runtime; without jax2onnx installed it is a skipped cell naming the package.
 """
 
 from __future__ import annotations
@@ -15,29 +16,43 @@ from typing import Any
 
 import numpy as np
 
+from adapters import _export_onnx
 from adapters.base import Forward
 from workloads import Params, Workload
 
 PATHS = ("jax-export", "onnx")
-FILES = {"jax-export": "model.jax_exported"}
-ONNX_REASON = (
-    "no JAX-to-ONNX converter installed: jax2onnx 0.17 would add 21 packages (orbax-checkpoint, "
-    "equinox, huggingface_hub, ...) to the locks, not taken in (docs/export.md)"
-)
+FILES = {"jax-export": "model.jax_exported", "onnx": _export_onnx.FILE}
 
 
-def onnx_reason() -> str:
-    """Why JAX's ONNX path is skipped (always: no converter is wired in, see ONNX_REASON)."""
+def onnx_reason() -> str | None:
+    """Why JAX's ONNX path cannot run here (its converter or ONNX Runtime missing), or None."""
     if importlib.util.find_spec("jax2onnx") is None:
-        return ONNX_REASON
-    return "jax2onnx is installed but not wired in: dlcompare has no JAX-to-ONNX export yet"
+        return "no JAX-to-ONNX converter: jax2onnx not installed (pip install 'dlcompare[export]')"
+    return _export_onnx.runtime_reason()
 
 
-def logits_fn(jax: Any, spec: Workload) -> Any:
-    """``logits(p, x)``: jax-jit's model code (adapters/jax_jit.py) without the loss."""
+def _max_pool(jax: Any, h: Any) -> Any:
+    """2x2 max pooling, stride 2, VALID: the adapters' ``reduce_window``."""
+    lax, jnp = jax.lax, jax.numpy
+    return lax.reduce_window(h, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+
+
+def _max_pool_as_reshape(jax: Any, h: Any) -> Any:
+    """The same pooling as a reshape and a max over each 2x2 block (VALID: odd edges dropped).
+    jax2onnx 0.17 turns ``reduce_window`` over NHWC into an ONNX MaxPool that ONNX Runtime refuses
+    ("Unsupported pooling size"); a reduction over the reshaped blocks it converts to ReduceMax."""
+    _, height, width, c = h.shape
+    h = h[:, : height // 2 * 2, : width // 2 * 2, :]
+    return h.reshape(-1, height // 2, 2, width // 2, 2, c).max(axis=(2, 4))
+
+
+def logits_fn(jax: Any, spec: Workload, for_onnx: bool = False) -> Any:
+    """``logits(p, x)``: jax-jit's model code (adapters/jax_jit.py) without the loss; ``for_onnx``:
+    its pooling written as jax2onnx converts it (the same values, ``_max_pool_as_reshape``)."""
     from adapters.jax_jit import _dense
 
-    lax, jnp = jax.lax, jax.numpy
+    lax = jax.lax
+    pool = _max_pool_as_reshape if for_onnx else _max_pool
 
     def logits(p, x):
         if spec.family == "mlp":
@@ -47,8 +62,7 @@ def logits_fn(jax: Any, spec: Workload) -> Any:
             h = lax.conv_general_dilated(
                 h, p[f"conv{i}/kernel"], (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
             )
-            h = jax.nn.relu(h + p[f"conv{i}/bias"])
-            h = lax.reduce_window(h, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+            h = pool(jax, jax.nn.relu(h + p[f"conv{i}/bias"]))
         return _dense(jax, p, h.reshape(h.shape[0], -1), "dense", len(spec.dense_sizes) - 1)
 
     return logits
@@ -64,14 +78,26 @@ def forward_of(jax: Any, fn: Any, device: str) -> Forward:
     return forward
 
 
-def export(spec: Workload, params: Params, device: str, directory: Path) -> Path:
+def export(path: str, spec: Workload, params: Params, device: str, directory: Path) -> Path:
     import jax
 
     from adapters.kit import jax_place
 
     p = jax_place({k: jax.numpy.asarray(v) for k, v in params.items()}, jax.devices(device)[0])
-    logits = logits_fn(jax, spec)
+    logits = logits_fn(jax, spec, for_onnx=path == "onnx")
+    if path == "onnx":
+        return write_onnx(lambda x: logits(p, x), spec, directory)
     return write(lambda x: logits(p, x), spec, device, directory)
+
+
+def write_onnx(fn: Any, spec: Workload, directory: Path) -> Path:
+    """jax2onnx's conversion of ``fn`` (inputs -> logits, parameters closed over) with a symbolic
+    batch dimension ``B``, written as one ONNX file (ONNX Runtime serves it on any device)."""
+    from jax2onnx import to_onnx
+
+    out = directory / FILES["onnx"]
+    to_onnx(fn, [("B", *spec.input_shape)], model_name=spec.name, return_mode="file", output_path=str(out))
+    return out
 
 
 def write(fn: Any, spec: Workload, device: str, directory: Path) -> Path:
@@ -87,7 +113,9 @@ def write(fn: Any, spec: Workload, device: str, directory: Path) -> Path:
     return out
 
 
-def serve(artifact: Path, device: str) -> Forward:
+def serve(path: str, artifact: Path, device: str, threads: int) -> Forward:
+    if path == "onnx":
+        return _export_onnx.serve(artifact, device, threads)
     import jax
 
     exported = jax.export.deserialize(bytearray(artifact.read_bytes()))

@@ -50,7 +50,9 @@ def model(keras: Any, spec: Workload, params: Params, device: str, jit_compile: 
         m, layers = build_model(keras, spec)
         load_params(layers, params, spec)
         m.compile(jit_compile=jit_compile)
-    m.predict_on_batch(np.zeros((1, *spec.input_shape), np.float32))
+    x = np.zeros((1, *spec.input_shape), np.float32)
+    m.predict_on_batch(x)
+    m(x)  # Keras's ONNX export on JAX asks that the model was called, not only predicted with
     return m
 
 

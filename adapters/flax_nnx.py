@@ -103,7 +103,7 @@ class FlaxNnx(Adapter):
 
     @classmethod
     def serve(cls, path: str, artifact: Path, device: str, threads: int) -> Forward:
-        return _export_jax.serve(artifact, device)
+        return _export_jax.serve(path, artifact, device, threads)
 
     def setup(self, spec: Workload, params: Params, device: str, options: Options) -> None:
         import jax

@@ -116,11 +116,11 @@ class JaxJit(Adapter):
         return _export_jax.forward_of(jax, lambda x: logits(p, x), device)
 
     def export(self, path: str, spec: Workload, params: Params, device: str, directory: Path) -> Path:
-        return _export_jax.export(spec, params, device, directory)
+        return _export_jax.export(path, spec, params, device, directory)
 
     @classmethod
     def serve(cls, path: str, artifact: Path, device: str, threads: int) -> Forward:
-        return _export_jax.serve(artifact, device)
+        return _export_jax.serve(path, artifact, device, threads)
 
     def _compile(self, fn: Any, **jit_args: Any) -> Any:
         """How step functions become executable: jax.jit here (jax-eager overrides it)."""

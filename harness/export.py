@@ -216,7 +216,8 @@ def main(args: argparse.Namespace) -> int:
     if (run_dir / records.RESULTS).exists():  # a second run would add rows the report cannot tell apart
         return fail(f"{run_dir} already holds export results; choose another --run-id or --out")
     threads = args.threads or env.default_threads()
-    modules = sorted({m for n in names for m in adapters[n].cls.requires} | {"onnxruntime", "onnx", "tf2onnx"})
+    converters = {"onnxruntime", "onnx", "tf2onnx", "jax2onnx"}
+    modules = sorted({m for n in names for m in adapters[n].cls.requires} | converters)
     records.write_json(run_dir / records.ENV, env.capture(threads, ["python", "-m", "harness", *sys.argv[1:]], modules))
     results = run_dir / records.RESULTS
     with tempfile.TemporaryDirectory(prefix="dlcompare-export-") as tmp:
