@@ -221,6 +221,17 @@ def test_report_has_the_section_the_table_the_plot_and_the_fastest_served_path(t
     assert (tmp_path / "export-mlp-cpu.png").is_file() and (tmp_path / "report.html").is_file()
 
 
+def test_fastest_sentence_names_the_rows_within_drift_of_the_fastest():
+    recs = [
+        _rec("torch-eager", "onnx", p50_ms=0.0216),
+        _rec("tf-function", "onnx", p50_ms=0.0235),  # 8.8% slower: within drift, named beside it
+        _rec("torch-eager", "torch-export", p50_ms=0.0240),  # 11% slower: not
+    ]
+    text = export_report.fastest_sentence("mlp", "cpu", recs)
+    assert "the fastest served path is onnx (torch-eager), 0.0216 ms p50" in text
+    assert text.endswith(", tied within 10% with onnx (tf-function).")
+
+
 def test_fastest_sentence_when_nothing_was_served():
     text = export_report.fastest_sentence("cnn", "cuda", [_rec("jax-jit", IN_PROCESS)])
     assert text == "`cnn` on cuda: no served path ran to the end (see the table for why)."
