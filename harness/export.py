@@ -31,7 +31,7 @@ from harness.checks.conformance import forward as parity
 from harness.measuring.contention import OtherLoad
 from harness.reporting import export as report
 from harness.running import runner
-from harness.running.plan import PlanError, _bad, _items, select_adapters, select_devices
+from harness.running.plan import PlanError, select_adapters, select_devices, select_from
 from harness.session import RUN_ID, fail, unwritable
 from workloads import WORKLOADS, Workload, get_workload
 
@@ -52,13 +52,7 @@ def export_workloads() -> list[str]:
 
 def select_workloads(expr: str) -> list[str]:
     """``all`` or a comma list of export workloads; PlanError naming the valid ones."""
-    valid = export_workloads()
-    chosen: list[str] = []
-    for item in _items(expr):
-        if item != "all" and item not in valid:
-            raise _bad("export workload", item, ["all", *valid])
-        chosen += [n for n in (valid if item == "all" else [item]) if n not in chosen]
-    return chosen
+    return select_from(expr, export_workloads(), "export workload")
 
 
 def all_paths(adapters: dict[str, AdapterInfo]) -> list[str]:
@@ -71,13 +65,7 @@ def all_paths(adapters: dict[str, AdapterInfo]) -> list[str]:
 
 def select_paths(expr: str, adapters: dict[str, AdapterInfo]) -> list[str]:
     """``all`` or a comma list of paths (IN_PROCESS included); PlanError naming the valid ones."""
-    valid = all_paths(adapters)
-    chosen: list[str] = []
-    for item in _items(expr):
-        if item != "all" and item not in valid:
-            raise _bad("export path", item, ["all", *valid])
-        chosen += [p for p in (valid if item == "all" else [item]) if p not in chosen]
-    return chosen
+    return select_from(expr, all_paths(adapters), "export path")
 
 
 def plan(

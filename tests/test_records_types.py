@@ -32,6 +32,9 @@ def test_every_committed_record_is_read_as_written_and_rebuilds_its_spec():
         assert records.load(path) == raw, f"{path}: a current record is read unchanged"
         for rec in raw:
             assert records.upgrade(dict(rec)) == rec
+            if rec.get("kind") == "export":  # an export row names its workload, not a spec of overrides
+                assert rec["export_path"] and rec["workload"], path
+                continue
             assert json.loads(json.dumps(records.spec_of(rec).as_dict())) == rec["spec"], path
 
 

@@ -126,13 +126,19 @@ def variants(workload: str, overrides: list[str], strategies: list[str]) -> list
     return out
 
 
-def select_data(expr: str) -> list[str]:
+def select_from(expr: str, valid: list[str], kind: str) -> list[str]:
+    """``all`` or a comma list of ``valid`` names, in the order given, each once; PlanError
+    naming the bad one (as a ``kind``) and the valid ones."""
     chosen: list[str] = []
     for item in _items(expr):
-        if item != "all" and item not in DATA_MODES:
-            raise _bad("data mode", item, ["all", *DATA_MODES])
-        chosen += [d for d in (DATA_MODES if item == "all" else [item]) if d not in chosen]
+        if item != "all" and item not in valid:
+            raise _bad(kind, item, ["all", *valid])
+        chosen += [v for v in (valid if item == "all" else [item]) if v not in chosen]
     return chosen
+
+
+def select_data(expr: str) -> list[str]:
+    return select_from(expr, list(DATA_MODES), "data mode")
 
 
 def plan(
