@@ -26,6 +26,7 @@ from harness.reporting import report
 from harness.running.plan import PlanError
 from tests.conftest import ADAPTERS, REPO
 from workloads import get_workload
+from workloads.spec import FixedForward
 
 # ---------------------------------------------------------------- choosing what runs
 
@@ -36,6 +37,9 @@ def test_unknown_path_or_workload_names_the_bad_value_and_the_valid_ones():
     with pytest.raises(PlanError, match=r"unknown export workload 'rnn-caption'; valid: all, mlp, mlp-wide, cnn"):
         export.select_workloads("rnn-caption")
     assert export.select_workloads("all") == ["mlp", "mlp-wide", "cnn"]
+    # the export families are those with a reference forward to hold the artifacts to
+    assert all(isinstance(get_workload(n), FixedForward) for n in export.export_workloads())
+    assert not isinstance(get_workload("rnn-caption"), FixedForward)
 
 
 @pytest.mark.parametrize(

@@ -25,11 +25,11 @@ import dataclasses
 import numpy as np
 
 from workloads.mlp import dense_forward, dense_training_flops, relu_slope, softmax_cross_entropy
-from workloads.spec import Batch, Kernel, Params, SpecError, Workload, _positive, dense_kernels
+from workloads.spec import Batch, FixedForward, Kernel, Params, SpecError, Workload, _positive, dense_kernels
 
 
 @dataclasses.dataclass(frozen=True)
-class CNN(Workload):
+class CNN(Workload, FixedForward):
     family = "cnn"
     relu = True
 

@@ -21,11 +21,11 @@ import dataclasses
 
 import numpy as np
 
-from workloads.spec import Batch, Kernel, Params, SpecError, Workload, _positive, dense_kernels
+from workloads.spec import Batch, FixedForward, Kernel, Params, SpecError, Workload, _positive, dense_kernels
 
 
 @dataclasses.dataclass(frozen=True)
-class MLP(Workload):
+class MLP(Workload, FixedForward):
     family = "mlp"
     relu = True
 

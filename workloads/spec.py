@@ -116,11 +116,6 @@ class Workload(Declared, abc.ABC):
         (0: the usual). An input within float32 rounding of zero may land on either side in a
         float32 framework; the conformance checks try +-a rounding's width to follow it."""
 
-    def reference_logits(self, params: Params, x: np.ndarray) -> np.ndarray:
-        """The model's forward pass (inference) in the parameters' dtype: logits for inputs ``x``.
-        Implemented by the fixed-shape feed-forward families (the export task's parity reference)."""
-        raise NotImplementedError(f"workload family {self.family!r} has no reference forward")
-
     def reference_train(
         self,
         params: Params,
@@ -243,3 +238,11 @@ def override(spec: Workload, assignments: list[str]) -> Workload:
         if isinstance(value, float) and not math.isfinite(value):
             raise SpecError(f"{key} must be a finite number, got {value!r}")
     return new
+
+
+class FixedForward(abc.ABC):
+    """A workload family with a fixed-shape forward (mlp, cnn): the export task's parity reference."""
+
+    @abc.abstractmethod
+    def reference_logits(self, params: Params, x: np.ndarray) -> np.ndarray:
+        """The model's forward pass (inference) in the parameters' dtype: logits for inputs ``x``."""

@@ -21,6 +21,7 @@ from threadpoolctl import threadpool_limits
 
 from harness.checks.conformance.tolerance import FACTOR, FLOOR, _ulp, relative_error
 from workloads import Params, Workload
+from workloads.spec import FixedForward
 
 #: Float32 runs of the reference forward the allowance is measured on.
 FLOAT32_RUNS = 4
@@ -59,7 +60,7 @@ def errors(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
     return relative_error(got, want), max(relative_error(g, w) for g, w in zip(got, want, strict=True))
 
 
-def reference(spec: Workload, params: Params, x: np.ndarray) -> np.ndarray:
+def reference(spec: FixedForward, params: Params, x: np.ndarray) -> np.ndarray:
     """The float64 reference logits of ``x``."""
     p64 = {k: v.astype(np.float64) for k, v in params.items()}
     return spec.reference_logits(p64, x.astype(np.float64))
