@@ -24,7 +24,7 @@ from harness.running import executors
 from harness.running.plan import plan
 from harness.running.progress import MatrixProgress
 from tests.fakes import record as fake_record
-from tests.test_faults import FAST, bench
+from tests.test_faults import FAST, bench, ended
 
 ray = pytest.importorskip("ray")
 submitit = pytest.importorskip("submitit")
@@ -139,10 +139,10 @@ def test_sigterm_cancels_the_jobs_in_flight_and_their_workers(python, tmp_path, 
     proc = bench(python, tmp_path, *args, *extra, wait=False)
     deadline = time.monotonic() + 90
     while not _workers(tag):
-        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline and proc.poll() is None, ended(proc, tmp_path)
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    out, err = ended(proc, tmp_path)
     assert proc.returncode == 130, err
     deadline = time.monotonic() + 15
     while _workers(tag):

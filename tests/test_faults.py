@@ -51,9 +51,19 @@ def bench(python, tmp_path, *args, run_id="r", wait=True, full_turns=False):
     if full_turns:
         env.pop("DLCOMPARE_QUICK_TURNS", None)
     cmd = [python, "-m", "harness", *bench_args(tmp_path, *args, run_id=run_id)]
-    if not wait:
-        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if not wait:  # output to files: a process bench leaves behind cannot hold a pipe open for the test
+        with open(tmp_path / "bench.out", "w") as out, open(tmp_path / "bench.err", "w") as err:
+            return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=err, text=True)
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def ended(proc: subprocess.Popen, tmp_path, timeout: float = 60) -> tuple[str, str]:
+    """The output of a ``bench(..., wait=False)`` once its process has exited (within ``timeout``)."""
+    try:
+        proc.wait(timeout=timeout)
+    finally:
+        out, err = ((tmp_path / f"bench.{k}").read_text() for k in ("out", "err"))
+    return out, err
 
 
 def test_every_fault_is_recorded_and_the_run_goes_on(python, tmp_path):
@@ -105,10 +115,10 @@ def test_sigterm_keeps_finished_cells_and_resume_runs_only_the_missing(python, t
     results = tmp_path / "r" / records.RESULTS
     deadline = time.monotonic() + 120
     while not (results.exists() and results.read_text().count("\n") >= 1):
-        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline and proc.poll() is None, ended(proc, tmp_path)
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    out, err = ended(proc, tmp_path)
     assert proc.returncode == 130, err
     assert f"--resume {tmp_path / 'r'}" in out
     done_first = [(r["cell_id"], r["round"]) for r in records.load(results)]

@@ -116,6 +116,18 @@ def _kill_workers() -> None:
             pass
 
 
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process and every process under it (each worker leads a process group of its own)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [*root.children(recursive=True), root]
+    except psutil.Error:
+        return
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
 def _job_env() -> dict[str, str]:
     """Environment a job needs on its node: this repository importable, the harness's own
     settings (DLCOMPARE_*: extra adapters, the limits cache) as here."""
@@ -258,6 +270,10 @@ class SlurmBackend:
         deadline = time.monotonic() + 10  # the job ends its worker's process group first
         while time.monotonic() < deadline and not all(h.done() for h in handles):
             time.sleep(0.1)
+        if not self.on_slurm:  # a local job that did not end: its controller, task and worker go with bench
+            for h in handles:
+                if not h.done() and getattr(h, "_process", None) is not None:
+                    _kill_tree(h._process.pid)
 
     def close(self) -> None:
         pass
