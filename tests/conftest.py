@@ -42,10 +42,14 @@ DEVICES = ["cpu", "cuda"] if variant.detect().driver else ["cpu"]
 #: or an environment make did not install): tests that assume either are gated on them.
 GPU_HERE = shutil.which("nvidia-smi") is not None
 CPU_BUILDS = variant.installed() in (None, "cpu")
-# Conformance worker processes, two at a time (one per core): each runs every variant of one
-# adapter on one device and is mostly framework import and compilation, so two overlap well.
+# Conformance worker processes, two at a time, each with half the cores: each runs every variant
+# of one adapter on one device and is mostly framework import and compilation, so two overlap
+# well; two workers of every core's threads would each wait at OpenMP barriers for threads the
+# other displaced (this doubled the conformance tests' time on 2 cores).
 # Only the (adapter, device) pairs the collected tests use are started, at the first one's use.
-_pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+_POOL = 2
+_THREADS = max(1, (os.cpu_count() or 1) // _POOL)
+_pool = concurrent.futures.ThreadPoolExecutor(max_workers=_POOL)
 _wanted: list[tuple[str, str]] = []
 _results: dict[tuple[str, str], concurrent.futures.Future] = {}
 
@@ -91,7 +95,9 @@ def _conformance(adapter: str, device: str) -> dict:
         for key in [(adapter, device), *_wanted]:
             info = ADAPTERS[key[0]]
             if key not in _results and info.available:
-                _results[key] = _pool.submit(conformance.run_adapter, info, VARIANTS, device=key[1])
+                _results[key] = _pool.submit(
+                    conformance.run_adapter, info, VARIANTS, device=key[1], threads=_THREADS
+                )
     return _results[adapter, device].result()
 
 

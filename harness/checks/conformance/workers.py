@@ -19,9 +19,11 @@ from harness.running import runner
 
 
 def run_adapter(
-    info: AdapterInfo, chosen: list[Variant], timeout_s: float = 1800, device: str = "cpu"
+    info: AdapterInfo, chosen: list[Variant], timeout_s: float = 1800, device: str = "cpu", threads: int = 2
 ) -> dict[Variant, dict]:
-    """What the adapter computes for each variant on ``device``, all in one worker process.
+    """What the adapter computes for each variant on ``device``, all in one worker process of
+    ``threads`` threads (a caller running several workers at once gives each its share of the
+    cores: OpenMP threads waiting at a barrier for a descheduled sibling slow a step manyfold).
     Variants the adapter declines come back as {"skipped": reason}, a GPU it cannot use as
     {"device_failed": reason}; a crash raises RuntimeError."""
     results: dict[Variant, dict] = {}
@@ -33,7 +35,7 @@ def run_adapter(
             results[variant] = {"skipped": reason}
         else:
             steps = check_steps(spec_of(variant), precision_of(variant))
-            cell = check_cell(info, variant, device) | {"check_steps": steps}
+            cell = check_cell(info, variant, device) | {"check_steps": steps, "threads": threads}
             cells.append((variant, cell))
     if not cells:
         return results
