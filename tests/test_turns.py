@@ -286,3 +286,13 @@ def test_a_budget_counts_from_the_command_and_starts_a_round_only_if_it_fits(tmp
         rec = {"schema_version": records.SCHEMA_VERSION, "adapter": "a", "workload": "mlp", "device_requested": "cpu"}
         records.append(results, {**rec, "cell_id": cell_id, "round": k, "wall_s": wall, "status": "ok"})
     assert turns.first_round_s(results, cells) == 40.0
+
+
+def test_the_progress_line_names_a_generation_beyond_the_planned_rounds_as_extra():
+    """The budget's further generations (turns.more_generations) are not "round 4/3"."""
+    from harness.running.progress import cell_line
+    from tests.fakes import record
+
+    assert cell_line(record("torch-eager", round=2, rounds=3)).startswith("round 2/3 torch-eager")
+    assert cell_line(record("torch-eager", round=4, rounds=3)).startswith("round 4 (extra) torch-eager")
+    assert cell_line(record("torch-eager", round=1, rounds=1)).startswith("torch-eager")

@@ -14,8 +14,11 @@ def cell_line(rec: dict[str, Any]) -> str:
     variant = " ".join(filter(None, [rec["workload"], *rec.get("overrides", []), rec.get("data", "")]))
     name = rec["adapter"] + (" (script)" if rec.get("script") else "")  # an idiomatic script (harness.checks.fidelity)
     what = f"{name:<12} {variant:<36} {rec['device_requested']:<5}"
-    if (rec.get("rounds") or 1) > 1:
-        what = f"round {rec['round']}/{rec['rounds']} {what}"
+    planned = rec.get("rounds") or 1
+    if rec.get("round", 1) > planned:  # a generation the budget added to settle a verdict (harness.running.turns)
+        what = f"round {rec['round']} (extra) {what}"
+    elif planned > 1:
+        what = f"round {rec['round']}/{planned} {what}"
     if rec["status"] == "ok":
         first = f" (first step {rec['first_step_s'] * 1e3:.1f} ms)" if "first_step_s" in rec else ""
         return f"{what} ok      {rec['median_s'] * 1e3:9.3f} ms/step{first}"
