@@ -24,9 +24,12 @@ def jax_env(threads: int, device: str) -> dict[str, str]:
     """What XLA reads only at start-up: the platform the cell asked for (``JAX_PLATFORMS``, so a
     broken CUDA plugin fails with its own error instead of falling back to the CPU), GPU memory
     allocated on demand (``XLA_PYTHON_CLIENT_PREALLOCATE=false``: honest memory figures), the CPU
-    thread pool sized like every other framework's, and GPU autotuning at an explicit level."""
+    thread pool sized like every other framework's, GPU autotuning at an explicit level, and the
+    persistent compilation cache off (``JAX_ENABLE_COMPILATION_CACHE``) even where a user set a
+    cache folder: compiles are cold (a cache hit still fires ``backend_compile``, with the
+    seconds of reading the cache, so ``JaxCompileEvents`` would report a compile that took none)."""
     flags = f"--xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={threads}"
-    env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "JAX_ENABLE_COMPILATION_CACHE": "false"}
     if device in ("cpu", "cuda"):
         env["JAX_PLATFORMS"] = device
     if device != "cpu":
@@ -156,6 +159,7 @@ def jax_settings() -> dict[str, Any]:
         "matmul_precision": jax.config.jax_default_matmul_precision,
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "gpu_autotune_level": gpu_autotune_level(),
+        "persistent_compile_cache": bool(jax.config.jax_enable_compilation_cache),
     }
 
 

@@ -11,12 +11,13 @@ from typing import Any
 
 from adapters._kit_jax import jax_env
 from adapters._kit_tf import tf_env
+from adapters._kit_torch import torch_env
 
 
 def keras_env(backend: str, threads: int, device: str) -> dict[str, str]:
     """Keras picks its backend once per process (``KERAS_BACKEND``), plus that backend's own
-    start-up settings (torch needs none beyond ``threads_env``)."""
-    extra = {"jax": jax_env, "tensorflow": tf_env}.get(backend)
+    start-up settings."""
+    extra = {"jax": jax_env, "tensorflow": tf_env, "torch": torch_env}.get(backend)
     return {**(extra(threads, device) if extra else {}), "KERAS_BACKEND": backend}
 
 

@@ -17,7 +17,7 @@ Sections, by the adapter method that uses them:
   ``torch_resolve_device``, ``tf_resolve_device``; ``build_info``: ``jax_build_info``,
   ``torch_build_info``, ``tf_build_info``.
 - ``worker_env``: ``threads_env`` (what ``Adapter.worker_env`` returns), ``jax_env``,
-  ``tf_env``, ``keras_env``. Overriding ``worker_env`` replaces the base settings unless you
+  ``tf_env``, ``torch_env``, ``keras_env``. Overriding ``worker_env`` replaces the base settings unless you
   merge them: ``{**super().worker_env(threads, device), **jax_env(threads, device)}``.
 - ``setup``, precision (``options.tf32``): ``jax_precision``, ``torch_precision``,
   ``tf_precision``; placement: ``jax_place`` (committed device arrays; see its docstring).
@@ -74,6 +74,7 @@ from adapters._kit_torch import (
     torch_build_info,
     torch_compile_stats,
     torch_device_busy,
+    torch_env,
     torch_peak_bytes,
     torch_precision,
     torch_resolve_device,
@@ -122,6 +123,7 @@ __all__ = [
     "torch_compile_stats",
     "torch_autocast",
     "torch_device_busy",
+    "torch_env",
     "torch_peak_bytes",
     "torch_precision",
     "torch_resolve_device",

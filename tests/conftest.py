@@ -95,9 +95,7 @@ def _conformance(adapter: str, device: str) -> dict:
         for key in [(adapter, device), *_wanted]:
             info = ADAPTERS[key[0]]
             if key not in _results and info.available:
-                _results[key] = _pool.submit(
-                    conformance.run_adapter, info, VARIANTS, device=key[1], threads=_THREADS
-                )
+                _results[key] = _pool.submit(conformance.run_adapter, info, VARIANTS, device=key[1], threads=_THREADS)
     return _results[adapter, device].result()
 
 

@@ -179,6 +179,30 @@ def test_native_input_pipelines_feed_real_training(python, tmp_path):
     assert max(r["loss_first"] for r in recs) - min(r["loss_first"] for r in recs) < 1e-4  # the same batch
 
 
+def test_compiles_are_cold_even_where_the_user_keeps_a_compiler_cache(python, tmp_path, monkeypatch):
+    """Workers run with Inductor's caches and JAX's persistent cache off (adapters.kit.torch_env,
+    jax_env): a warm cache from an earlier run would shrink the compile a report shows (a JAX
+    cache hit still fires the compile event). A user's JAX cache folder stays empty."""
+    names = [n for n in ("torch-compile", "jax-jit") if discover()[n].available]
+    cache = tmp_path / "jax-cache"
+    cache.mkdir()
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(cache))
+    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    proc = harness(
+        python, "bench", "--framework", ",".join(names), "--workload", "mlp", "--device", "cpu", "--data", "resident",
+        "--set", "hidden=8", "--set", "input_shape=4,4", "--set", "num_batches=2", "--rounds", "1",
+        "--out", str(tmp_path), "--run-id", "cold",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    recs = {r["adapter"]: r for r in records.load(tmp_path / "cold" / records.RESULTS)}
+    assert all(r["status"] == "ok" and r["compiles"] >= 1 for r in recs.values()), recs
+    if "torch-compile" in recs:
+        assert recs["torch-compile"]["settings"]["inductor_caches"] is False
+    if "jax-jit" in recs:
+        assert recs["jax-jit"]["settings"]["persistent_compile_cache"] is False
+        assert not any(cache.iterdir()), "nothing written to the user's JAX cache"
+
+
 def test_a_record_json_cannot_hold_becomes_a_failed_record_and_the_file_stays_readable(tmp_path):
     """The parent never dies on a record: NaN (or anything JSON cannot hold) in a worker's
     result is written as a failed record naming the fields, and the next record still lands."""

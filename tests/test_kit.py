@@ -21,7 +21,7 @@ PUBLIC = {
     "keras_policy", "mixed_precision", "no_cuda", "oihw_to_hwio", "pick_device", "swap_rz_gates",
     "tf_build_info", "tf_compile_stats", "tf_env", "tf_mixed_loss", "tf_peak_bytes",
     "tf_precision", "tf_resolve_device", "threads_env", "torch_autocast", "torch_build_info",
-    "torch_compile_stats", "torch_device_busy", "torch_peak_bytes", "torch_precision",
+    "torch_compile_stats", "torch_device_busy", "torch_env", "torch_peak_bytes", "torch_precision",
     "torch_resolve_device", "torch_settings",
 }  # fmt: skip
 #: Public constants importable from adapters.kit though not in __all__.
