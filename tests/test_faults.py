@@ -61,9 +61,11 @@ def ended(proc: subprocess.Popen, tmp_path, timeout: float = 60) -> tuple[str, s
     """The output of a ``bench(..., wait=False)`` once its process has exited (within ``timeout``)."""
     try:
         proc.wait(timeout=timeout)
-    finally:
-        out, err = ((tmp_path / f"bench.{k}").read_text() for k in ("out", "err"))
-    return out, err
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out = (tmp_path / "bench.out").read_text()
+        raise AssertionError(f"bench still running after {timeout} s:\n{out}") from None
+    return (tmp_path / "bench.out").read_text(), (tmp_path / "bench.err").read_text()
 
 
 def test_every_fault_is_recorded_and_the_run_goes_on(python, tmp_path):
