@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import math
+import os
 
 import numpy as np
 
@@ -14,6 +15,17 @@ from adapters.base import Options
 from workloads.optim import ADAM_BETA2, ADAM_EPS
 
 # --------------------------------------------------------------------------- worker environments
+
+#: A folder the test suite names (tests/conftest.py) so that its many small runs share compiler
+#: caches; users never set it, and their workers compile cold, as on a fresh machine. Each
+#: record's ``settings`` says which (``inductor_caches``, ``persistent_compile_cache``).
+SHARED_COMPILE_CACHE = "DLCOMPARE_SHARED_COMPILE_CACHE"
+
+
+def shared_compile_cache(compiler: str) -> str | None:
+    """The folder ``compiler``'s cache may use under SHARED_COMPILE_CACHE; None: compile cold."""
+    folder = os.environ.get(SHARED_COMPILE_CACHE)
+    return os.path.join(folder, compiler) if folder else None
 
 
 def threads_env(threads: int) -> dict[str, str]:

@@ -13,7 +13,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from adapters._kit_common import _version
+from adapters._kit_common import _version, shared_compile_cache
 from adapters.base import pick_device
 
 #: XLA's default GPU autotuning level, stated explicitly so every cell records what it ran with.
@@ -27,9 +27,17 @@ def jax_env(threads: int, device: str) -> dict[str, str]:
     thread pool sized like every other framework's, GPU autotuning at an explicit level, and the
     persistent compilation cache off (``JAX_ENABLE_COMPILATION_CACHE``) even where a user set a
     cache folder: compiles are cold (a cache hit still fires ``backend_compile``, with the
-    seconds of reading the cache, so ``JaxCompileEvents`` would report a compile that took none)."""
+    seconds of reading the cache, so ``JaxCompileEvents`` would report a compile that took none).
+    Under SHARED_COMPILE_CACHE (the test suite only) the cache is on, in its folder."""
     flags = f"--xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={threads}"
     env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "JAX_ENABLE_COMPILATION_CACHE": "false"}
+    folder = shared_compile_cache("jax")
+    if folder:
+        env.update(
+            JAX_ENABLE_COMPILATION_CACHE="true",
+            JAX_COMPILATION_CACHE_DIR=folder,
+            JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",  # the suite's compiles are small
+        )
     if device in ("cpu", "cuda"):
         env["JAX_PLATFORMS"] = device
     if device != "cpu":

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from adapters import discover
+from adapters._kit_common import SHARED_COMPILE_CACHE
 from harness.checks import conformance
 from harness.install import variant
 from harness.measuring import limits_cache
@@ -32,6 +33,13 @@ os.environ["DLCOMPARE_QUICK_LIMITS"] = "1"
 if limits_cache.ENV not in os.environ:
     os.environ[limits_cache.ENV] = tempfile.mkdtemp(prefix="dlcompare-limits-")
     atexit.register(shutil.rmtree, os.environ[limits_cache.ENV], True)
+# ... and share compiler caches between its runs (adapters.kit SHARED_COMPILE_CACHE): a bench's
+# workers compile cold (Inductor's caches off), which would make every torch.compile of the suite
+# seconds slower; the folder is this session's own, so a fresh machine's first session compiles
+# everything once.
+if SHARED_COMPILE_CACHE not in os.environ:
+    os.environ[SHARED_COMPILE_CACHE] = tempfile.mkdtemp(prefix="dlcompare-compile-cache-")
+    atexit.register(shutil.rmtree, os.environ[SHARED_COMPILE_CACHE], True)
 ADAPTERS = discover()
 VARIANTS = conformance.all_variants()
 TRAIN_VARIANTS = [v for v in VARIANTS if conformance.is_training(conformance.spec_of(v))]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from adapters import discover
+from adapters._kit_common import SHARED_COMPILE_CACHE
 from harness import cli, records
 from harness.reporting import hardware
 from harness.running import runner
@@ -186,6 +187,7 @@ def test_compiles_are_cold_even_where_the_user_keeps_a_compiler_cache(python, tm
     names = [n for n in ("torch-compile", "jax-jit") if discover()[n].available]
     cache = tmp_path / "jax-cache"
     cache.mkdir()
+    monkeypatch.delenv(SHARED_COMPILE_CACHE)  # as a user runs it: the suite's shared caches off
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(cache))
     monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     proc = harness(
