@@ -33,7 +33,7 @@ os.environ["DLCOMPARE_QUICK_LIMITS"] = "1"
 if limits_cache.ENV not in os.environ:
     os.environ[limits_cache.ENV] = tempfile.mkdtemp(prefix="dlcompare-limits-")
     atexit.register(shutil.rmtree, os.environ[limits_cache.ENV], True)
-# ... and share compiler caches between its runs (adapters.kit SHARED_COMPILE_CACHE): a bench's
+# ... and share compiler caches between its runs (SHARED_COMPILE_CACHE, adapters/_kit_common.py): a bench's
 # workers compile cold (Inductor's caches off), which would make every torch.compile of the suite
 # seconds slower; the folder is this session's own, so a fresh machine's first session compiles
 # everything once.
