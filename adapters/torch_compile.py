@@ -28,10 +28,6 @@ class TorchCompile(TorchEager):
     graph = "static"
     export_paths = ()  # torch's export paths are torch-eager's: one artifact per framework
 
-    @classmethod
-    def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
-        return {**super().worker_env(threads, device), **kit.torch_env(threads, device)}
-
     def _compile(self, fn: Any, dynamic: bool = False) -> Any:
         if self.spec.family == "transformer":
             # One graph per sequence length under ``exact``: TorchDynamo's default limit (8

@@ -50,6 +50,11 @@ class TorchEager(Adapter):
     export_paths = _export_torch.PATHS
     in_process_forward = True
 
+    @classmethod
+    def worker_env(cls, threads: int, device: str = "cpu") -> dict[str, str]:
+        # Cold Inductor compiles for torch-compile (a subclass) and this adapter's AOTInductor export.
+        return {**super().worker_env(threads, device), **kit.torch_env(threads, device)}
+
     def version(self) -> dict[str, str]:
         import torch
 
