@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -149,6 +150,39 @@ def test_sigterm_cancels_the_jobs_in_flight_and_their_workers(python, tmp_path, 
         assert time.monotonic() < deadline, "a worker outlived its cancelled job"
         time.sleep(0.2)
     assert f"--resume {tmp_path / 'r'}" in out
+
+
+class _StuckJob:
+    """A local submitit job that ignores its cancel (stuck before its signal handler ran)."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self._process = process
+
+    def cancel(self, check: bool = True) -> None:
+        pass
+
+    def done(self) -> bool:
+        return self._process.poll() is not None
+
+
+def test_a_local_job_that_outlives_its_cancel_is_killed_with_everything_under_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(executors, "CANCEL_GRACE_S", 0.5)
+    sleeper = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+    )
+    job = _StuckJob(subprocess.Popen([sys.executable, "-c", sleeper]))
+    deadline = time.monotonic() + 30
+    while not psutil.Process(job._process.pid).children():
+        assert time.monotonic() < deadline, "the job's own child never started"
+        time.sleep(0.05)
+    (child,) = psutil.Process(job._process.pid).children()
+    backend = executors.SlurmBackend(tmp_path, executors.SlurmOptions())
+    assert not backend.on_slurm
+    backend.cancel([job])
+    assert job._process.wait(timeout=5) == -signal.SIGKILL
+    child.wait(timeout=5)  # raises psutil.TimeoutExpired while it lives
+    assert not child.is_running()
 
 
 def test_sbatch_script_asks_for_what_the_cells_need(tmp_path):

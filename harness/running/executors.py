@@ -116,6 +116,10 @@ def _kill_workers() -> None:
             pass
 
 
+#: Seconds a cancelled job has to end its worker itself before a local one is killed outright.
+CANCEL_GRACE_S = 10.0
+
+
 def _kill_tree(pid: int) -> None:
     """SIGKILL a process and every process under it (each worker leads a process group of its own)."""
     try:
@@ -267,7 +271,7 @@ class SlurmBackend:
     def cancel(self, handles: list[Any]) -> None:
         for h in handles:
             h.cancel(check=False)
-        deadline = time.monotonic() + 10  # the job ends its worker's process group first
+        deadline = time.monotonic() + CANCEL_GRACE_S  # the job ends its worker's process group first
         while time.monotonic() < deadline and not all(h.done() for h in handles):
             time.sleep(0.1)
         if not self.on_slurm:  # a local job that did not end: its controller, task and worker go with bench
