@@ -91,6 +91,21 @@ def pytest_collection_modifyitems(items) -> None:
             key = (params["adapter_name"], params.get("device", "cpu"))
             if key not in _wanted:
                 _wanted.append(key)
+    _wanted.sort(key=_pool_order(_wanted))
+
+
+def _pool_order(keys: list[tuple[str, str]]):
+    """The pool's queue: one adapter of each framework before a second of any, so a framework's
+    second adapter (flax-nnx-cached after flax-nnx: the same XLA programs) starts once its first
+    has filled the session's compiler cache instead of compiling the same programs beside it
+    (measured: flax-nnx-cached's worker 44 s -> 13 s)."""
+    seen: dict[tuple[str, str], int] = {}
+    rank = {}
+    for key in keys:
+        family = (ADAPTERS[key[0]].framework, key[1])
+        rank[key] = (seen.get(family, 0), keys.index(key))
+        seen[family] = seen.get(family, 0) + 1
+    return rank.__getitem__
 
 
 def pytest_sessionfinish() -> None:
