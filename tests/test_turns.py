@@ -4,6 +4,7 @@ groups, contention, and real worker processes that take turns, die or hang mid-r
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -276,16 +277,41 @@ def test_a_budget_counts_from_the_command_and_starts_a_round_only_if_it_fits(tmp
     assert budget.left() == pytest.approx(3600.0 - started, abs=2.0)  # this process's age is spent already
     results = tmp_path / records.RESULTS
     cells = [{"cell_id": "a|mlp|cpu"}, {"cell_id": "b|mlp|cpu"}]
-    assert turns.first_round_s(results, cells) == 0.0
+    assert turns.generation_s(results, cells) == 0.0
     for cell_id, k, wall in (
         ("a|mlp|cpu", 1, 40.0),
         ("b|mlp|cpu", 1, 25.0),
-        ("a|mlp|cpu", 2, 90.0),
+        ("a|mlp|cpu", 2, 90.0),  # a later generation may outlast the first (longer turns)
         ("c|x|cpu", 1, 500.0),
     ):
         rec = {"schema_version": records.SCHEMA_VERSION, "adapter": "a", "workload": "mlp", "device_requested": "cpu"}
         records.append(results, {**rec, "cell_id": cell_id, "round": k, "wall_s": wall, "status": "ok"})
-    assert turns.first_round_s(results, cells) == 40.0
+    assert turns.generation_s(results, cells) == 90.0  # the longest of these cells' generations, no other cell's
+
+
+def test_a_budget_keeps_back_what_the_runs_start_took_for_its_closing():
+    """A run's closing (the peaks again, the report) is inside its budget: the executor keeps back
+    as much as the start (doctor, peaks, floors) took, so the last generation ends that much earlier."""
+    budget = turns.Budget(600.0, t0=time.monotonic() - 100.0)  # a start of 100 s
+    assert budget.left() == pytest.approx(500.0, abs=1.0)
+    budget.keep_back_for_closing()
+    assert budget.reserve_s == pytest.approx(100.0, abs=1.0)
+    assert budget.left() == pytest.approx(400.0, abs=1.0)
+    assert turns.Budget(None).left() == math.inf
+
+
+def test_the_local_executor_keeps_the_start_back_from_the_budget(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from harness.running.executors import LocalExecutor
+    from harness.running.rounds import Run
+
+    seen = []
+    monkeypatch.setattr(turns, "run", lambda *args: seen.append(args[6]))
+    LocalExecutor({}).run([], Run([], 1, 60.0, 900.0), tmp_path / records.RESULTS, SimpleNamespace(budget=None))
+    (budget,) = seen
+    assert budget.total_s == 900.0 and budget.reserve_s > 0
+    assert budget.reserve_s == pytest.approx(budget.spent(), abs=1.0)  # this process's age: its start
 
 
 def test_the_progress_line_names_a_generation_beyond_the_planned_rounds_as_extra():

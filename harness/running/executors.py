@@ -443,6 +443,7 @@ class LocalExecutor:
     def run(self, todo: list[tuple[Record, int]], run: Run, results: Path, progress: MatrixProgress) -> None:
         # A resumed run's budget counts afresh: what it had spent is not known.
         budget = turns.Budget(run.budget_s)
+        budget.keep_back_for_closing()
         progress.budget = budget if run.budget_s is not None else None
         level = turns.verdict_level(run.rounds, run.budget_s)
         turns.run(todo, run.rounds, self.adapters, results, run.timeout_s, progress, budget, level)

@@ -125,9 +125,21 @@ class Budget:
 
     total_s: float | None
     t0: float = field(default_factory=lambda: time.monotonic() - (time.time() - psutil.Process().create_time()))
+    #: Seconds kept back for the run's closing (its peaks again and the report): see keep_back_for_closing.
+    reserve_s: float = 0.0
+
+    def spent(self) -> float:
+        return time.monotonic() - self.t0
 
     def left(self) -> float:
-        return math.inf if self.total_s is None else self.total_s - (time.monotonic() - self.t0)
+        """Seconds a generation may still start in (the closing's reserve excluded)."""
+        return math.inf if self.total_s is None else self.total_s - self.spent() - self.reserve_s
+
+    def keep_back_for_closing(self) -> None:
+        """Keep back as much as the run has spent so far, its start (imports, doctor, device peaks,
+        kernel floors), for its closing (the peaks again, the report): without it a run whose last
+        generation fitted ended that much past its budget."""
+        self.reserve_s = self.spent()
 
 
 def run_generation(
@@ -220,13 +232,14 @@ def run_generation(
             r.close()
 
 
-def first_round_s(results: Path, cells: list[Record]) -> float:
-    """What a further round of these cells should take: their round 1's wall time (its first
-    worker lives through the whole generation), 0 where none is recorded. A round is started only
-    when it fits in what is left of a budget."""
+def generation_s(results: Path, cells: list[Record]) -> float:
+    """What a further generation of these cells should take: the longest of theirs so far (its
+    first worker lives through the whole generation: the first round, with its compiles, or a
+    later one its turns made longer), 0 where none is recorded. A generation is started only when
+    this fits in what is left of a budget."""
     ids = {c["cell_id"] for c in cells}
     done = records.load(results) if results.exists() else []
-    return max((r.get("wall_s", 0.0) for r in done if r.get("cell_id") in ids and records_round(r) == 1), default=0.0)
+    return max((r.get("wall_s") or 0.0 for r in done if r.get("cell_id") in ids), default=0.0)
 
 
 def turn_seconds(cells: list[Record]) -> float:
@@ -285,7 +298,7 @@ def run(
         cells = [c for c in cells if c["cell_id"] not in ended]
         if not cells:
             continue
-        if k > 1 and budget.left() < first_round_s(results, cells):
+        if k > 1 and budget.left() < generation_s(results, cells):
             for _ in cells:
                 progress.drop()
             continue
@@ -322,8 +335,7 @@ def more_generations(
         for group, count in wanted.items():
             mine = [r for r in recs if r.get("group") == group]
             k = max(records_round(r) for r in mine)
-            # The first worker started lives through the whole generation: its wall time is the generation's.
-            cost = max((r.get("wall_s", 0.0) for r in mine if records_round(r) == k), default=0.0)
+            cost = generation_s(results, mine)
             if k < MAX_GENERATIONS and cost < budget.left():
                 candidates.append((-count, group, k, mine))
         if not candidates:
