@@ -41,14 +41,21 @@ class Grid:
     cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
 
 
+def setting_order(rec: Record) -> tuple:
+    """Where a record's workload and setting sort: by workload, then a sweep's values as numbers
+    (batch 16 before 128), the overview's columns and the report's sections alike."""
+    setting = tuple(sorted(o for o in rec.get("overrides", []) if not o.startswith("strategy=")))
+    numbers = tuple(float(o.split("=", 1)[1]) if _numeric(o) else 0.0 for o in setting)
+    return rec["workload"], numbers, setting
+
+
 def _column(rec: Record, devices: int) -> tuple[str, tuple]:
     """A column's label and sort key: workload and setting, with the device where there are several."""
-    setting = tuple(sorted(o for o in rec.get("overrides", []) if not o.startswith("strategy=")))
+    setting = setting_order(rec)[2]
     label = what((rec["workload"], None, setting, rec.get("precision", "fp32"), None))
     if devices > 1:
         label += f" / {device_label(rec)}"
-    numbers = tuple(float(o.split("=", 1)[1]) if _numeric(o) else 0.0 for o in setting)
-    return label, (rec["workload"], numbers, setting, device_label(rec), rec.get("precision", "fp32"))
+    return label, (*setting_order(rec), device_label(rec), rec.get("precision", "fp32"))
 
 
 def _numeric(override: str) -> bool:

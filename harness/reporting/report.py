@@ -88,7 +88,7 @@ def build(run_dirs: Path | list[Path], plot_dir: Path | None = None) -> str:
         out += ["## Summary", "", *(f"- {line}" for line in findings), ""]
     out += banner(recs)
     groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in recs:
+    for r in sorted(recs, key=overview.setting_order):  # sections in the overview's column order
         key = tuple(o for o in r.get("overrides", []) if not o.startswith("strategy="))
         groups.setdefault((r["workload"], key), []).append(r)
     resident = {k: [r for r in g if r.get("data", "resident") == "resident"] for k, g in groups.items()}
