@@ -311,3 +311,29 @@ def test_tied_or_unjudged_pairs_get_no_break_even():
     assert breakeven.break_even_text(tied, base) == "tied" and breakeven.break_even_range(tied, base) is None
     one = group_records(simulate(rng, 4, 1, reps=1, effects=effects)[0], cold_times_s=[0.5, 0.01, 0.01])
     assert breakeven.break_even_text(one[1], one[0]) == "not judged"
+
+
+def test_a_pair_the_run_cannot_judge_is_not_called_a_tie_in_the_report():
+    """One process per cell: the tables, the overview and the summary say "not judged", never
+    "tie", however far apart the medians (issue: no verdict from one process); three rounds of a
+    clear gap separate, and of no gap tie."""
+    from harness.reporting import overview, summary
+    from harness.reporting.workload_tables import _vs_fastest
+
+    rng = np.random.default_rng(21)
+    effects = np.array([0.0, math.log(2.0), 0.0, 0.0])
+    # a worker's own interval (within its one process), as every real record has
+    fields = {"device": "cpu", "device_requested": "cpu", "data": "resident", "ci_low_s": 1e-3, "ci_high_s": 2e-3}
+    one = group_records(simulate(rng, 4, 1, reps=1, effects=effects)[0], **fields)
+    assert not verdicts.judged(one[0], one[1]) and not verdicts.separated(one[0], one[1])
+    assert _vs_fastest(one[1], one[0]).endswith("(not judged)")
+    grid = overview.grid(one)
+    texts = {adapter: overview.cell_text(cell) for (_, adapter), cell in grid.cells.items()}
+    assert "not judged" in texts["a1"] and "tie" not in texts["a1"]
+    (sentence,) = summary.winner_sentences(one)
+    assert "not judged" in sentence and "tied for fastest" not in sentence
+    three = group_records(simulate(rng, 4, 3, reps=1, effects=effects)[0], **fields)
+    assert verdicts.judged(three[0], three[1]) and verdicts.separated(three[0], three[1])
+    assert verdicts.judged(three[0], three[2])
+    assert _vs_fastest(three[2], three[0]).endswith("(tie)") or verdicts.separated(three[0], three[2])
+    assert "not judged" not in " ".join(summary.winner_sentences(three))

@@ -10,7 +10,7 @@ from harness.records import Record
 from harness.reporting.cells import strategy
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig
 from harness.reporting.sweeps import crossovers
-from harness.stats.verdicts import separated
+from harness.stats.verdicts import judged, separated
 
 KINDS = ("naive", "fused")
 
@@ -43,12 +43,13 @@ def _cell(rec: Record | None) -> tuple[str, str, str]:
 
 
 def _ratio(naive: Record | None, fused: Record | None) -> str:
-    """naive time over fused time (above 1: fused is faster), ``(tie)`` where the CIs overlap."""
+    """naive time over fused time (above 1: fused is faster), ``(tie)`` where they are not separated,
+    ``(not judged)`` where the run cannot tell."""
     if not naive or not fused or naive["status"] != "ok" or fused["status"] != "ok":
         return DASH
     text = f"{naive['median_s'] / fused['median_s']:.2f}x"
     if "ci_low_s" in naive and "ci_low_s" in fused and not separated(naive, fused):
-        text += " (tie)"
+        text += " (tie)" if judged(naive, fused) else " (not judged)"
     return text
 
 

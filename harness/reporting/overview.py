@@ -4,7 +4,8 @@ run has several), each cell's steady time over the fastest cell of its column.
 One grid feeds both the picture (plots.overview) and the compact markdown table beneath it, so
 the two can never disagree. A column's fastest is chosen among cells a verdict may use
 (cells.comparable); a cell whose paired-by-round ratio to it has a 95% interval including 1 is a
-tie; cells that did not run show their status; contended cells show their ratio, marked.
+tie; where the pair cannot be judged (one process per cell, too few blocks) the cell says so
+instead; cells that did not run show their status; contended cells show their ratio, marked.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from tabulate import tabulate
 from harness.records import Record
 from harness.reporting.cells import best_per_adapter, comparable, strategy, what
 from harness.reporting.formatting import device_label, sig
-from harness.stats.verdicts import separated
+from harness.stats.verdicts import judged, separated
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class Cell:
     fastest: bool = False
     tie: bool = False
     strategy: str | None = None
+    unjudged: bool = False  # no verdict against the fastest (verdicts.judged): neither tie nor apart
 
 
 @dataclass
@@ -71,9 +73,11 @@ def _cell(recs: list[Record], fastest: Record | None) -> Cell:
     if usable:
         best = best_per_adapter(usable)[0]
         is_fastest = best is fastest
-        tie = not is_fastest and fastest is not None and not separated(best, fastest)
+        apart = is_fastest or fastest is None or separated(best, fastest)
+        unjudged = not apart and not judged(best, fastest)
+        tie = not apart and not unjudged
         ratio = best["median_s"] / fastest["median_s"] if fastest else None
-        return Cell("ok", ratio, is_fastest, tie, strategy(best))
+        return Cell("ok", ratio, is_fastest, tie, strategy(best), unjudged)
     ran = [r for r in recs if r["status"] == "ok"]
     if ran:  # only contended cells: shown, never ranked
         best = min(ran, key=lambda r: r["median_s"])
@@ -124,6 +128,8 @@ def cell_text(cell: Cell) -> str:
         text = f"**{text}**"
     if cell.tie:
         text += " tie"
+    if cell.unjudged:
+        text += " not judged"
     if cell.status == "contended":
         text += " contended"
     return text + (f" ({cell.strategy})" if cell.strategy else "")
@@ -144,7 +150,8 @@ def caption(g: Grid, has_data_modes: bool) -> str:
     text = (
         "Each cell is the adapter's steady step time (synced, median; its best loop strategy, the fastest "
         "steady step, in brackets) over the fastest cell of the column: 1.00 (framed) is the fastest; `tie`: "
-        "the 95% interval of the ratio to the fastest, from their rounds, includes 1 (dashed frame). Colours "
+        "the 95% interval of the ratio to the fastest, from their rounds, includes 1 (dashed frame); `not judged`: "
+        "too few processes (rounds) or blocks to tell. Colours "
         "are on a log scale. `skipped` and `failed` cells did not run (the tables below say why)"
     )
     if any(c.status == "contended" for c in g.cells.values()):

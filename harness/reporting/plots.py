@@ -267,6 +267,8 @@ def overview(g: Grid, path: Path) -> Path:
         text = ratio_text(cell.ratio)
         if cell.tie:
             text += " tie"
+        if cell.unjudged:
+            text += " n.j."
         if cell.status == "contended":
             text += "\ncontended"
         elif cell.strategy:

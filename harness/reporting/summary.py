@@ -13,7 +13,7 @@ from __future__ import annotations
 from harness.records import Record
 from harness.reporting.breakeven import break_even_range, steps_text
 from harness.reporting.cells import axes, comparable, leaders, name, strategy, what
-from harness.stats.verdicts import separated
+from harness.stats.verdicts import judged, separated
 
 
 def _num(value: float) -> str:
@@ -62,24 +62,28 @@ def _order(key: tuple) -> tuple:
 
 def winner_sentences(recs: list[Record]) -> list[str]:
     """Per device: the fastest adapter of each workload where it is separated from the runner-up,
-    and the workloads where the first two are tied."""
-    by_device: dict[str, tuple[list[str], list[str]]] = {}
+    the workloads where the first two are tied, and those where the run cannot judge them."""
+    by_device: dict[str, tuple[list[str], list[str], list[str]]] = {}
     for key, (first, second, apart) in sorted(leaders(recs).items(), key=lambda kv: _order(kv[0])):
         where = f"{first['machine_label']}: {key[1]}" if first.get("machine_label") else str(key[1])
-        clear, tied = by_device.setdefault(where, ([], []))
+        clear, tied, unjudged = by_device.setdefault(where, ([], [], []))
         if apart:
             ratio = second["median_s"] / first["median_s"]
             clear.append(f"{name(first)} on {what(key)} ({_ms(first)}, {_x(ratio)} ahead of {name(second)})")
-        else:
+        elif judged(first, second):
             tied.append(f"{name(first)} and {name(second)} on {what(key)}")
-    out = []
-    for device, (clear, tied) in sorted(by_device.items()):
-        if clear:
-            text = f"On {device}, the fastest where the 95% intervals separate: {_listing(clear)}"
-            text += f"; tied for fastest: {'; '.join(tied)}." if tied else "."
         else:
-            text = f"On {device}, no adapter is separated from its runner-up; tied for fastest: {'; '.join(tied)}."
-        out.append(text)
+            unjudged.append(what(key))
+    out = []
+    for device, (clear, tied, unjudged) in sorted(by_device.items()):
+        parts = [f"the fastest where the 95% intervals separate: {_listing(clear)}"] if clear else []
+        if tied:
+            parts.append(f"tied for fastest: {'; '.join(tied)}")
+        if unjudged:
+            parts.append(f"not judged (too few processes or blocks to tell): {', '.join(unjudged)}")
+        if not clear:
+            parts.insert(0, "no adapter is separated from its runner-up")
+        out.append(f"On {device}, {'; '.join(parts)}.")
     return out
 
 
@@ -99,11 +103,13 @@ def framework_sentences(recs: list[Record]) -> list[str]:
         dyn = min(modes["dynamic"], key=lambda r: r["median_s"])
         st = min(modes["static"], key=lambda r: r["median_s"])
         where = what(key) + (f" on {key[1]}" if len(devices) > 1 else "")
-        mine = found.setdefault(framework, {"faster": [], "tied": [], "slower": [], "pays": [], "names": set()})
+        mine = found.setdefault(
+            framework, {"faster": [], "tied": [], "slower": [], "unjudged": [], "pays": [], "names": set()}
+        )
         mine["names"].add((st["adapter"], dyn["adapter"]))
         speedup = dyn["median_s"] / st["median_s"]
         if not separated(st, dyn):
-            mine["tied"].append((where, speedup))
+            mine["tied" if judged(st, dyn) else "unjudged"].append((where, speedup))
         elif speedup > 1:
             mine["faster"].append((where, speedup))
             if "cold_times_s" in st and "cold_times_s" in dyn:
@@ -116,7 +122,7 @@ def framework_sentences(recs: list[Record]) -> list[str]:
     for framework, f in found.items():
         static = "/".join(sorted({s for s, _ in f["names"]}))
         dynamic = "/".join(sorted({d for _, d in f["names"]}))
-        n = len(f["faster"]) + len(f["tied"]) + len(f["slower"])
+        n = len(f["faster"]) + len(f["tied"]) + len(f["slower"]) + len(f["unjudged"])
         if f["faster"]:
             text = f"{framework}: {static} is faster than {dynamic} once compiled on {len(f['faster'])} of {n} "
             text += f"workloads ({', '.join(w for w, _ in f['faster'])}: {_span([s for _, s in f['faster']])})"
@@ -132,6 +138,8 @@ def framework_sentences(recs: list[Record]) -> list[str]:
         if f["slower"]:
             speed = _span([s for _, s in f["slower"]])
             rest.append(f"slower on {len(f['slower'])} ({', '.join(w for w, _ in f['slower'])}: {speed})")
+        if f["unjudged"]:
+            rest.append(f"not judged on {len(f['unjudged'])} ({', '.join(w for w, _ in f['unjudged'])})")
         out.append(text + (f"; {' and '.join(rest)}" if rest else "") + ".")
     return out
 

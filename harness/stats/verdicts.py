@@ -270,6 +270,14 @@ def separated(a: Record, b: Record) -> bool:
     return pair_verdict(a, b).separated
 
 
+def judged(a: Record, b: Record) -> bool:
+    """False where ``pair_verdict`` cannot judge the pair (one process per cell, too few blocks):
+    not separated is then no tie. Records with no processes to read are judged by their intervals."""
+    if not (a.get("process_levels") or a.get("step_times_s")) or not (b.get("process_levels") or b.get("step_times_s")):
+        return True
+    return pair_verdict(a, b).outcome != NOT_JUDGED
+
+
 def settled(a: Record, b: Record, level: float | None = None) -> bool:
     """Whether a pair's verdict needs no more generations: separated, or a tie whose interval
     lies within 1 +- SETTLE_MARGIN (it cannot hide a meaningful difference)."""
