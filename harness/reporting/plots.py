@@ -309,9 +309,10 @@ def overview(g: Grid, path: Path) -> Path:
     bar.ax.minorticks_off()
     bar.set_label("steady step time / fastest of the column (log scale)", fontsize=8)
     ax.set_title("Steady step time over the fastest of each column (lower is better)", fontsize=10, pad=8)
-    ax.set_xlabel(
-        "1.00 framed: fastest; dashed frame: tied with it (95% interval of the paired ratio includes 1)", fontsize=8
-    )
+    legend = "1.00 framed: fastest; dashed frame: tied with it (95% interval of the paired ratio includes 1)"
+    if any(cell.unjudged for cell in g.cells.values()):
+        legend += "; n.j.: not judged (too few rounds or blocks to tell)"
+    ax.set_xlabel(legend, fontsize=8)
     return _save(fig, path)
 
 
