@@ -44,6 +44,10 @@ def test_summary_cpu_against_gpu_and_missing_data_leaves_sentences_out():
         "CPU against GPU, same adapter: mlp: GPU faster for 1 of 1 adapters (GPU speed-up 4.00x)."
     ]
     assert summary.device_sentences(recs[:1]) == [], "no GPU record, no GPU sentence"
+    one = [{**r, "process_levels": {1: r["process_levels"][1]}} for r in recs]  # one process each
+    assert summary.device_sentences(one) == [
+        "CPU against GPU, same adapter: mlp: not judged for 1 of 1 adapters (GPU speed-up 4.00x)."
+    ]
     skipped = record("torch-eager", device="cuda", status="skipped", reason="no CUDA device visible to torch")
     assert summary.device_sentences([recs[0], skipped]) == []
     (gap,) = summary.missing_sentences([recs[0], skipped])

@@ -200,16 +200,19 @@ def device_sentences(recs: list[Record]) -> list[str]:
         if not cpu or not gpu:
             continue
         label = what((key[0], None, *key[1:4]))
-        tally = per_workload.setdefault(label, {"GPU": [], "CPU": [], "tied": []})
+        tally = per_workload.setdefault(label, {"GPU": [], "CPU": [], "tied": [], "not judged": []})
         speed = cpu["median_s"] / gpu["median_s"]
-        tally["tied" if not separated(cpu, gpu) else ("GPU" if speed > 1 else "CPU")].append(speed)
+        if separated(cpu, gpu):
+            tally["GPU" if speed > 1 else "CPU"].append(speed)
+        else:
+            tally["tied" if judged(cpu, gpu) else "not judged"].append(speed)
     if not per_workload:
         return []
     parts = []
     for label, tally in sorted(per_workload.items()):
         n = sum(len(v) for v in tally.values())
         counts = ", ".join(
-            f"{k} faster for {len(v)}" if k != "tied" else f"tied for {len(v)}" for k, v in tally.items() if v
+            f"{k} faster for {len(v)}" if k in ("GPU", "CPU") else f"{k} for {len(v)}" for k, v in tally.items() if v
         )
         every = [s for v in tally.values() for s in v]
         parts.append(f"{label}: {counts} of {n} adapters (GPU speed-up {_span(every)})")
