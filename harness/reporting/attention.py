@@ -10,7 +10,7 @@ from harness.records import Record
 from harness.reporting.cells import strategy
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig
 from harness.reporting.sweeps import crossovers
-from harness.stats.verdicts import judged, separated
+from harness.stats.verdicts import NOT_JUDGED, TIE, outcome, separated
 
 KINDS = ("naive", "fused")
 
@@ -48,8 +48,10 @@ def _ratio(naive: Record | None, fused: Record | None) -> str:
     if not naive or not fused or naive["status"] != "ok" or fused["status"] != "ok":
         return DASH
     text = f"{naive['median_s'] / fused['median_s']:.2f}x"
-    if "ci_low_s" in naive and "ci_low_s" in fused and not separated(naive, fused):
-        text += " (tie)" if judged(naive, fused) else " (not judged)"
+    if "ci_low_s" in naive and "ci_low_s" in fused:
+        found = outcome(naive, fused)
+        if found in (TIE, NOT_JUDGED):
+            text += f" ({found})"
     return text
 
 

@@ -17,7 +17,7 @@ from tabulate import tabulate
 from harness.records import Record
 from harness.reporting.cells import best_per_adapter, comparable, strategy, what
 from harness.reporting.formatting import device_label, sig
-from harness.stats.verdicts import judged, separated
+from harness.stats.verdicts import NOT_JUDGED, TIE, outcome
 
 
 @dataclass(frozen=True)
@@ -53,11 +53,11 @@ def setting_order(rec: Record) -> tuple:
 
 def _column(rec: Record, devices: int) -> tuple[str, tuple]:
     """A column's label and sort key: workload and setting, with the device where there are several."""
-    setting = setting_order(rec)[2]
-    label = what((rec["workload"], None, setting, rec.get("precision", "fp32"), None))
+    order = setting_order(rec)
+    label = what((rec["workload"], None, order[2], rec.get("precision", "fp32"), None))
     if devices > 1:
         label += f" / {device_label(rec)}"
-    return label, (*setting_order(rec), device_label(rec), rec.get("precision", "fp32"))
+    return label, (*order, device_label(rec), rec.get("precision", "fp32"))
 
 
 def _numeric(override: str) -> bool:
@@ -73,9 +73,8 @@ def _cell(recs: list[Record], fastest: Record | None) -> Cell:
     if usable:
         best = best_per_adapter(usable)[0]
         is_fastest = best is fastest
-        apart = is_fastest or fastest is None or separated(best, fastest)
-        unjudged = not apart and not judged(best, fastest)
-        tie = not apart and not unjudged
+        found = None if is_fastest or fastest is None else outcome(best, fastest)
+        tie, unjudged = found == TIE, found == NOT_JUDGED
         ratio = best["median_s"] / fastest["median_s"] if fastest else None
         return Cell("ok", ratio, is_fastest, tie, strategy(best), unjudged)
     ran = [r for r in recs if r["status"] == "ok"]

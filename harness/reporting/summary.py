@@ -13,7 +13,7 @@ from __future__ import annotations
 from harness.records import Record
 from harness.reporting.breakeven import break_even_range, steps_text
 from harness.reporting.cells import axes, comparable, leaders, name, strategy, what
-from harness.stats.verdicts import judged, separated
+from harness.stats.verdicts import NOT_JUDGED, TIE, judged, outcome, separated
 
 
 def _num(value: float) -> str:
@@ -108,8 +108,9 @@ def framework_sentences(recs: list[Record]) -> list[str]:
         )
         mine["names"].add((st["adapter"], dyn["adapter"]))
         speedup = dyn["median_s"] / st["median_s"]
-        if not separated(st, dyn):
-            mine["tied" if judged(st, dyn) else "unjudged"].append((where, speedup))
+        verdict = outcome(st, dyn)
+        if verdict in (TIE, NOT_JUDGED):
+            mine["tied" if verdict == TIE else "unjudged"].append((where, speedup))
         elif speedup > 1:
             mine["faster"].append((where, speedup))
             if "cold_times_s" in st and "cold_times_s" in dyn:
@@ -202,10 +203,8 @@ def device_sentences(recs: list[Record]) -> list[str]:
         label = what((key[0], None, *key[1:4]))
         tally = per_workload.setdefault(label, {"GPU": [], "CPU": [], "tied": [], "not judged": []})
         speed = cpu["median_s"] / gpu["median_s"]
-        if separated(cpu, gpu):
-            tally["GPU" if speed > 1 else "CPU"].append(speed)
-        else:
-            tally["tied" if judged(cpu, gpu) else "not judged"].append(speed)
+        found = outcome(cpu, gpu)
+        tally[{TIE: "tied", NOT_JUDGED: NOT_JUDGED}.get(found, "GPU" if speed > 1 else "CPU")].append(speed)
     if not per_workload:
         return []
     parts = []

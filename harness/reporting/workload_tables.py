@@ -17,7 +17,7 @@ from tabulate import tabulate
 from harness.records import Record
 from harness.reporting.cells import overlap, strategy
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig, status_text
-from harness.stats.verdicts import judged, separated
+from harness.stats.verdicts import FASTER, NOT_JUDGED, SLOWER, TIE, outcome
 
 #: The most columns the main table may have; the rest go to the details table.
 MAIN_MAX = 10
@@ -51,9 +51,8 @@ def _vs_fastest(rec: Record, fastest: Record) -> str:
     ratio = f"{rec['median_s'] / fastest['median_s']:.2f}"
     if rec is fastest or "ci_low_s" not in rec:
         return ratio
-    if separated(rec, fastest):
-        return ratio
-    return f"{ratio} (tie)" if judged(rec, fastest) else f"{ratio} (not judged)"
+    found = outcome(fastest, rec)
+    return ratio if found in (FASTER, SLOWER) else f"{ratio} ({'tie' if found == TIE else NOT_JUDGED})"
 
 
 def _median_ci(rec: Record) -> str:

@@ -239,7 +239,12 @@ def generation_s(results: Path, cells: list[Record]) -> float:
     this fits in what is left of a budget."""
     ids = {c["cell_id"] for c in cells}
     done = records.load(results) if results.exists() else []
-    return max((r.get("wall_s") or 0.0 for r in done if r.get("cell_id") in ids), default=0.0)
+    return longest_wall([r for r in done if r.get("cell_id") in ids])
+
+
+def longest_wall(recs: list[Record]) -> float:
+    """The longest wall time among these records (0 for none): the longest generation they ran in."""
+    return max((r.get("wall_s") or 0.0 for r in recs), default=0.0)
 
 
 def turn_seconds(cells: list[Record]) -> float:
@@ -335,7 +340,7 @@ def more_generations(
         for group, count in wanted.items():
             mine = [r for r in recs if r.get("group") == group]
             k = max(records_round(r) for r in mine)
-            cost = generation_s(results, mine)
+            cost = longest_wall(mine)
             if k < MAX_GENERATIONS and cost < budget.left():
                 candidates.append((-count, group, k, mine))
         if not candidates:

@@ -260,22 +260,27 @@ def relative(a: Record, b: Record) -> tuple[float, float, float]:
     return v.point, v.low, v.high
 
 
-def separated(a: Record, b: Record) -> bool:
-    """True when two cells differ: ``pair_verdict`` says faster or slower. Records with no
-    processes to read (no steps, no levels) fall back to non-overlapping intervals of each."""
+def outcome(a: Record, b: Record) -> str:
+    """``pair_verdict``'s outcome for b against a. Records with no processes to read (no steps,
+    no levels) fall back to non-overlapping intervals of each: faster or slower, else a tie."""
     if not (a.get("process_levels") or a.get("step_times_s")) or not (b.get("process_levels") or b.get("step_times_s")):
-        if "ci_low_s" not in a or "ci_low_s" not in b:
-            return False
-        return a["ci_high_s"] < b["ci_low_s"] or b["ci_high_s"] < a["ci_low_s"]
-    return pair_verdict(a, b).separated
+        if "ci_low_s" in a and "ci_low_s" in b and b["ci_high_s"] < a["ci_low_s"]:
+            return FASTER
+        if "ci_low_s" in a and "ci_low_s" in b and a["ci_high_s"] < b["ci_low_s"]:
+            return SLOWER
+        return TIE
+    return pair_verdict(a, b).outcome
+
+
+def separated(a: Record, b: Record) -> bool:
+    """True when two cells differ (``outcome``: faster or slower)."""
+    return outcome(a, b) in (FASTER, SLOWER)
 
 
 def judged(a: Record, b: Record) -> bool:
-    """False where ``pair_verdict`` cannot judge the pair (one process per cell, too few blocks):
-    not separated is then no tie. Records with no processes to read are judged by their intervals."""
-    if not (a.get("process_levels") or a.get("step_times_s")) or not (b.get("process_levels") or b.get("step_times_s")):
-        return True
-    return pair_verdict(a, b).outcome != NOT_JUDGED
+    """False where the run cannot judge the pair (one process per cell, too few blocks): not
+    separated is then no tie."""
+    return outcome(a, b) != NOT_JUDGED
 
 
 def settled(a: Record, b: Record, level: float | None = None) -> bool:
