@@ -282,6 +282,8 @@ def test_report_section_plots_and_names_the_crossover(tmp_path):
     assert "tf-function's pipeline; compute-bound already at workers=0" in text
     assert "jax-jit's pipeline; input-bound at every workers value tried" in text
     assert "| torch-eager | 2         | 20" in text
+    rows = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| ") and "workers" not in line]
+    assert rows == ["jax-jit"] * 2 + ["tf-function"] * 2 + ["torch-eager"] * 3, "rows by adapter, not in run order"
     assert (tmp_path / "cnn-cpu-pipeline-workers.png").stat().st_size > 0
     assert pipelines.section([r for r in recs if r["adapter"] == "keras-jax"], tmp_path) == []
 

@@ -110,7 +110,7 @@ def section(recs: list[Record], plot_dir: Path | None, colors: plots.Colors | No
         workload, device = key
         field = _field(group)
         series: dict[str, list[Record]] = {}
-        for r in sorted(group, key=lambda r: _x(r, field)):
+        for r in sorted(group, key=lambda r: (r["adapter"], _x(r, field))):  # rows by adapter, not run order
             series.setdefault(r["adapter"], []).append(r)
         first = group[0]
         out += [f"### {workload} on {device}: {field}", ""]
