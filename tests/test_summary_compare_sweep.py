@@ -154,7 +154,7 @@ def test_missing_cells_name_the_setting_they_were_skipped_for():
 
 
 def test_summary_of_the_full_cpu_run_fits_in_eight_sentences():
-    recs, _ = report.load_runs([REPO / "reports" / "2026-11-23-cpu-all"])
+    recs, _ = report.load_runs([REPO / "reports" / "2026-11-25-cpu-default"])
     found = summary.sentences(recs)
     assert 4 <= len(found) <= 8
     assert sum(line.count(". ") + 1 for line in found) <= 8, "each bullet is one sentence"
@@ -221,6 +221,14 @@ def test_sweep_section_and_plots_are_written(tmp_path):
     for name in pngs:
         assert (run / name).stat().st_size > 5000
         assert f"]({name})" in md, "every plot is embedded"
+
+
+def test_sweep_table_lists_its_series_by_adapter_not_in_run_order():
+    order = [("torch-eager", 16, 1), ("jax-jit", 16, 2), ("torch-eager", 256, 5), ("jax-jit", 256, 3)]
+    recs = [sweep_record(a, "cpu", v, m, i) for i, (a, v, m) in enumerate(order)]
+    text = "\n".join(sweeps.sweep_section(recs, None))
+    rows = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| ") and "series" not in line]
+    assert rows == ["jax-jit / cpu", "torch-eager / cpu"]
 
 
 def test_compare_and_merge_on_the_command_line(python, tmp_path):

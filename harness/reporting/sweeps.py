@@ -61,6 +61,7 @@ def sweep_section(recs: list[dict[str, Any]], plot_dir: Path | None, colors: plo
             setting = [o.split("=", 1)[1] for o in r.get("overrides", []) if o.split("=")[0] in varied]
             label = " / ".join(filter(None, [r["adapter"], strategy(r), *setting, device_label(r)]))
             series.setdefault(label, []).append(r)
+        series = dict(sorted(series.items()))  # by adapter (each label starts with it), not in run order
         out += [f"## Sweep: {workload} over {field}", ""]
         if plot_dir is not None:
             points = {
