@@ -219,6 +219,26 @@ def test_static_vs_dynamic_section(tmp_path):
     assert list(main[0])[:2] == list(details[0])[:2] == ["adapter", "strategy"]
 
 
+def test_loop_strategy_rows_go_by_adapter_and_its_fastest_strategy_first(tmp_path):
+    cells = [
+        _timed("jax-jit", "static", "padded", [1.0] * 4, 9.0),
+        _timed("torch-eager", "dynamic", "padded", [0.01] * 4, 12.0),
+        _timed("jax-jit", "static", "exact", [1.0] * 4, 5.0),
+        _timed("torch-eager", "dynamic", "exact", [0.01] * 4, 10.0),
+        _timed("jax-jit", "static", "bucketed", [1.0] * 4, 6.0),
+    ]
+    section = report.build(_run_dir(tmp_path, [r for cell in cells for r in as_rounds(cell)]))
+    section = section.split("### Loop strategies")[1].split("\n## ")[0]
+    rows = [(c[0], c[2]) for c in (_cells(line) for line in section.splitlines() if line.startswith("| "))][1:]
+    assert rows == [
+        ("jax-jit", "exact"),
+        ("jax-jit", "bucketed"),
+        ("jax-jit", "padded"),
+        ("torch-eager", "exact"),
+        ("torch-eager", "padded"),
+    ]
+
+
 def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip("|").split("|")]
 

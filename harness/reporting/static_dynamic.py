@@ -99,7 +99,8 @@ def strategies(groups: dict[tuple, list[Record]]) -> list[str]:
             base = min(eager, key=lambda r: r["median_s"]) if eager else None
             n = max(len(r["cold_times_s"]) for r in cells)
             rows = []
-            for r in sorted(cells, key=lambda r: (r.get("graph") != "static", r["adapter"])):
+            # static first, by adapter, each adapter's strategies fastest first (not in the run's shuffled order)
+            for r in sorted(cells, key=lambda r: (r.get("graph") != "static", r["adapter"], r["median_s"])):
                 if r is base:
                     even = "baseline"
                 elif base is None or r.get("graph") != "static":
