@@ -12,7 +12,7 @@ from tests.conftest import REPO
 from tests.fakes import record
 from tests.test_summary_compare_sweep import timed
 
-FULL_RUN = REPO / "reports" / "2026-11-23-cpu-all"
+FULL_RUN = REPO / "reports" / "2026-11-25-cpu-default"
 
 
 def test_overview_grid_ranks_ties_and_shows_cells_that_did_not_run():

@@ -66,7 +66,7 @@ def test_upgrade_chains_the_steps_from_an_older_version(monkeypatch, tmp_path):
     monkeypatch.setattr(records, "SCHEMA_VERSION", 2)
     monkeypatch.setattr(records, "UPGRADES", {1: to_2})
     path = tmp_path / records.RESULTS
-    shutil.copy(REPO / "reports" / "2026-11-23-cpu-input-workers" / records.RESULTS, path)
+    shutil.copy(REPO / "reports" / "2026-11-25-cpu-mlp-batch1024" / records.RESULTS, path)
     read = records.load(path)
     assert read and all(r["schema_version"] == 2 and "batch_size" not in r for r in read)
     assert [r["spec"] for r in read] == [r["spec"] for r in _lines(path)], "the rest is kept"
@@ -127,9 +127,9 @@ def test_every_workload_declares_what_the_harness_reads():
 
 def test_committed_reports_rebuild_identically_from_their_records(tmp_path):
     """Small committed runs (their plots are quick to draw): report.md and report.html as committed."""
-    for name in ("2026-11-23-cpu-input-workers", "2026-11-21-cpu-mlp-rerun"):
+    for name in ("2026-11-25-cpu-mlp-batch1024", "2026-11-24-cpu-mlp-rerun/a"):
         src, run = REPO / "reports" / name, tmp_path / name
-        run.mkdir()
+        run.mkdir(parents=True)
         for part in (records.RESULTS, records.ENV, "plan.json"):
             shutil.copy(src / part, run / part)
         report.write(run)
