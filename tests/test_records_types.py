@@ -127,7 +127,7 @@ def test_every_workload_declares_what_the_harness_reads():
 
 def test_committed_reports_rebuild_identically_from_their_records(tmp_path):
     """Small committed runs (their plots are quick to draw): report.md and report.html as committed."""
-    for name in ("2026-11-25-cpu-mlp-batch1024", "2026-11-24-cpu-mlp-rerun/a"):
+    for name in ("2026-11-25-cpu-mlp-batch1024", "2026-11-24-cpu-mlp-rerun/a", "2026-11-25-cpu-input-workers"):
         src, run = REPO / "reports" / name, tmp_path / name
         run.mkdir(parents=True)
         for part in (records.RESULTS, records.ENV, "plan.json"):
