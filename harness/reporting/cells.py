@@ -8,7 +8,7 @@ summary, tables, plots, comparisons) can import it without importing each other.
 from __future__ import annotations
 
 from harness.records import Record
-from harness.stats.verdicts import separated
+from harness.stats.verdicts import outcome
 
 
 def strategy(rec: Record) -> str | None:
@@ -65,9 +65,9 @@ def what(key: tuple) -> str:
     return f"{workload} ({', '.join(extra)})" if extra else workload
 
 
-def leaders(recs: list[Record]) -> dict[tuple, tuple[Record, Record, bool]]:
+def leaders(recs: list[Record]) -> dict[tuple, tuple[Record, Record, str]]:
     """For every group of comparable cells (``axes``) with two adapters or more: the fastest,
-    the runner-up, and whether the fastest is separated from it (else: tied)."""
+    the runner-up, and the runner-up's ``verdicts.outcome`` against it (slower, tie or not judged)."""
     groups: dict[tuple, list[Record]] = {}
     for r in comparable(recs):
         groups.setdefault(axes(r), []).append(r)
@@ -75,7 +75,7 @@ def leaders(recs: list[Record]) -> dict[tuple, tuple[Record, Record, bool]]:
     for key, cells in groups.items():
         ranked = best_per_adapter(cells)
         if len(ranked) >= 2:
-            out[key] = (ranked[0], ranked[1], separated(ranked[0], ranked[1]))
+            out[key] = (ranked[0], ranked[1], outcome(ranked[0], ranked[1]))
     return out
 
 

@@ -17,7 +17,16 @@ from harness.records import Record, is_idiomatic
 from harness.reporting import cells, report
 from harness.reporting.formatting import fingerprint_name, machine_name, sig, status_text
 from harness.stats.cells import combine_all, fingerprint_key
-from harness.stats.verdicts import INCONCLUSIVE, MEANINGFUL_CHANGE, NO_CHANGE, RunChange, change, separated
+from harness.stats.verdicts import (
+    INCONCLUSIVE,
+    MEANINGFUL_CHANGE,
+    NO_CHANGE,
+    NOT_JUDGED,
+    TIE,
+    RunChange,
+    change,
+    separated,
+)
 
 
 def geometric_mean_s(rec: Record) -> float:
@@ -131,16 +140,17 @@ def _verdicts(recs_a: list[Record], recs_b: list[Record]) -> list[str]:
     lead_a, lead_b = cells.leaders(recs_a), cells.leaders(recs_b)
     rows, contradicted = [], 0
     for key in [k for k in lead_a if k in lead_b]:
-        (fa, sa, apart_a), (fb, sb, apart_b) = lead_a[key], lead_b[key]
-        word = cells.name(fa) if apart_a else f"tie ({cells.name(fa)}, {cells.name(sa)})"
-        other = cells.name(fb) if apart_b else f"tie ({cells.name(fb)}, {cells.name(sb)})"
+        (fa, sa, found_a), (fb, sb, found_b) = lead_a[key], lead_b[key]
+        apart_a, apart_b = found_a not in (TIE, NOT_JUDGED), found_b not in (TIE, NOT_JUDGED)
+        word = cells.name(fa) if apart_a else f"{found_a} ({cells.name(fa)}, {cells.name(sa)})"
+        other = cells.name(fb) if apart_b else f"{found_b} ({cells.name(fb)}, {cells.name(sb)})"
         clash = apart_a and apart_b and cells.name(fa) != cells.name(fb)
         contradicted += clash
         rows.append([cells.what(key), key[1], word, other, "contradicted" if clash else "consistent"])
     lines = [_resolution("A", recs_a), _resolution("B", recs_b), ""]
     if not rows:
         return lines
-    named = sum(1 for key in lead_a if key in lead_b and (lead_a[key][2] or lead_b[key][2]))
+    named = sum(1 for key in lead_a if key in lead_b and {lead_a[key][2], lead_b[key][2]} - {TIE, NOT_JUDGED})
     return [
         *lines,
         f"Fastest verdicts: {len(rows)} groups in both runs, {named} with a named fastest in at least one, "

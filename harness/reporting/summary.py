@@ -13,7 +13,7 @@ from __future__ import annotations
 from harness.records import Record
 from harness.reporting.breakeven import break_even_range, steps_text
 from harness.reporting.cells import axes, comparable, leaders, name, strategy, what
-from harness.stats.verdicts import NOT_JUDGED, TIE, judged, outcome, separated
+from harness.stats.verdicts import NOT_JUDGED, TIE, outcome, separated
 
 
 def _num(value: float) -> str:
@@ -64,16 +64,16 @@ def winner_sentences(recs: list[Record]) -> list[str]:
     """Per device: the fastest adapter of each workload where it is separated from the runner-up,
     the workloads where the first two are tied, and those where the run cannot judge them."""
     by_device: dict[str, tuple[list[str], list[str], list[str]]] = {}
-    for key, (first, second, apart) in sorted(leaders(recs).items(), key=lambda kv: _order(kv[0])):
+    for key, (first, second, found) in sorted(leaders(recs).items(), key=lambda kv: _order(kv[0])):
         where = f"{first['machine_label']}: {key[1]}" if first.get("machine_label") else str(key[1])
         clear, tied, unjudged = by_device.setdefault(where, ([], [], []))
-        if apart:
+        if found == TIE:
+            tied.append(f"{name(first)} and {name(second)} on {what(key)}")
+        elif found == NOT_JUDGED:
+            unjudged.append(what(key))
+        else:
             ratio = second["median_s"] / first["median_s"]
             clear.append(f"{name(first)} on {what(key)} ({_ms(first)}, {_x(ratio)} ahead of {name(second)})")
-        elif judged(first, second):
-            tied.append(f"{name(first)} and {name(second)} on {what(key)}")
-        else:
-            unjudged.append(what(key))
     out = []
     for device, (clear, tied, unjudged) in sorted(by_device.items()):
         parts = [f"the fastest where the 95% intervals separate: {_listing(clear)}"] if clear else []
