@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.measuring import floors, peak
+from harness.measuring import floors, limits_cache, peak
 from harness.reporting.formatting import DASH
 from harness.reporting.workload_tables import floor_text
 from tests.fakes import record
@@ -51,3 +51,23 @@ def test_the_run_keeps_the_better_peak_of_its_start_and_end():
     assert (merged["matmul_gflops_start"], merged["matmul_gflops_end"]) == (100.0, 150.0)
     failed = peak.best_of(start, {"cpu": {"error": "no torch"}})["cpu"]
     assert failed == start["cpu"], "a failed re-measurement keeps the first"
+
+
+def test_the_session_cache_measures_only_kernels_no_earlier_run_measured(tmp_path, monkeypatch):
+    asked = []
+
+    def measure(names):
+        asked.append(list(names))
+        return {"error": "no library"} if "bad" in names else {"seconds": {n: float(len(n)) for n in names}}
+
+    key = {"floors": "numpy", "device": "cpu", "threads": 1, "precision": "fp32"}
+    monkeypatch.delenv(limits_cache.ENV, raising=False)
+    assert limits_cache.cached_each(key, ["a", "bb"], measure, "seconds") == {"seconds": {"a": 1.0, "bb": 2.0}}
+    monkeypatch.setenv(limits_cache.ENV, str(tmp_path))
+    limits_cache.cached_each(key, ["a", "bb"], measure, "seconds")
+    assert limits_cache.cached_each(key, ["bb", "ccc"], measure, "seconds") == {"seconds": {"bb": 2.0, "ccc": 3.0}}
+    assert limits_cache.cached_each({**key, "threads": 2}, ["a"], measure, "seconds") == {"seconds": {"a": 1.0}}
+    assert asked == [["a", "bb"], ["a", "bb"], ["ccc"], ["a"]], "each kernel measured once per set of inputs"
+    assert limits_cache.cached_each(key, ["a", "bad"], measure, "seconds") == {"error": "no library"}
+    assert limits_cache.cached_each(key, ["bad"], measure, "seconds") == {"error": "no library"}
+    assert asked[-2:] == [["bad"], ["bad"]], "a failure is never stored: the next run measures again"

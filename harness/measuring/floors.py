@@ -280,9 +280,14 @@ def kernel_floors(cells: list[dict[str, Any]], devices: list[str], threads: int,
         for library in LIBRARIES:
             if not shapes or importlib.util.find_spec(library) is None:
                 continue
-            inputs = {"floors": library, "device": device, "threads": threads, "precision": precision, "shapes": shapes}
-            found = limits_cache.cached(
-                inputs, lambda lib=library, dev=device: _run_library(lib, dev, shapes, threads, precision)
+            inputs = {"floors": library, "device": device, "threads": threads, "precision": precision}
+            found = limits_cache.cached_each(
+                inputs,
+                [_key(s) for s in shapes],
+                lambda keys, lib=library, dev=device: _run_library(
+                    lib, dev, [json.loads(k) for k in keys], threads, precision
+                ),
+                "seconds",
             )
             if "error" in found:
                 errors[f"{library} on {device}"] = found["error"]
