@@ -12,6 +12,7 @@ import pytest
 from adapters import discover
 from adapters._kit_common import SHARED_COMPILE_CACHE
 from harness import cli, records
+from harness.measuring import timing
 from harness.reporting import hardware
 from harness.running import runner
 from harness.stats.cells import combine_all
@@ -85,7 +86,14 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
         env["peaks"]["cpu"]["matmul_gflops_start"], env["peaks"]["cpu"]["matmul_gflops_end"]
     ), "the peak is measured at the run's start and end, the better kept"
     assert 0 < cpu["pipelined_gflops_max"] <= hardware.PEAK_SLACK * peak
-    assert all(r["pipelined_block_steps"] * r["median_s"] >= 0.02 for r in raw if r["status"] == "ok")
+    # blocks of about BLOCK_S: sized from the cold window's median step (the exact sizing is
+    # test_timing's), read here at the turns' median minutes later, which drifts with the load
+    assert all(
+        r["pipelined_block_steps"] >= timing.MAX_BLOCK_STEPS
+        or timing.BLOCK_S / 5 <= r["pipelined_block_steps"] * r["median_s"] <= 5 * timing.BLOCK_S
+        for r in raw
+        if r["status"] == "ok"
+    )
     assert hardware.physics_violations(recs, env) == []
     assert cpu["host_peak_rss_bytes"] > 50 * 2**20 and cpu["device_peak_bytes"] is None
     assert cpu["ci_low_s"] <= cpu["median_s"] <= cpu["ci_high_s"]
