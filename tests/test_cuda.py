@@ -11,7 +11,10 @@ from harness.running import runner
 from tests.conftest import ADAPTERS, CPU_BUILDS, check_cell
 from workloads import get_workload
 
-pytestmark = pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="no NVIDIA GPU on this machine")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="no NVIDIA GPU on this machine"),
+    pytest.mark.frameworks,  # every test runs framework workers on the GPU
+]
 
 
 @pytest.mark.parametrize("name", [n for n, a in ADAPTERS.items() if a.available])
