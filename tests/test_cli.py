@@ -87,7 +87,7 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
     ), "the peak is measured at the run's start and end, the better kept"
     assert 0 < cpu["pipelined_gflops_max"] <= hardware.PEAK_SLACK * peak
     # blocks of about BLOCK_S: sized from the cold window's median step (the exact sizing is
-    # test_timing's), read here at the turns' median minutes later, which drifts with the load
+    # test_timing's), read here at the turns' median, measured later: it drifts with the load
     assert all(
         r["pipelined_block_steps"] >= timing.MAX_BLOCK_STEPS
         or timing.BLOCK_S / 5 <= r["pipelined_block_steps"] * r["median_s"] <= 5 * timing.BLOCK_S

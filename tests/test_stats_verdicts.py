@@ -332,8 +332,6 @@ def test_a_pair_the_run_cannot_judge_is_not_called_a_tie_in_the_report():
     assert "not judged" in texts["a1"] and "tie" not in texts["a1"]
     (sentence,) = summary.winner_sentences(one)
     assert "not judged" in sentence and "tied for fastest" not in sentence
-    from harness.reporting import compare
-
     between = "\n".join(compare._verdicts(one, one))
     assert "| not judged (" in between and "tie (" not in between, "compare's fastest column too"
     three = group_records(simulate(rng, 4, 3, reps=1, effects=effects)[0], **fields)

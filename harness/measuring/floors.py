@@ -273,6 +273,7 @@ def kernel_floors(cells: list[dict[str, Any]], devices: list[str], threads: int,
     count, and each library x device whose process failed, with its last line of stderr."""
     wanted = {c["cell_id"]: cell_kernels(c) for c in cells}
     shapes = sorted({tuple(k) for per_batch in wanted.values() if per_batch for b in per_batch for k, _ in b})
+    by_key = {_key(s): s for s in shapes}
     best: dict[str, dict[str, float]] = {d: {} for d in devices}
     winners: dict[str, dict[str, int]] = {d: {} for d in devices}
     errors: dict[str, str] = {}
@@ -283,9 +284,9 @@ def kernel_floors(cells: list[dict[str, Any]], devices: list[str], threads: int,
             inputs = {"floors": library, "device": device, "threads": threads, "precision": precision}
             found = limits_cache.cached_each(
                 inputs,
-                [_key(s) for s in shapes],
+                list(by_key),
                 lambda keys, lib=library, dev=device: _run_library(
-                    lib, dev, [json.loads(k) for k in keys], threads, precision
+                    lib, dev, [by_key[k] for k in keys], threads, precision
                 ),
                 "seconds",
             )

@@ -138,10 +138,11 @@ def _few_rounds(recs: list[Record]) -> list[str]:
 def _verdicts(recs_a: list[Record], recs_b: list[Record]) -> list[str]:
     """Each run's "fastest" verdicts side by side: which hold in both, which the other run contradicts."""
     lead_a, lead_b = cells.leaders(recs_a), cells.leaders(recs_b)
-    rows, contradicted = [], 0
+    rows, contradicted, named = [], 0, 0
     for key in [k for k in lead_a if k in lead_b]:
         (fa, sa, found_a), (fb, sb, found_b) = lead_a[key], lead_b[key]
         apart_a, apart_b = found_a not in (TIE, NOT_JUDGED), found_b not in (TIE, NOT_JUDGED)
+        named += apart_a or apart_b
         word = cells.name(fa) if apart_a else f"{found_a} ({cells.name(fa)}, {cells.name(sa)})"
         other = cells.name(fb) if apart_b else f"{found_b} ({cells.name(fb)}, {cells.name(sb)})"
         clash = apart_a and apart_b and cells.name(fa) != cells.name(fb)
@@ -150,7 +151,6 @@ def _verdicts(recs_a: list[Record], recs_b: list[Record]) -> list[str]:
     lines = [_resolution("A", recs_a), _resolution("B", recs_b), ""]
     if not rows:
         return lines
-    named = sum(1 for key in lead_a if key in lead_b and {lead_a[key][2], lead_b[key][2]} - {TIE, NOT_JUDGED})
     return [
         *lines,
         f"Fastest verdicts: {len(rows)} groups in both runs, {named} with a named fastest in at least one, "
