@@ -159,3 +159,19 @@ def test_compile_check_fails_a_recompile_with_the_counts_and_the_cause():
     assert conformance.compile_check(exact, firsts).passed
     firsts[4] = (0, 1)  # step 5 reruns step 1's length
     assert not conformance.compile_check(exact, firsts).passed
+
+
+@pytest.mark.parametrize("workload", ["rnn-caption", "transformer"])
+def test_bucketed_checks_pad_into_two_buckets_of_lengths_the_exact_checks_ran(workload):
+    """conformance.CHECK_SIZES: a bucketed check pads batches (into two buckets, so bucketing is
+    what it checks) to lengths its exact twin ran, so a static graph's compiler cache serves every
+    bucketed step instead of a compile per new length. Fails if the workload's data changes: pick
+    the buckets again from the lengths printed."""
+    by_id = {conformance.variant_id(v): v for v in conformance.all_variants([workload])}
+
+    def lengths(strategy: str) -> list[int]:
+        return [batch["tokens"].shape[1] for batch in conformance.spec_of(by_id[f"{workload}-{strategy}"]).batches()]
+
+    exact, bucketed = lengths("exact"), lengths("bucketed")
+    assert set(bucketed) <= set(exact), f"exact lengths {exact}, bucketed {bucketed}"
+    assert len(set(bucketed)) == 2 and any(b > e for b, e in zip(bucketed, exact, strict=True)), bucketed
