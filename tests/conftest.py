@@ -99,12 +99,15 @@ def _pool_order(keys: list[tuple[str, str]]):
     """The pool's queue: one adapter of each framework before a second of any, so a framework's
     second adapter (flax-nnx-cached after flax-nnx: the same XLA programs) starts once its first
     has filled the session's compiler cache instead of compiling the same programs beside it
-    (measured: flax-nnx-cached's worker alone 35 s cold, 12 s after flax-nnx's)."""
+    (measured: flax-nnx-cached's worker alone 35 s cold, 12 s after flax-nnx's); within each
+    round static graphs first, the longest workers (torch-compile's alone about 2 minutes here),
+    so that the last to end is a short one and the other lane is not left idle meanwhile."""
     seen: collections.Counter = collections.Counter()
     rank = {}
     for i, (adapter, device) in enumerate(keys):
-        family = (ADAPTERS[adapter].framework, device)
-        rank[adapter, device] = (seen[family], i)
+        info = ADAPTERS[adapter]
+        family = (info.framework, device)
+        rank[adapter, device] = (seen[family], info.graph != "static", i)
         seen[family] += 1
     return rank.__getitem__
 
