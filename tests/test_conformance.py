@@ -163,10 +163,10 @@ def test_compile_check_fails_a_recompile_with_the_counts_and_the_cause():
 
 @pytest.mark.parametrize("workload", ["rnn-caption", "transformer"])
 def test_bucketed_checks_pad_into_two_buckets_of_lengths_the_exact_checks_ran(workload):
-    """conformance.CHECK_SIZES: a bucketed check pads batches (into two buckets, so bucketing is
-    what it checks) to lengths its exact twin ran, so a static graph's compiler cache serves every
-    bucketed step instead of a compile per new length. Fails if the workload's data changes: pick
-    the buckets again from the lengths printed."""
+    """conformance.CHECK_SIZES: a bucketed check spreads its batches over two buckets and pads
+    some (bucketing is what it checks), to lengths its exact twin ran, so a static graph's
+    compiler cache serves every bucketed step instead of a compile per new length. Fails if the
+    workload's data changes: pick the buckets again from the lengths printed."""
     by_id = {conformance.variant_id(v): v for v in conformance.all_variants([workload])}
 
     def lengths(strategy: str) -> list[int]:

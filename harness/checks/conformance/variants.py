@@ -32,8 +32,8 @@ CHECK_OVERRIDES = ["num_batches=4"]
 #: The buckets of the ``bucketed`` checks pad batches to lengths the ``exact`` checks already ran
 #: (rnn-caption's 4 batches are 27, 25, 13 and 34 long, the transformer's 12, 9, 4 and 6): a static
 #: graph then compiles no shape twice in a worker (its compiler cache serves the second), where
-#: each new length cost torch.compile about 20 CPU-s on the transformer. Each still pads batches
-#: into two buckets (tests/test_conformance.py holds both to this).
+#: each new length cost torch.compile about 20 CPU-s on the transformer. Each still spreads its
+#: batches over two buckets and pads some (tests/test_conformance.py holds both to this).
 CHECK_SIZES = {
     "rnn-caption": ["buckets=13,34,40"],
     "transformer": [
