@@ -86,7 +86,7 @@ def table(pairs: list[dict[str, Any]]) -> str:
     rows = []
     for f in sorted({p["effect"] for p in pairs}):
         mine = [p for p in pairs if p["effect"] == f]
-        judged = [p for p in mine if p["outcome"] != "not judged"]
+        judged = [p for p in mine if math.isfinite(p["high"])]
         hits = sum(p["right_way"] if f else p["different"] for p in judged)
         low, high = wilson(hits, len(judged))
         what, target = TARGETS.get(f, ("detected", "-"))

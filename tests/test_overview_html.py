@@ -27,8 +27,9 @@ def test_overview_grid_ranks_ties_and_shows_cells_that_did_not_run():
     g = overview.grid(recs)
     assert g.columns == ["mlp"] and g.fastest_s == [recs[0]["median_s"]], "contended cells never win a column"
     cell = {a: g.cells[("mlp", a)] for a in g.rows}
-    assert cell["jax-jit"].fastest and cell["jax-jit"].ratio == 1.0
-    assert cell["torch-eager"].tie and not cell["jax-eager"].tie
+    # torch-eager cannot be told from jax-jit, so jax-jit leads the column but is not the fastest
+    assert not cell["jax-jit"].fastest and cell["jax-jit"].ratio == 1.0
+    assert cell["torch-eager"].unresolved and not cell["jax-eager"].unresolved and not cell["jax-eager"].same
     assert cell["jax-eager"].ratio == 3.0
     assert (cell["keras-jax"].status, cell["torch-compile"].status) == ("failed", "skipped")
     assert cell["tf-eager"].status == "contended" and not cell["tf-eager"].fastest
@@ -39,10 +40,10 @@ def test_overview_grid_ranks_ties_and_shows_cells_that_did_not_run():
     assert rows == {
         "fastest (ms/step)": "1",
         "jax-eager": "3.00",
-        "jax-jit": "**1.00**",
+        "jax-jit": "1.00",
         "keras-jax": "failed",
         "tf-eager": "0.50 contended",
-        "torch-eager": "1.01 tie",
+        "torch-eager": "1.01 unresolved",
         "torch-compile": "skipped",
     }
 

@@ -99,7 +99,7 @@ def test_ratios_within_a_run_are_paired_by_round_so_common_drift_cancels():
     assert low_u < 1 < high_u, "unpaired, the same drift hides it"
     # two rounds: one degree of freedom, no verdict (a range of two values is no interval)
     two = verdicts.pair_verdict(cell("torch-eager", [1.0, 1.4]), cell("jax-jit", [1.1, 1.54], seed=10))
-    assert two.outcome == "not judged" and two.reason == verdicts.FEW_DF and two.point == pytest.approx(1.1, rel=0.01)
+    assert two.outcome == "unresolved" and two.reason == verdicts.FEW_DF and two.point == pytest.approx(1.1, rel=0.01)
 
 
 def test_cells_1_5x_apart_stay_separated_and_equal_ones_tie():
@@ -133,7 +133,8 @@ def test_compare_between_runs_is_unpaired_and_says_what_it_could_detect():
     halved = cell("torch-eager", [0.5, 0.6, 0.55], seed=50)
     found = verdicts.change(before, halved)
     assert found.point == pytest.approx(0.5, rel=0.02) and found.outcome == "faster"
-    assert verdicts.outcome_of(1.01, 1.2) == "slower" and verdicts.outcome_of(0.8, 0.99) == "faster"
+    assert verdicts.outcome_of(1.01, 1.2)[0] == "slower" and verdicts.outcome_of(0.8, 0.99)[0] == "faster"
+    assert verdicts.outcome_of(0.96, 1.04) == ("same speed", "") and verdicts.outcome_of(0.94, 1.04)[0] == "unresolved"
 
 
 def test_variable_length_steps_are_timed_per_pass_never_by_a_median_of_mixed_lengths():

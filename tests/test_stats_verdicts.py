@@ -11,6 +11,7 @@ slow-downs found at the stated power. Fixed seeds: every run of the suite sees t
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -51,8 +52,14 @@ def simulate(
 def verdicts_of(blocks: np.ndarray, a: int = 0, b: int = 1, level: float = 0.95):
     """(low, high) of log time(b) / time(a) per repetition, by the module's rules on arrays."""
     levels = scipy.stats.trim_mean(blocks, cells.TRIM, axis=-1)  # L[c, k]: over the turns all cells kept
-    s2, df = verdicts.residual_variance(levels)
-    _, low, high = verdicts.pair_interval(levels[:, b] - levels[:, a], s2, df, level)
+    return levels_verdicts(levels, a, b, level)
+
+
+def levels_verdicts(levels: np.ndarray, a: int = 0, b: int = 1, level: float = 0.95):
+    """(low, high) from process levels ``levels[rep, c, k]``: the group's prior, the pair moderated."""
+    s0, d0, w = verdicts.group_prior(levels)
+    weight = np.minimum(w[:, a], w[:, b])
+    _, low, high = verdicts.pair_interval(levels[:, b] - levels[:, a], s0, d0, level, weight)
     return low, high
 
 
@@ -61,14 +68,15 @@ def test_identical_twins_are_covered_at_the_nominal_rate(c, k):
     rng = np.random.default_rng(100 * c + k)
     low, high = verdicts_of(simulate(rng, c, k))
     coverage = np.mean((low <= 0) & (high >= 0))
-    assert 0.935 <= coverage <= 0.99, f"A/A coverage {coverage:.3f} at C={c}, K={k}"
+    # at K = 2 the prior may add at most 1 df to the pair's 1: conservative (99%), never liberal
+    assert 0.935 <= coverage <= (0.995 if k == 2 else 0.99), f"A/A coverage {coverage:.3f} at C={c}, K={k}"
 
 
 def test_two_cells_and_two_generations_are_not_judged_df_1():
     blocks = simulate(np.random.default_rng(0), 2, 2, reps=1)[0]
     recs = group_records(blocks)
     v = verdicts.pair_verdict(recs[0], recs[1])
-    assert v.outcome == "not judged" and v.reason == verdicts.FEW_DF
+    assert v.outcome == "unresolved" and v.reason == verdicts.FEW_DF and not v.judged
 
 
 @pytest.mark.parametrize(("slowdown", "power"), [(1.10, 0.80), (1.25, 0.99)])
@@ -83,13 +91,108 @@ def test_a_slowed_twin_is_found_at_the_stated_power(slowdown, power):
 
 
 def test_a_noisier_cell_keeps_its_coverage():
+    """A cell 3x noisier than its group: its pairs are judged mostly on their own spread (the cell's
+    weight), so their coverage stays within a point or two of 95% (93-94% measured here: the
+    prior cannot tell a noisy cell whose few processes happened to agree from a quiet one)."""
     rng = np.random.default_rng(7)
-    for c, k in [(4, 3), (4, 5), (10, 5)]:  # (at K = 2 the pair's own spread has 1 df: 89-94%)
+    for c, k in [(4, 3), (4, 5), (10, 5)]:
         blocks = simulate(rng, c, k, noisy={1: 3.0})
         low, high = verdicts_of(blocks)  # the noisy cell against its twin
-        assert np.mean((low <= 0) & (high >= 0)) >= 0.93, f"C={c}, K={k}"
+        assert np.mean((low <= 0) & (high >= 0)) >= 0.925, f"C={c}, K={k}"
         low, high = verdicts_of(blocks, 2, 3)  # two quiet cells beside it
-        assert np.mean((low <= 0) & (high >= 0)) >= 0.93
+        assert np.mean((low <= 0) & (high >= 0)) >= 0.95
+
+
+#: Process spreads of the cells of the default run of 2026-11-25 (0.3% to 18.6%, issue 43).
+MEASURED_SPREADS = np.array([0.003, 0.005, 0.01, 0.015, 0.02, 0.03, 0.045, 0.06, 0.1, 0.186])
+
+
+def process_levels(rng: np.random.Generator, spreads: np.ndarray, k: int, reps: int = REPS, effects=None):
+    """Process levels ``L[rep, c, k]``: a drift per generation common to the group, each cell's own
+    process noise, and its effect."""
+    c = len(spreads)
+    levels = 0.15 * rng.standard_normal((reps, 1, k)) + spreads[None, :, None] * rng.standard_normal((reps, c, k))
+    return levels + (np.zeros(c) if effects is None else np.asarray(effects))[None, :, None]
+
+
+@pytest.mark.parametrize("k", [3, 5])
+def test_identical_cells_of_the_measured_spreads_are_separated_near_the_nominal_rate(k):
+    """Ten identical cells whose processes spread as the default run's did (0.3-18.6%): averaged
+    over the 45 pairs, at most the nominal rate; the worst pair (the noisiest cell's) at most about
+    twice it, where the rule it replaces reached 6-7% at 95% too."""
+    levels = process_levels(np.random.default_rng(30 + k), MEASURED_SPREADS, k)
+    c = len(MEASURED_SPREADS)
+    rates = []
+    for a in range(c):
+        for b in range(a + 1, c):
+            low, high = levels_verdicts(levels, a, b)
+            rates.append(np.mean((low > 0) | (high < 0)))
+    assert np.mean(rates) <= 0.05, f"mean per-pair rate {np.mean(rates):.3f}"
+    assert max(rates) <= 0.10, f"worst pair {max(rates):.3f}"
+
+
+@pytest.mark.parametrize(
+    ("c", "k", "level", "power"),
+    [(10, 3, 0.95, 0.68), (10, 4, 0.9706, 0.80), (4, 4, 0.9706, 0.80), (10, 5, 0.9706, 0.92)],
+)
+def test_a_ten_percent_difference_at_three_percent_noise_is_found(c, k, level, power):
+    """Moderation buys the power the hard switch threw away: a true 10% slow-down at 3% process
+    noise per cell (the rule before, same simulation: 65% at C=10, K=3, 95%; 73-74% at K=4 and
+    90% at K=5, 97.06%). 80% needs 4 generations at the budgeted run's 97.06%."""
+    effects = np.zeros(c)
+    effects[1] = math.log(1.10)
+    levels = process_levels(np.random.default_rng(c * 10 + k), np.full(c, 0.03), k, effects=effects)
+    low, _ = levels_verdicts(levels, 0, 1, level)
+    assert np.mean(low > 0) >= power, f"found in {np.mean(low > 0):.2f}"
+
+
+def family_of(levels: np.ndarray, level: float = 0.95) -> list[verdicts.Family]:
+    """``verdicts.family`` on records made from process levels ``L[rep, c, k]`` (one record per cell)."""
+    out = []
+    for rep in levels:
+        c, k = rep.shape
+        recs = [
+            {
+                "run_id": "r",
+                "adapter": f"a{i}",
+                "group": "g",
+                "status": "ok",
+                "median_s": float(np.exp(rep[i]).mean()),
+                "process_levels": {g + 1: float(rep[i, g]) for g in range(k)},
+                "verdict_level": level,
+            }
+            for i in range(c)
+        ]
+        cells.annotate_groups([(("m", "r", None), r) for r in recs])
+        out.append(verdicts.family(recs))
+    return out
+
+
+def test_ten_identical_cells_mark_none_different_from_the_fastest_in_most_groups():
+    """Family-wise: in groups of 10 identical cells, at most 5% show any cell separated from the
+    leader (the per-pair rule marked one in 38% of groups), and the leader is never named fastest."""
+    levels = process_levels(np.random.default_rng(40), np.full(10, 0.03), 3, reps=400)
+    fams = family_of(levels)
+    any_marked = np.mean([any(v.separated for _, v in f.rivals) for f in fams])
+    assert any_marked <= 0.05, f"{any_marked:.3f} of groups mark an identical cell"
+    assert not any(f.fastest for f in fams)
+
+
+def test_a_clear_leader_is_named_fastest_and_a_close_one_is_not():
+    effects = np.log([1.0, 1.3, 1.35, 1.4])
+    fams = family_of(process_levels(np.random.default_rng(41), np.full(4, 0.01), 4, reps=50, effects=effects))
+    assert np.mean([f.fastest for f in fams]) >= 0.95
+    effects = np.log([1.0, 1.001, 1.3, 1.4])  # two at the top, the same speed
+    fams = family_of(process_levels(np.random.default_rng(42), np.full(4, 0.005), 5, reps=400, effects=effects))
+    assert np.mean([f.fastest for f in fams]) <= 0.07, "named fastest about at the nominal rate (4.8% here)"
+    assert np.mean([f.rivals[0][1].outcome == "same speed" for f in fams]) >= 0.9
+
+
+def test_holm_steps_down_and_stops_at_the_first_kept_hypothesis():
+    assert verdicts.holm([0.001, 0.04, 0.012], 0.95) == [True, True, True]  # 0.001 < .05/3, .012 < .05/2, .04 < .05
+    assert verdicts.holm([0.001, 0.06, 0.012], 0.95) == [True, False, True]
+    assert verdicts.holm([0.02, 0.03, 0.04], 0.95) == [False, False, False]  # 0.02 > 0.05/3: stop
+    assert verdicts.holm([0.001, 0.02, 0.3], 0.95) == [True, True, False]
 
 
 def test_sequential_looks_use_pococks_levels():
@@ -144,7 +247,7 @@ def test_combined_records_carry_what_pairs_need_and_agree_with_the_arrays():
     blocks = simulate(rng, 4, 3, reps=1, effects=np.array([0.0, 0.1, 0.0, 0.0]))[0]
     recs = group_records(blocks)
     first = recs[0]
-    assert first["group"] == "mlp|cpu" and first["group_generations"] == [1, 2, 3] and first["group_df"] == 6
+    assert first["group"] == "mlp|cpu" and first["group_generations"] == [1, 2, 3] and first["group_prior_var"] > 0
     assert first["group_cells"] == 4 and first["verdict_level"] == 0.95 and first["blocks"] == 20
     assert first["process_levels"] == pytest.approx(
         {g + 1: scipy.stats.trim_mean(blocks[0, g], cells.TRIM) + math.log(1e-3) for g in range(3)}
@@ -174,20 +277,20 @@ def test_not_judged_one_process_few_blocks_or_a_missing_generation():
     rng = np.random.default_rng(5)
     one = group_records(simulate(rng, 4, 1, reps=1)[0])
     v = verdicts.pair_verdict(one[0], one[1])
-    assert v.outcome == "not judged" and v.reason == verdicts.ONE_PROCESS and not verdicts.separated(one[0], one[1])
+    assert v.outcome == "unresolved" and v.reason == verdicts.ONE_PROCESS and not verdicts.separated(one[0], one[1])
     few = group_records(simulate(rng, 4, 3, t=3, reps=1, effects=np.array([0, 1.0, 0, 0]))[0])
     v = verdicts.pair_verdict(few[0], few[1])
-    assert v.outcome == "not judged" and v.reason == verdicts.FEW_BLOCKS, "even a 2.7x gap"
+    assert v.outcome == "unresolved" and v.reason == verdicts.FEW_BLOCKS, "even a 2.7x gap"
     blocks = simulate(rng, 4, 3, reps=1)[0]
     recs = group_records(blocks)
     partial = cells.combine_all(
         [r for r in _raw(blocks) if not (r["adapter"] == "a1" and r["round"] == 3)]  # a1 lacks generation 3
     )
     v = verdicts.pair_verdict(partial[0], partial[1])
-    assert v.outcome == "not judged" and v.reason == verdicts.MISSING_GENERATION
-    assert partial[0]["group_cells"] == 3 and partial[0]["group_df"] == 4, "the complete cells keep their model"
-    assert verdicts.pair_verdict(partial[0], partial[2]).outcome != "not judged"
-    assert verdicts.pair_verdict(recs[0], recs[2]).outcome != "not judged"
+    assert v.outcome == "unresolved" and v.reason == verdicts.MISSING_GENERATION
+    assert partial[0]["group_cells"] == 3 and partial[0]["group_prior_var"] > 0, "the complete cells keep their model"
+    assert verdicts.pair_verdict(partial[0], partial[2]).judged
+    assert verdicts.pair_verdict(recs[0], recs[2]).judged
 
 
 def _raw(blocks: np.ndarray) -> list[dict]:
@@ -218,9 +321,9 @@ def test_older_records_group_by_setting_and_pair_across_groups_unpaired():
     other = [{**r, "cell_id": r["cell_id"] + "|batch_size=64", "adapter": r["adapter"]} for r in old[:4]]
     recs = cells.combine_all(old + other)
     assert {r["group"] for r in recs} == {"mlp|cpu", "mlp|cpu|batch_size=64"}
-    assert recs[0]["group_df"] == 6 and recs[0]["blocks"] is None and recs[-1]["group_df"] is None
+    assert recs[0]["group_prior_var"] > 0 and recs[0]["blocks"] is None and recs[-1]["group_prior_var"] is None
     v = verdicts.pair_verdict(recs[0], recs[-1])
-    assert v.reason == "unpaired: different groups" and v.outcome == "tie"
+    assert v.reason == "unpaired: different groups" and v.outcome == "unresolved" and v.judged
 
 
 def test_settled_means_separated_or_a_tie_within_the_margin():
@@ -229,9 +332,10 @@ def test_settled_means_separated_or_a_tie_within_the_margin():
     recs = group_records(simulate(rng, 4, 5, t=40, reps=1, effects=effects, process=0.005)[0])
     assert verdicts.settled(recs[0], recs[2]), "separated"
     v = verdicts.pair_verdict(recs[0], recs[1])
-    assert v.outcome == "tie" and 0.95 < v.low and v.high < 1.05 and verdicts.settled(recs[0], recs[1])
+    assert v.outcome == "same speed" and 0.95 < v.low and v.high < 1.05 and verdicts.settled(recs[0], recs[1])
     loose = group_records(simulate(rng, 4, 2, reps=1, process=0.1)[0])
-    assert not verdicts.settled(loose[0], loose[1]), "a wide tie could hide a real difference"
+    v = verdicts.pair_verdict(loose[0], loose[1])
+    assert v.outcome == "unresolved" and not v.settled, "a wide interval could hide a real difference"
 
 
 # -- between runs --------------------------------------------------------------------------------
@@ -300,23 +404,24 @@ def test_the_cold_window_is_the_mean_of_every_process():
     assert breakeven.cumulative_s(rec, 3) == pytest.approx(2.3)
 
 
-def test_tied_or_unjudged_pairs_get_no_break_even():
+def test_pairs_not_separated_get_no_break_even():
     rng = np.random.default_rng(13)
     effects = np.array([0.0, math.log(0.5), 0.0, 0.0])
     recs = group_records(simulate(rng, 4, 3, reps=1, effects=effects, process=0.03)[0], cold_times_s=[0.5, 0.01, 0.01])
-    base, fast, tied = recs[0], recs[1], recs[3]
+    base, fast, twin = recs[0], recs[1], recs[3]
     assert breakeven.break_even_text(fast, base).replace(",", "").isdigit()
     assert breakeven.break_even_range(fast, base) is not None
-    assert verdicts.pair_verdict(base, tied).outcome == "tie"
-    assert breakeven.break_even_text(tied, base) == "tied" and breakeven.break_even_range(tied, base) is None
+    found = verdicts.pair_verdict(base, twin).outcome
+    assert found in ("same speed", "unresolved")
+    assert breakeven.break_even_text(twin, base) == found and breakeven.break_even_range(twin, base) is None
     one = group_records(simulate(rng, 4, 1, reps=1, effects=effects)[0], cold_times_s=[0.5, 0.01, 0.01])
-    assert breakeven.break_even_text(one[1], one[0]) == "not judged"
+    assert breakeven.break_even_text(one[1], one[0]) == "unresolved"
 
 
-def test_a_pair_the_run_cannot_judge_is_not_called_a_tie_in_the_report():
-    """One process per cell: the tables, the overview and the summary say "not judged", never
-    "tie", however far apart the medians (issue: no verdict from one process); three rounds of a
-    clear gap separate, and of no gap tie."""
+def test_a_pair_the_run_cannot_judge_is_unresolved_everywhere_in_the_report():
+    """One process per cell: the tables, the overview, the summary and compare say "unresolved"
+    (with the reason where there is room), never "same speed" or a fastest, however far apart the
+    medians; three rounds of a clear gap separate, and of no gap print the interval."""
     from harness.reporting import overview, summary
     from harness.reporting.workload_tables import _vs_fastest
 
@@ -326,16 +431,15 @@ def test_a_pair_the_run_cannot_judge_is_not_called_a_tie_in_the_report():
     fields = {"device": "cpu", "device_requested": "cpu", "data": "resident", "ci_low_s": 1e-3, "ci_high_s": 2e-3}
     one = group_records(simulate(rng, 4, 1, reps=1, effects=effects)[0], **fields)
     assert not verdicts.judged(one[0], one[1]) and not verdicts.separated(one[0], one[1])
-    assert _vs_fastest(one[1], one[0]).endswith("(not judged)")
+    assert _vs_fastest(one[1], one[0]).endswith("unresolved (one process per cell)")
     grid = overview.grid(one)
     texts = {adapter: overview.cell_text(cell) for (_, adapter), cell in grid.cells.items()}
-    assert "not judged" in texts["a1"] and "tie" not in texts["a1"]
+    assert "unresolved" in texts["a1"] and "same" not in texts["a1"]
     (sentence,) = summary.winner_sentences(one)
-    assert "not judged" in sentence and "tied for fastest" not in sentence
+    assert "unresolved at the top" in sentence and "separated from every other adapter:" not in sentence
     between = "\n".join(compare._verdicts(one, one))
-    assert "| not judged (" in between and "tie (" not in between, "compare's fastest column too"
+    assert "| unresolved (" in between and "same speed (" not in between, "compare's fastest column too"
     three = group_records(simulate(rng, 4, 3, reps=1, effects=effects)[0], **fields)
     assert verdicts.judged(three[0], three[1]) and verdicts.separated(three[0], three[1])
-    assert verdicts.pair_verdict(three[0], three[2]).outcome == "tie" and verdicts.judged(three[0], three[2])
-    assert _vs_fastest(three[2], three[0]).endswith("(tie)")
-    assert "not judged" not in " ".join(summary.winner_sentences(three))
+    assert verdicts.pair_verdict(three[0], three[2]).judged
+    assert re.fullmatch(r"\d\.\d\d \[\d\.\d\d, \d\.\d\d\]( same speed| unresolved)?", _vs_fastest(three[2], three[0]))

@@ -30,11 +30,13 @@ def timed(adapter, median_ms, spread=0.02, device="cpu", n=201, seed=0, **extra)
 def test_summary_names_a_winner_only_when_intervals_separate():
     clear = summary.winner_sentences([timed("torch-eager", 1.0), timed("jax-jit", 2.0, seed=1)])
     assert clear == [
-        "On cpu, the fastest where the 95% intervals separate: torch-eager on mlp (1 ms/step, 2.00x ahead of jax-jit)."
+        "On cpu, the fastest, separated from every other adapter: torch-eager on mlp (1 ms/step, 2.00x ahead of "
+        "jax-jit)."
     ]
     close = summary.winner_sentences([timed("torch-eager", 1.0, 0.3, n=21), timed("jax-jit", 1.01, 0.3, n=21, seed=1)])
     assert close == [
-        "On cpu, no adapter is separated from its runner-up; tied for fastest: torch-eager and jax-jit on mlp."
+        "On cpu, no adapter is separated from every other; unresolved at the top (the workload's table gives each "
+        "interval): torch-eager and jax-jit on mlp."
     ]
 
 
@@ -46,7 +48,7 @@ def test_summary_cpu_against_gpu_and_missing_data_leaves_sentences_out():
     assert summary.device_sentences(recs[:1]) == [], "no GPU record, no GPU sentence"
     one = [{**r, "process_levels": {1: r["process_levels"][1]}} for r in recs]  # one process each
     assert summary.device_sentences(one) == [
-        "CPU against GPU, same adapter: mlp: not judged for 1 of 1 adapters (GPU speed-up 4.00x)."
+        "CPU against GPU, same adapter: mlp: unresolved for 1 of 1 adapters (GPU speed-up 4.00x)."
     ]
     skipped = record("torch-eager", device="cuda", status="skipped", reason="no CUDA device visible to torch")
     assert summary.device_sentences([recs[0], skipped]) == []
@@ -103,8 +105,8 @@ def test_summary_static_against_dynamic_per_framework_with_break_even_range():
     slower = _modes("torch-eager", "dynamic", 2.0, "torch-compile", 3.0, seed=9, workload="cnn")
     (line,) = summary.framework_sentences(tied + slower)
     assert line == (
-        "torch: torch-compile is faster than torch-eager on none of 2 workloads; tied on 1 (mlp) and slower on 1 "
-        "(cnn: 0.67x)."
+        "torch: torch-compile is faster than torch-eager on none of 2 workloads; the same speed within 5% on 1 (mlp) "
+        "and slower on 1 (cnn: 0.67x)."
     )
     contended = [dict(r, contended=True) for r in tied]
     assert summary.framework_sentences(contended) == [], "contended cells enter no verdict"
@@ -125,7 +127,7 @@ def test_compile_cost_table_in_the_static_vs_dynamic_section():
     tied = timed("jax-jit", 10.05, 0.3, n=21, graph="static", cold_times_s=[1.0] * 4, cold_s=4.0, compile_s=0.9)
     noisy = timed("torch-eager", 10.0, 0.3, n=21, seed=5, graph="dynamic", cold_times_s=[0.01] * 4, cold_s=0.04)
     lines = static_dynamic.compile_costs({("mlp", ()): [noisy, tied]})
-    assert lines[-2].endswith("| tied steady steps: no clear break-even |")
+    assert lines[-2].endswith("| unresolved (interval spans 1 and reaches past 1 +- 5%) |")
     assert static_dynamic.section({("mlp", ()): [eager]}) == [], "no static cell, no section"
     eager_jax = timed("jax-eager", 10.0, graph="dynamic", framework="jax", cold_times_s=[0.01] * 4, cold_s=0.04)
     lines = static_dynamic.within_frameworks({("mlp", ("batch_size=64",)): [eager_jax, static]})

@@ -10,7 +10,7 @@ from harness.records import Record
 from harness.reporting.cells import strategy
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig
 from harness.reporting.sweeps import crossovers
-from harness.stats.verdicts import NOT_JUDGED, TIE, outcome, separated
+from harness.stats.verdicts import SAME, UNRESOLVED, outcome, separated
 
 KINDS = ("naive", "fused")
 
@@ -43,14 +43,14 @@ def _cell(rec: Record | None) -> tuple[str, str, str]:
 
 
 def _ratio(naive: Record | None, fused: Record | None) -> str:
-    """naive time over fused time (above 1: fused is faster), ``(tie)`` where they are not separated,
-    ``(not judged)`` where the run cannot tell."""
+    """naive time over fused time (above 1: fused is faster), ``(same speed)`` where the interval
+    lies within 1 +- 5%, ``(unresolved)`` where it neither does nor excludes 1."""
     if not naive or not fused or naive["status"] != "ok" or fused["status"] != "ok":
         return DASH
     text = f"{naive['median_s'] / fused['median_s']:.2f}x"
     if "ci_low_s" in naive and "ci_low_s" in fused:
         found = outcome(naive, fused)
-        if found in (TIE, NOT_JUDGED):
+        if found in (SAME, UNRESOLVED):
             text += f" ({found})"
     return text
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from harness.records import Record
-from harness.stats.verdicts import FASTER, NOT_JUDGED, SLOWER, TIE, pair_verdict, relative, separated
+from harness.stats.verdicts import FASTER, SAME, SLOWER, UNRESOLVED, pair_verdict, relative, separated
 
 
 def cold_window(rec: Record) -> list[float]:
@@ -49,23 +49,23 @@ def break_even(static: Record, eager: Record) -> int | None:
 
 
 def steady_outcome(base: Record, static: Record) -> tuple[str, str]:
-    """``static``'s steady step against ``base``'s: faster, slower, tie or not judged (with the
+    """``static``'s steady step against ``base``'s: faster, slower, same speed or unresolved (with the
     reason) from harness.stats.verdicts; records without processes to read by their intervals."""
     if not all(r.get("process_levels") or r.get("step_times_s") for r in (base, static)):
         if not separated(base, static):
-            return TIE, ""
+            return UNRESOLVED, "no processes to read"
         return (FASTER if static["median_s"] < base["median_s"] else SLOWER), ""
     v = pair_verdict(base, static)
     return v.outcome, v.reason
 
 
 def break_even_text(static: Record, base: Record) -> str:
-    """The break-even step of ``static`` against ``base`` for a table cell: ``tied`` where their
-    steady steps are not separated, ``not judged`` where the evidence cannot say, else a count or
-    ``never``."""
+    """The break-even step of ``static`` against ``base`` for a table cell: ``same speed`` where
+    their steady steps are within 5% of each other, ``unresolved`` where the evidence cannot say,
+    else a count or ``never``."""
     outcome, _ = steady_outcome(base, static)
-    if outcome in (TIE, NOT_JUDGED):
-        return "tied" if outcome == TIE else NOT_JUDGED
+    if outcome in (SAME, UNRESOLVED):
+        return outcome
     steps = break_even(static, base) if outcome == FASTER else None
     return "never" if steps is None else f"{steps:,}"
 
@@ -73,7 +73,7 @@ def break_even_text(static: Record, base: Record) -> str:
 def break_even_range(static: Record, base: Record) -> tuple[int, int] | None:
     """Where compiling pays off against ``base``: the break-even step at both ends of the
     interval of the steady-time ratio. None unless ``static``'s steady step is faster and
-    separated from ``base``'s: tied steady times give no break-even."""
+    separated from ``base``'s: steady times not separated give no break-even."""
     if static["median_s"] >= base["median_s"] or not separated(static, base):
         return None
     _, low, high = relative(base, static)  # time(static) / time(base), wholly below 1 here

@@ -8,7 +8,7 @@ summary, tables, plots, comparisons) can import it without importing each other.
 from __future__ import annotations
 
 from harness.records import Record
-from harness.stats.verdicts import outcome
+from harness.stats.verdicts import Family, PairVerdict, family
 
 
 def strategy(rec: Record) -> str | None:
@@ -65,17 +65,29 @@ def what(key: tuple) -> str:
     return f"{workload} ({', '.join(extra)})" if extra else workload
 
 
-def leaders(recs: list[Record]) -> dict[tuple, tuple[Record, Record, str]]:
-    """For every group of comparable cells (``axes``) with two adapters or more: the fastest,
-    the runner-up, and the runner-up's ``verdicts.outcome`` against it (slower, tie or not judged)."""
+def families(recs: list[Record]) -> dict[tuple, Family]:
+    """For every group of comparable cells (``axes``) with two cells or more: its cells judged
+    together against the fastest (``verdicts.family``: Holm over the group's pairs)."""
     groups: dict[tuple, list[Record]] = {}
     for r in comparable(recs):
         groups.setdefault(axes(r), []).append(r)
+    return {key: family(cells) for key, cells in groups.items() if len(cells) >= 2}
+
+
+def against_fastest(recs: list[Record]) -> dict[int, PairVerdict]:
+    """``id(cell)`` -> its family-wise verdict against the fastest cell of its group (``families``),
+    for every comparable cell but the fastest."""
+    return {id(r): v for fam in families(recs).values() for r, v in fam.rivals}
+
+
+def leaders(recs: list[Record]) -> dict[tuple, tuple[Family, list[Record]]]:
+    """For every group of comparable cells with two adapters or more: its family (``families``)
+    and its cells, one per adapter (its best loop strategy), fastest first."""
     out = {}
-    for key, cells in groups.items():
-        ranked = best_per_adapter(cells)
+    for key, fam in families(recs).items():
+        ranked = best_per_adapter([fam.leader, *(r for r, _ in fam.rivals)])
         if len(ranked) >= 2:
-            out[key] = (ranked[0], ranked[1], outcome(ranked[0], ranked[1]))
+            out[key] = (fam, ranked)
     return out
 
 

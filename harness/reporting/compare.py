@@ -21,8 +21,9 @@ from harness.stats.verdicts import (
     INCONCLUSIVE,
     MEANINGFUL_CHANGE,
     NO_CHANGE,
-    NOT_JUDGED,
-    TIE,
+    SAME,
+    UNRESOLVED,
+    Family,
     RunChange,
     change,
     separated,
@@ -140,11 +141,12 @@ def _verdicts(recs_a: list[Record], recs_b: list[Record]) -> list[str]:
     lead_a, lead_b = cells.leaders(recs_a), cells.leaders(recs_b)
     rows, contradicted, named = [], 0, 0
     for key in [k for k in lead_a if k in lead_b]:
-        (fa, sa, found_a), (fb, sb, found_b) = lead_a[key], lead_b[key]
-        apart_a, apart_b = found_a not in (TIE, NOT_JUDGED), found_b not in (TIE, NOT_JUDGED)
+        (fam_a, ranked_a), (fam_b, ranked_b) = lead_a[key], lead_b[key]
+        apart_a, apart_b = fam_a.fastest, fam_b.fastest
         named += apart_a or apart_b
-        word = cells.name(fa) if apart_a else f"{found_a} ({cells.name(fa)}, {cells.name(sa)})"
-        other = cells.name(fb) if apart_b else f"{found_b} ({cells.name(fb)}, {cells.name(sb)})"
+        word = cells.name(fam_a.leader) if apart_a else _unnamed(fam_a, ranked_a)
+        other = cells.name(fam_b.leader) if apart_b else _unnamed(fam_b, ranked_b)
+        fa, fb = fam_a.leader, fam_b.leader
         clash = apart_a and apart_b and cells.name(fa) != cells.name(fb)
         contradicted += clash
         rows.append([cells.what(key), key[1], word, other, "contradicted" if clash else "consistent"])
@@ -159,6 +161,15 @@ def _verdicts(recs_a: list[Record], recs_b: list[Record]) -> list[str]:
         tabulate(rows, ["workload", "device", "A: fastest", "B: fastest", ""], tablefmt="github"),
         "",
     ]
+
+
+def _unnamed(fam: Family, ranked: list[Record]) -> str:
+    """``same speed (a, b)`` or ``unresolved (a, b, c)``: a group without a fastest, and the adapters
+    at its top that could not be told apart."""
+    found = {id(r): v.outcome for r, v in fam.rivals}
+    close = [r for r in ranked[1:] if found[id(r)] in (SAME, UNRESOLVED)]
+    word = SAME if all(found[id(r)] == SAME for r in close) else UNRESOLVED
+    return f"{word} ({', '.join(cells.name(r) for r in [fam.leader, *close])})"
 
 
 #: Pairs of cells this far apart must come out separated, or the intervals are too wide to use.

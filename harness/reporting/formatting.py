@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 
 from harness.reporting.cells import strategy
+from harness.stats.verdicts import UNRESOLVED, PairVerdict
 
 DASH = "—"
 
@@ -80,3 +81,13 @@ def fingerprint_name(fp: dict[str, Any]) -> str:
 def slug(*parts: Any) -> str:
     text = "-".join(str(p) for p in parts if p)
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:80]
+
+
+def verdict_text(v: PairVerdict) -> str:
+    """A ratio with its verdict, as every table prints it: ``1.17 [1.09, 1.25]`` (separated),
+    ``1.01 [0.98, 1.03] same speed``, ``1.17 [0.98, 1.41] unresolved``, or where the run could not
+    judge the pair ``1.20 unresolved (one process per cell)``."""
+    if not v.judged:  # separated here only by records' own intervals (no processes): the ratio alone
+        return f"{v.point:.2f}" if v.separated else f"{v.point:.2f} {UNRESOLVED} ({v.reason})"
+    text = f"{v.point:.2f} [{v.low:.2f}, {v.high:.2f}]"
+    return text if v.separated else f"{text} {v.outcome}"

@@ -2,10 +2,11 @@
 run has several), each cell's steady time over the fastest cell of its column.
 
 One grid feeds both the picture (plots.overview) and the compact markdown table beneath it, so
-the two can never disagree. A column's fastest is chosen among cells a verdict may use
-(cells.comparable); a cell whose paired-by-round ratio to it has a 95% interval including 1 is a
-tie; where the pair cannot be judged (one process per cell, too few blocks) the cell says so
-instead; cells that did not run show their status; contended cells show their ratio, marked.
+the two can never disagree. A column's leader is chosen among cells a verdict may use
+(cells.comparable), and judged with its column's cells as one family (verdicts.family): it is
+*the fastest* (framed) only where it is separated from every rival; a rival is marked *same speed*
+where its ratio's whole interval lies within 1 +- 5%, *unresolved* where neither it nor a
+separation holds; cells that did not run show their status; contended cells show their ratio, marked.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from tabulate import tabulate
 from harness.records import Record
 from harness.reporting.cells import best_per_adapter, comparable, strategy, what
 from harness.reporting.formatting import device_label, sig
-from harness.stats.verdicts import NOT_JUDGED, TIE, outcome
+from harness.stats.verdicts import SAME, UNRESOLVED, Family, family
 
 
 @dataclass(frozen=True)
@@ -26,10 +27,10 @@ class Cell:
 
     status: str
     ratio: float | None = None
-    fastest: bool = False
-    tie: bool = False
+    fastest: bool = False  # the column's leader, separated from every rival (verdicts.Family.fastest)
+    same: bool = False  # the same speed as the leader (the whole interval within 1 +- 5%)
     strategy: str | None = None
-    unjudged: bool = False  # no verdict against the fastest (verdicts.judged): neither tie nor apart
+    unresolved: bool = False  # neither separated from the leader nor the same speed
 
 
 @dataclass
@@ -68,15 +69,15 @@ def _numeric(override: str) -> bool:
     return True
 
 
-def _cell(recs: list[Record], fastest: Record | None) -> Cell:
+def _cell(recs: list[Record], fastest: Record | None, fam: Family | None) -> Cell:
     usable = comparable(recs)
     if usable:
         best = best_per_adapter(usable)[0]
-        is_fastest = best is fastest
-        found = None if is_fastest or fastest is None else outcome(best, fastest)
-        tie, unjudged = found == TIE, found == NOT_JUDGED
+        found = None if fam is None else dict((id(r), v) for r, v in fam.rivals).get(id(best))
         ratio = best["median_s"] / fastest["median_s"] if fastest else None
-        return Cell("ok", ratio, is_fastest, tie, strategy(best), unjudged)
+        is_fastest = best is fastest and fam is not None and fam.fastest
+        same, unresolved = (found.outcome == SAME, found.outcome == UNRESOLVED) if found else (False, False)
+        return Cell("ok", ratio, is_fastest, same, strategy(best), unresolved)
     ran = [r for r in recs if r["status"] == "ok"]
     if ran:  # only contended cells: shown, never ranked
         best = min(ran, key=lambda r: r["median_s"])
@@ -104,10 +105,12 @@ def grid(recs: list[Record]) -> Grid | None:
     for column in order:
         usable = [r for a in rows for r in comparable(members.get((column, a), []))]
         fastest = min(usable, key=lambda r: r["median_s"], default=None)
+        best = best_per_adapter(usable)
+        fam = family(best) if len(best) >= 2 else None
         out.fastest_s.append(fastest["median_s"] if fastest else None)
         for adapter in rows:
             if (column, adapter) in members:
-                out.cells[(column, adapter)] = _cell(members[(column, adapter)], fastest)
+                out.cells[(column, adapter)] = _cell(members[(column, adapter)], fastest, fam)
     return out
 
 
@@ -119,16 +122,17 @@ def ratio_text(ratio: float | None) -> str:
 
 
 def cell_text(cell: Cell) -> str:
-    """``1.00``, ``1.02 tie``, ``2.15``, ``3.10 contended``, ``skipped``: a cell in words."""
+    """``1.00``, ``1.02 same``, ``1.17 unresolved``, ``2.15``, ``3.10 contended``, ``skipped``: a cell
+    in words (bold: the fastest, separated from every rival)."""
     if cell.status in ("skipped", "failed"):
         return cell.status
     text = ratio_text(cell.ratio)
     if cell.fastest:
         text = f"**{text}**"
-    if cell.tie:
-        text += " tie"
-    if cell.unjudged:
-        text += " not judged"
+    if cell.same:
+        text += " same"
+    if cell.unresolved:
+        text += " unresolved"
     if cell.status == "contended":
         text += " contended"
     return text + (f" ({cell.strategy})" if cell.strategy else "")
@@ -148,9 +152,10 @@ def caption(g: Grid, has_data_modes: bool) -> str:
     """What the picture and the table show, in one paragraph."""
     text = (
         "Each cell is the adapter's steady step time (synced, median; its best loop strategy, the fastest "
-        "steady step, in brackets) over the fastest cell of the column: 1.00 (framed) is the fastest; `tie`: "
-        "the 95% interval of the ratio to the fastest, from their rounds, includes 1 (dashed frame); `not judged`: "
-        "too few processes (rounds) or blocks to tell. Colours "
+        "steady step, in brackets) over the fastest cell of the column: 1.00 framed is the fastest, separated from "
+        "every other cell of the column (Holm over the column's pairs); `same`: the same speed as the fastest, the "
+        "ratio's whole interval within 1 +- 5% (dashed frame); `unresolved`: neither (the interval is too wide, or "
+        "too few processes to judge; the workload's table prints it); unmarked: separated, slower. Colours "
         "are on a log scale. `skipped` and `failed` cells did not run (the tables below say why)"
     )
     if any(c.status == "contended" for c in g.cells.values()):

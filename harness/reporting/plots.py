@@ -265,10 +265,10 @@ def overview(g: Grid, path: Path) -> Path:
             ax.text(j, i, cell.status, ha="center", va="center", fontsize=8, color="#424242", style="italic")
             continue
         text = ratio_text(cell.ratio)
-        if cell.tie:
-            text += " tie"
-        if cell.unjudged:
-            text += " n.j."
+        if cell.same:
+            text += " same"
+        if cell.unresolved:
+            text += " unres."
         if cell.status == "contended":
             text += "\ncontended"
         elif cell.strategy:
@@ -284,7 +284,7 @@ def overview(g: Grid, path: Path) -> Path:
             color="white" if dark else "black",
             weight="bold" if cell.fastest else "normal",
         )
-        if cell.fastest or cell.tie:
+        if cell.fastest or cell.same:
             ax.add_patch(
                 matplotlib.patches.Rectangle(
                     (j - 0.46, i - 0.44),
@@ -309,9 +309,9 @@ def overview(g: Grid, path: Path) -> Path:
     bar.ax.minorticks_off()
     bar.set_label("steady step time / fastest of the column (log scale)", fontsize=8)
     ax.set_title("Steady step time over the fastest of each column (lower is better)", fontsize=10, pad=8)
-    legend = "1.00 framed: fastest; dashed frame: tied with it (95% interval of the paired ratio includes 1)"
-    if any(cell.unjudged for cell in g.cells.values()):
-        legend += "; n.j.: not judged (too few rounds or blocks to tell)"
+    legend = "1.00 framed: fastest (separated from every other); dashed frame: same speed (interval within 1 +- 5%)"
+    if any(cell.unresolved for cell in g.cells.values()):
+        legend += "; unres.: unresolved (could not tell)"
     ax.set_xlabel(legend, fontsize=8)
     return _save(fig, path)
 

@@ -141,13 +141,15 @@ def _turns_left_out(ok: list[dict[str, Any]]) -> list[str]:
 
 def _resolution(ok: list[dict[str, Any]]) -> list[str]:
     """What differences this run's verdicts could tell apart: per group, the slow-down a pair of its
-    cells would be called different for with 80% power, from the group's residual variance."""
+    cells would be called different for with 80% power, from the group's prior (a typical pair)."""
     found = {}
     for r in ok:
-        s2, df, gens = r.get("group_resid_var"), r.get("group_df"), r.get("group_generations")
-        if s2 is not None and df and df >= 2 and gens:
-            se = math.sqrt(2 * s2 / len(gens))
-            found[r.get("group")] = verdicts.detectable_change(se, df, r.get("verdict_level") or 0.95)
+        s2, d0, gens = r.get("group_prior_var"), r.get("group_prior_df"), r.get("group_generations")
+        if s2 is not None and d0 is not None and gens and len(gens) >= 2:
+            df = min(d0, len(gens) - 1) + len(gens) - 1
+            if df >= 2:
+                se = math.sqrt(s2 / len(gens))
+                found[r.get("group")] = verdicts.detectable_change(se, df, r.get("verdict_level") or 0.95)
     if not found:
         return []
     values = sorted(found.values())
@@ -158,6 +160,12 @@ def _resolution(ok: list[dict[str, Any]]) -> list[str]:
         "from the spread of their processes; a pair noisier than its setting needs more. `make calibrate` "
         "measures how often identical code is called different on a machine (docs/measurement.md, Calibration)."
     ]
+
+
+def level_text(recs: list[dict[str, Any]]) -> str:
+    """The confidence level the records' verdicts and intervals use, as printed: ``95%``, ``97.06%``."""
+    level = verdicts.level_of(*recs)
+    return f"{100 * level:.4g}%"
 
 
 def method(recs: list[dict[str, Any]]) -> str:
@@ -178,11 +186,19 @@ def method(recs: list[dict[str, Any]]) -> str:
         lines.append(
             f"- Rounds: each cell ran in {processes} (rounds), round 1 of every cell in a shuffled order "
             "before round 2 of any, so the machine's drift during the run lands on every adapter alike. "
-            "A cell's steady time is the mean over its rounds of each round's median step; its 95% "
-            "interval is a t interval over the rounds' log step times, so it covers the difference "
-            "between processes, not only the noise within one. Verdicts between cells come from a "
-            "two-way model of cells x rounds (harness.stats.verdicts): a pair needs 2 degrees of freedom "
-            "or more (two cells: 3 rounds), else it is `not judged`. "
+            "A cell's steady time is the mean over its rounds of each round's median step; its "
+            f"{level_text(ok)} interval is a t interval over its processes' levels (the trimmed mean of log block "
+            "times, over the turns every cell of its group kept), so it covers the difference between "
+            "processes, not only the noise within one. A pair's ratio is the mean over rounds of its "
+            "per-round log ratio (the round's drift cancels); its variance is the pair's own spread "
+            "moderated toward its group's (empirical Bayes, as limma: the group's prior counts at most "
+            "as much as the pair's own rounds, and nothing for a cell far noisier than the group), on "
+            "the combined degrees of freedom; a pair needs 2 or more (two cells: 3 rounds), else it is "
+            "`unresolved`. Three words: separated (the interval excludes 1), `same speed` (the whole "
+            "interval within 1 ± 5%), `unresolved` (neither: the interval is printed). `fastest` is a "
+            "claim against every other cell of the workload: the fastest cell is named only where its "
+            "pairs with every rival are rejected by Holm's step-down over all the workload's pairs, and "
+            "the `time vs fastest` marks use the same family-wise test. "
             + (
                 "With one round, the interval covers only the noise within that process, and no pair is judged. "
                 if 1 in done
@@ -244,10 +260,9 @@ def method(recs: list[dict[str, Any]]) -> str:
         "left out of the summary's verdicts.",
         "- Each cell runs in a fresh process; every framework starts from the same NumPy parameters and "
         "trains on the same batches, already placed on the device (placement is timed apart).",
-        "- `time vs fastest` is this cell's steady time over the fastest one of the workload (1.00 = "
-        "fastest); `(tie)`: the 95% interval of the ratio of the two, from their rounds (round k of one "
-        "cell against round k of the other), includes 1 or cannot be judged, so the cell is not ranked "
-        "against the fastest. "
+        "- `time vs fastest` is this cell's steady time over the fastest one of the workload with the "
+        f"ratio's {level_text(ok)} interval (`1.00 fastest`: separated from every other cell; `same speed`, "
+        "`unresolved`: as under Rounds). "
         f"IQR (of all rounds' steps) is flagged `noisy` when it exceeds {NOISY_IQR_RATIO:.0%} of the median.",
         "- `first step` includes tracing and compilation for static-graph adapters. `traces / compiles` "
         "are counted during training by the framework's own instrumentation (tf.function's tracing "

@@ -9,7 +9,7 @@ from harness.records import Record
 from harness.reporting.breakeven import break_even_range, break_even_text, cumulative_s, steady_outcome, steps_text
 from harness.reporting.cells import axes, comparable, name, strategy, what
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig
-from harness.stats.verdicts import NOT_JUDGED, TIE
+from harness.stats.verdicts import SAME, UNRESOLVED
 
 
 def section(groups: dict[tuple, list[Record]]) -> list[str]:
@@ -25,10 +25,10 @@ def _table(rows: list[list[str]], headers: list[str]) -> str:
 def payoff(static: Record, base: Record) -> str:
     """When ``static`` has paid for its compiles against ``base``, in words for a table cell."""
     outcome, reason = steady_outcome(base, static)
-    if outcome == NOT_JUDGED:
-        return f"not judged ({reason})"
-    if outcome == TIE:
-        return "tied steady steps: no clear break-even"
+    if outcome == UNRESOLVED:
+        return f"unresolved ({reason})"
+    if outcome == SAME:
+        return "the same steady speed within 5%: no break-even"
     span = break_even_range(static, base)
     if span is not None:
         return f"after {steps_text(span)} steps"

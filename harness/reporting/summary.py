@@ -1,7 +1,8 @@
 """The report's summary: a few plain sentences derived from records alone.
 
-At most about eight: who is fastest per device (named only where separated, harness.stats.verdicts:
-the interval of their time ratio from their processes excludes 1), each framework's static
+At most about eight: who is fastest per device (named only where separated from every other
+adapter of the workload, harness.stats.verdicts.family; else every adapter it could not be told
+from, with the word for each: the same speed within 5%, or unresolved), each framework's static
 against its dynamic mode (speed-up and break-even as ranges), the input-bound finding where
 data modes ran, CPU against GPU where both ran, and what the run did not measure. A sentence
 whose data is missing is left out, never guessed; cells that ran beside other CPU load
@@ -13,7 +14,7 @@ from __future__ import annotations
 from harness.records import Record
 from harness.reporting.breakeven import break_even_range, steps_text
 from harness.reporting.cells import axes, comparable, leaders, name, strategy, what
-from harness.stats.verdicts import NOT_JUDGED, TIE, outcome, separated
+from harness.stats.verdicts import SAME, UNRESOLVED, outcome, separated
 
 
 def _num(value: float) -> str:
@@ -61,28 +62,35 @@ def _order(key: tuple) -> tuple:
 
 
 def winner_sentences(recs: list[Record]) -> list[str]:
-    """Per device: the fastest adapter of each workload where it is separated from the runner-up,
-    the workloads where the first two are tied, and those where the run cannot judge them."""
+    """Per device: the fastest adapter of each workload where it is separated from every other
+    (family-wise), else the adapters at the top it could not be told from: all of them, each
+    workload's marked the same speed (within 5%) where every one is, else unresolved."""
     by_device: dict[str, tuple[list[str], list[str], list[str]]] = {}
-    for key, (first, second, found) in sorted(leaders(recs).items(), key=lambda kv: _order(kv[0])):
+    for key, (fam, ranked) in sorted(leaders(recs).items(), key=lambda kv: _order(kv[0])):
+        first = fam.leader
         where = f"{first['machine_label']}: {key[1]}" if first.get("machine_label") else str(key[1])
-        clear, tied, unjudged = by_device.setdefault(where, ([], [], []))
-        if found == TIE:
-            tied.append(f"{name(first)} and {name(second)} on {what(key)}")
-        elif found == NOT_JUDGED:
-            unjudged.append(what(key))
-        else:
+        clear, same, unresolved = by_device.setdefault(where, ([], [], []))
+        found = dict((id(r), v) for r, v in fam.rivals)
+        if fam.fastest:
+            second = ranked[1]
             ratio = second["median_s"] / first["median_s"]
             clear.append(f"{name(first)} on {what(key)} ({_ms(first)}, {_x(ratio)} ahead of {name(second)})")
+            continue
+        close = [r for r in ranked[1:] if found[id(r)].outcome in (SAME, UNRESOLVED)]
+        names = _listing([name(first), *(name(r) for r in close)])
+        if all(found[id(r)].outcome == SAME for r in close):
+            same.append(f"{names} on {what(key)}")
+        else:
+            unresolved.append(f"{names} on {what(key)}")
     out = []
-    for device, (clear, tied, unjudged) in sorted(by_device.items()):
-        parts = [f"the fastest where the 95% intervals separate: {_listing(clear)}"] if clear else []
-        if tied:
-            parts.append(f"tied for fastest: {'; '.join(tied)}")
-        if unjudged:
-            parts.append(f"not judged (too few processes or blocks to tell): {', '.join(unjudged)}")
+    for device, (clear, same, unresolved) in sorted(by_device.items()):
+        parts = [f"the fastest, separated from every other adapter: {_listing(clear)}"] if clear else []
+        if same:
+            parts.append(f"the same speed within 5% at the top: {'; '.join(same)}")
+        if unresolved:
+            parts.append(f"unresolved at the top (the workload's table gives each interval): {'; '.join(unresolved)}")
         if not clear:
-            parts.insert(0, "no adapter is separated from its runner-up")
+            parts.insert(0, "no adapter is separated from every other")
         out.append(f"On {device}, {'; '.join(parts)}.")
     return out
 
@@ -104,13 +112,13 @@ def framework_sentences(recs: list[Record]) -> list[str]:
         st = min(modes["static"], key=lambda r: r["median_s"])
         where = what(key) + (f" on {key[1]}" if len(devices) > 1 else "")
         mine = found.setdefault(
-            framework, {"faster": [], "tied": [], "slower": [], "unjudged": [], "pays": [], "names": set()}
+            framework, {"faster": [], "same": [], "slower": [], "unresolved": [], "pays": [], "names": set()}
         )
         mine["names"].add((st["adapter"], dyn["adapter"]))
         speedup = dyn["median_s"] / st["median_s"]
         verdict = outcome(st, dyn)
-        if verdict in (TIE, NOT_JUDGED):
-            mine["tied" if verdict == TIE else "unjudged"].append((where, speedup))
+        if verdict in (SAME, UNRESOLVED):
+            mine["same" if verdict == SAME else "unresolved"].append((where, speedup))
         elif speedup > 1:
             mine["faster"].append((where, speedup))
             if "cold_times_s" in st and "cold_times_s" in dyn:
@@ -123,7 +131,7 @@ def framework_sentences(recs: list[Record]) -> list[str]:
     for framework, f in found.items():
         static = "/".join(sorted({s for s, _ in f["names"]}))
         dynamic = "/".join(sorted({d for _, d in f["names"]}))
-        n = len(f["faster"]) + len(f["tied"]) + len(f["slower"]) + len(f["unjudged"])
+        n = len(f["faster"]) + len(f["same"]) + len(f["slower"]) + len(f["unresolved"])
         if f["faster"]:
             text = f"{framework}: {static} is faster than {dynamic} once compiled on {len(f['faster'])} of {n} "
             text += f"workloads ({', '.join(w for w, _ in f['faster'])}: {_span([s for _, s in f['faster']])})"
@@ -134,13 +142,13 @@ def framework_sentences(recs: list[Record]) -> list[str]:
         else:
             text = f"{framework}: {static} is faster than {dynamic} on none of {n} workloads"
         rest = []
-        if f["tied"]:
-            rest.append(f"tied on {len(f['tied'])} ({', '.join(w for w, _ in f['tied'])})")
+        if f["same"]:
+            rest.append(f"the same speed within 5% on {len(f['same'])} ({', '.join(w for w, _ in f['same'])})")
         if f["slower"]:
             speed = _span([s for _, s in f["slower"]])
             rest.append(f"slower on {len(f['slower'])} ({', '.join(w for w, _ in f['slower'])}: {speed})")
-        if f["unjudged"]:
-            rest.append(f"not judged on {len(f['unjudged'])} ({', '.join(w for w, _ in f['unjudged'])})")
+        if f["unresolved"]:
+            rest.append(f"unresolved on {len(f['unresolved'])} ({', '.join(w for w, _ in f['unresolved'])})")
         out.append(text + (f"; {' and '.join(rest)}" if rest else "") + ".")
     return out
 
@@ -201,10 +209,10 @@ def device_sentences(recs: list[Record]) -> list[str]:
         if not cpu or not gpu:
             continue
         label = what((key[0], None, *key[1:4]))
-        tally = per_workload.setdefault(label, {"GPU": [], "CPU": [], "tied": [], "not judged": []})
+        tally = per_workload.setdefault(label, {"GPU": [], "CPU": [], SAME: [], UNRESOLVED: []})
         speed = cpu["median_s"] / gpu["median_s"]
         found = outcome(cpu, gpu)
-        tally[{TIE: "tied", NOT_JUDGED: NOT_JUDGED}.get(found, "GPU" if speed > 1 else "CPU")].append(speed)
+        tally[found if found in (SAME, UNRESOLVED) else "GPU" if speed > 1 else "CPU"].append(speed)
     if not per_workload:
         return []
     parts = []

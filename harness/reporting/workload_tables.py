@@ -15,9 +15,9 @@ from typing import Any
 from tabulate import tabulate
 
 from harness.records import Record
-from harness.reporting.cells import overlap, strategy
-from harness.reporting.formatting import DASH, compiles_text, device_label, sig, status_text
-from harness.stats.verdicts import FASTER, NOT_JUDGED, SLOWER, TIE, outcome
+from harness.reporting.cells import against_fastest, families, overlap, strategy
+from harness.reporting.formatting import DASH, compiles_text, device_label, sig, status_text, verdict_text
+from harness.stats.verdicts import PairVerdict, pair_verdict
 
 #: The most columns the main table may have; the rest go to the details table.
 MAIN_MAX = 10
@@ -47,12 +47,15 @@ def _trains(rec: Record) -> bool:
     return (rec.get("spec") or {}).get("task", "train") == "train"
 
 
-def _vs_fastest(rec: Record, fastest: Record) -> str:
-    ratio = f"{rec['median_s'] / fastest['median_s']:.2f}"
-    if rec is fastest or "ci_low_s" not in rec:
-        return ratio
-    found = outcome(fastest, rec)
-    return ratio if found in (FASTER, SLOWER) else f"{ratio} ({'tie' if found == TIE else NOT_JUDGED})"
+def _vs_fastest(rec: Record, fastest: Record, found: PairVerdict | None = None, leads: bool = False) -> str:
+    """The ratio to the fastest with its interval and verdict (formatting.verdict_text): ``found``,
+    the family-wise verdict of the cell's group (cells.against_fastest), else the pair's own. The
+    fastest reads ``1.00 fastest`` where it ``leads``: separated from every rival (verdicts.family)."""
+    if rec is fastest:
+        return "1.00 fastest" if leads else "1.00"
+    if "ci_low_s" not in rec:
+        return f"{rec['median_s'] / fastest['median_s']:.2f}"
+    return verdict_text(found or pair_verdict(fastest, rec))
 
 
 def _median_ci(rec: Record) -> str:
@@ -198,10 +201,14 @@ def _fastest(recs: list[Record]) -> dict[Any, Record]:
 
 
 def _table(rows: list[Record], columns: list[Column], fastest: dict[Any, Record]) -> str:
-    body = [
-        [c.cell(r, fastest.get(r.get("machine"))) if r["status"] == "ok" or not c.timed else DASH for c in columns]
-        for r in rows
-    ]
+    found = against_fastest(rows)
+    leads = {id(fam.leader) for fam in families(rows).values() if fam.fastest}
+
+    def text(c: Column, r: Record) -> str:
+        best = fastest.get(r.get("machine"))
+        return _vs_fastest(r, best, found.get(id(r)), id(r) in leads) if c is _VS_FASTEST else c.cell(r, best)
+
+    body = [[text(c, r) if r["status"] == "ok" or not c.timed else DASH for c in columns] for r in rows]
     return tabulate(body, [c.header for c in columns], tablefmt="github", disable_numparse=True)
 
 

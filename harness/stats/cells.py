@@ -20,7 +20,7 @@ import scipy.stats
 
 from harness.records import Record
 from harness.stats.steps import step_time, summarize
-from harness.stats.verdicts import DEFAULT_LEVEL, cell_interval, level_of, residual_variance
+from harness.stats.verdicts import DEFAULT_LEVEL, cell_interval, group_prior, level_of
 
 #: Share of a process's block times left out at each end of its level (``process_level``).
 TRIM = 0.2
@@ -128,11 +128,12 @@ def _group_levels(cells: list[tuple[tuple, list[Record]]]) -> dict[int, tuple[di
 
 
 def annotate_groups(cells: list[tuple[tuple, Record]]) -> None:
-    """Write on each ok cell (in place) its group's two-way model: ``group``, the generations the
-    group ran (``group_generations``), how many complete cells (``group_cells``), the residual
-    variance of their process levels and its degrees of freedom (``group_resid_var``,
-    ``group_df``; None where the model has no residual), and ``verdict_level``. ``key`` is the
-    (machine, run id, fingerprint) the cell ran on."""
+    """Write on each ok cell (in place) its group's model: ``group``, the generations the group
+    ran (``group_generations``), how many complete cells (``group_cells``), the prior its pairs
+    are moderated with (harness.stats.verdicts.group_prior: ``group_prior_var``,
+    ``group_prior_df``, and the cell's own ``prior_weight``; None where the group has fewer than
+    two complete cells or generations), and ``verdict_level``. ``key`` is the (machine, run id,
+    fingerprint) the cell ran on."""
     by_group: dict[tuple, list[Record]] = {}
     for key, rec in cells:
         if rec["status"] == "ok":
@@ -140,19 +141,21 @@ def annotate_groups(cells: list[tuple[tuple, Record]]) -> None:
     for (*_, group), recs in by_group.items():
         gens = sorted({k for r in recs for k in r["process_levels"]})
         complete = [r for r in recs if set(r["process_levels"]) >= set(gens)]
-        s2, df = None, None
+        prior_var, prior_df, weights = None, None, {}
         if len(complete) >= 2 and len(gens) >= 2:
             matrix = np.array([[r["process_levels"][k] for k in gens] for r in complete])
-            var, df = residual_variance(matrix)
-            s2 = float(var) if df else None
+            s0, d0, w = group_prior(matrix)
+            prior_var, prior_df = float(s0), float(d0)
+            weights = {id(r): float(x) for r, x in zip(complete, w, strict=True)}
         level = level_of(*recs)
         for r in recs:
             r.update(
                 group=group,
                 group_generations=gens,
                 group_cells=len(complete),
-                group_resid_var=s2,
-                group_df=df if s2 is not None else None,
+                group_prior_var=prior_var,
+                group_prior_df=prior_df,
+                prior_weight=weights.get(id(r), 0.0),
                 verdict_level=level,
             )
 

@@ -6,21 +6,31 @@ processes and over minutes, so two values of one cell are not a distribution. A 
 of cell c in generation k) and what its group's model says:
 
 - **Within a run**, the cells of a group (they differ only by adapter) ran their generations
-  side by side, so ``L[c, k] = mu_c + gamma_k + e_ck`` (a two-way additive model: the
-  generation's drift ``gamma_k`` cancels). Residual variance ``s^2``: the group's typical cell's
-  (the median of the cells' own residual variances, ``residual_variance``), with
-  ``df = (C - 1)(K - 1)``. A pair's log ratio is ``mean_k(L[b, k] - L[a, k])``, its variance
-  ``max(2 s^2 / K, var_k(L[b, k] - L[a, k]) / K)`` (the pair's own spread never under-counted),
-  and its interval uses the t quantile with the pooled df, or ``K - 1`` where the pair's own
-  spread is the larger (``pair_df``). "not judged" where there is one
-  process per cell, too few blocks (``MIN_BLOCKS``), ``df < 2``, or a cell lacks a generation.
+  side by side, so ``L[c, k] = mu_c + gamma_k + e_ck`` (the generation's drift ``gamma_k``
+  cancels in a pair's per-generation differences ``d_k = L[b, k] - L[a, k]``). A pair's log
+  ratio is ``mean_k d_k``; its variance is **moderated** (empirical Bayes, as limma does for the
+  same problem): the pair's own ``var_k d_k`` on ``K - 1`` df, combined with a prior fitted to
+  every pair of the group (``group_prior``: location ``s0^2`` and df ``d0``, limma's fitFDist),
+  ``(d0' s0^2 + (K - 1) s^2) / (d0' + K - 1)`` on ``d0' + K - 1`` df. ``d0'`` is the group's
+  ``d0`` capped at ``K - 1`` (the group counts at most as much as the pair's own generations)
+  and scaled by the pair's cells' weights (``cell_weights``: near 0 for a cell whose pairs
+  are all far noisier than the prior expects), so a quiet pair borrows strength and a noisy
+  cell is judged on its own spread: df moves smoothly, no switch. "unresolved" (not judged)
+  where there is one process per cell, too few blocks (``MIN_BLOCKS``), df < 2, or a cell lacks
+  a generation.
 - **Between groups of one run, and between runs**: nothing pairs the processes, so Welch's t on
   the two sides' process levels (unpaired, unequal variances). Between runs (``change``) the
   verdict is "inconclusive" where the interval is too wide to have detected a meaningful change
   (``MEANINGFUL_CHANGE``), with the smallest change it could have detected at 80% power.
+- **Three outcomes**: *separated* (``faster`` / ``slower``: the interval excludes 1), *same
+  speed* (the whole interval within 1 +- ``SETTLE_MARGIN``) and *unresolved* (anything else,
+  with its reason). A pair is ``settled`` when separated or the same speed.
+- **Families** (``family``): "the fastest" and the "vs fastest" marks are claims against every
+  rival, so the comparisons of a group are tested together, Holm's step-down over all of its
+  ``n (n - 1) / 2`` pairs (the leader is picked from the data, so its ``n - 1`` comparisons
+  alone would not hold the family's rate).
 - **Sequential looks** (a time budget adds generations to unsettled groups and looks again): the
-  level per look comes from Pocock's constants (``pocock_level``), and a pair is ``settled``
-  when separated, or tied within ``SETTLE_MARGIN``.
+  level per look comes from Pocock's constants (``pocock_level``).
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.special
 import scipy.stats
 
 from harness.records import Record
@@ -39,7 +50,7 @@ from harness.stats.steps import step_time
 DEFAULT_LEVEL = 0.95
 #: Fewer time-paired blocks than this per process (in any generation): the pair is not judged.
 MIN_BLOCKS = 5
-#: A tie is settled when its whole interval lies within 1 +- this (it cannot hide a larger difference).
+#: "Same speed" when the whole interval lies within 1 +- this (it cannot hide a larger difference).
 SETTLE_MARGIN = 0.05
 #: Power at which ``change`` reports the smallest detectable change.
 POWER = 0.8
@@ -49,20 +60,25 @@ MEANINGFUL_CHANGE = 0.10
 POCOCK_Z = (1.960, 2.178, 2.289, 2.361, 2.413, 2.453, 2.485, 2.512, 2.535, 2.555)
 MAX_LOOKS = len(POCOCK_Z)
 
-FASTER, SLOWER, TIE, NOT_JUDGED = "faster", "slower", "tie", "not judged"
+FASTER, SLOWER, SAME, UNRESOLVED = "faster", "slower", "same speed", "unresolved"
 NO_CHANGE, INCONCLUSIVE = "no change", "inconclusive"
 
-#: Reasons a pair is not judged.
+#: Reasons a pair is unresolved: the run could not judge it at all ...
 ONE_PROCESS = "one process per cell"
 FEW_BLOCKS = f"fewer than {MIN_BLOCKS} blocks in a process"
 FEW_DF = "too few cells and generations to estimate the noise (df < 2)"
 MISSING_GENERATION = "a cell lacks a generation of its group"
+#: ... or judged it, and its interval neither excludes 1 nor lies within 1 +- SETTLE_MARGIN.
+WIDE = "interval spans 1 and reaches past 1 +- 5%"
+#: ... or the pair alone separates, but not once the group's comparisons are counted (``family``).
+FAMILY = "not separated once the group's comparisons are counted (Holm)"
 
 
 @dataclass(frozen=True)
 class PairVerdict:
     """time(b) / time(a): point and interval; ``outcome`` says what b is against a
-    (``faster``, ``slower``, ``tie``, or ``not judged`` with the ``reason``)."""
+    (``faster``, ``slower``, ``same speed``, or ``unresolved`` with the ``reason``); ``p``: the
+    two-sided p-value of "no difference" (1 where the pair is not judged), for families."""
 
     point: float
     low: float
@@ -70,10 +86,20 @@ class PairVerdict:
     outcome: str
     reason: str = ""
     df: float | None = None
+    p: float = 1.0
 
     @property
     def separated(self) -> bool:
         return self.outcome in (FASTER, SLOWER)
+
+    @property
+    def judged(self) -> bool:
+        """Whether the run could judge the pair at all (an interval was computed)."""
+        return math.isfinite(self.high)
+
+    @property
+    def settled(self) -> bool:
+        return self.outcome in (FASTER, SLOWER, SAME)
 
 
 @dataclass(frozen=True)
@@ -98,53 +124,95 @@ def t_quantile(level: float, df: float | np.ndarray) -> float | np.ndarray:
     return scipy.stats.t.ppf(0.5 + level / 2, df)
 
 
-def residual_variance(levels: np.ndarray) -> tuple[np.ndarray, int]:
-    """Residual variance of the two-way additive model over ``levels[..., c, k]`` (cells x
-    generations, complete) and its degrees of freedom ``(C - 1)(K - 1)``.
+def _trigamma_inverse(x: np.ndarray) -> np.ndarray:
+    """y with trigamma(y) = x (x > 0), by Newton's method from limma's starting point."""
+    y = 0.5 + 1 / x
+    for _ in range(50):
+        tri = scipy.special.polygamma(1, y)
+        step = tri * (1 - tri / x) / scipy.special.polygamma(2, y)
+        y = y + step
+        if np.all(-step / y < 1e-8):
+            break
+    return y
 
-    The variance is the typical cell's, not the mean over cells: each cell's own residual
-    variance (its squared residuals over its ``(K - 1)(C - 1) / C`` share of the df), their median,
-    scaled to the mean of a chi-square on ``K - 1`` df. Cells differ in noise (an eager framework's
-    processes spread ten times a compiled one's on the 2-core VM), and the mean would give every
-    pair the noisiest cell's spread; a pair noisier than the typical cell is judged on its own
-    spread (``pair_interval``), so none is under-counted."""
+
+def fit_prior(variances: np.ndarray, df: float) -> tuple[np.ndarray, np.ndarray]:
+    """limma's fitFDist over the last axis: sample variances on ``df`` degrees of freedom each,
+    read as scaled chi-squares of true variances drawn from a scaled inverse chi-square: its
+    location ``s0^2`` and degrees of freedom ``d0`` (inf where the variances spread no more than
+    sampling alone would: one common variance; 0 with fewer than two variances: no prior)."""
+    variances = np.asarray(variances, dtype=np.float64)
+    n = variances.shape[-1]
+    e = np.log(np.maximum(variances, 1e-300)) - scipy.special.digamma(df / 2) + math.log(df / 2)
+    emean = e.mean(axis=-1)
+    if n < 2:
+        return np.exp(emean), np.zeros_like(emean)
+    evar = e.var(axis=-1, ddof=1) - scipy.special.polygamma(1, df / 2)
+    d0 = np.where(evar > 0, 2 * _trigamma_inverse(np.where(evar > 0, evar, 1.0)), np.inf)
+    finite = np.where(np.isfinite(d0), d0, 1.0)
+    s0 = np.where(
+        np.isfinite(d0), np.exp(emean + scipy.special.digamma(finite / 2) - np.log(finite / 2)), np.exp(emean)
+    )
+    return s0, d0
+
+
+def group_prior(levels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The prior a group's pairs are moderated with, from ``levels[..., c, k]`` (cells x
+    generations, complete): ``(s0^2, d0, weights[..., c])``. ``s0^2`` and ``d0`` are
+    ``fit_prior`` over the variances of every pair's per-generation differences (``K - 1`` df
+    each). A cell's weight is how plausible its pairs' spread is under that prior: twice the upper
+    tail of F(K - 1, d0) at the median over its pairs of ``var / s0^2``, capped at 1 and squared
+    (squared: in simulation a 3x noisier cell's pairs keep 93-94% coverage at 95% rather than
+    92-93%), so a cell whose every pair is far noisier than the group's (an eager framework among
+    compiled ones) borrows nothing and is judged on its own spread."""
     levels = np.asarray(levels, dtype=np.float64)
     c, k = levels.shape[-2:]
-    df = (c - 1) * (k - 1)
-    resid = (
-        levels
-        - levels.mean(axis=-1, keepdims=True)
-        - levels.mean(axis=-2, keepdims=True)
-        + levels.mean(axis=(-2, -1), keepdims=True)
-    )
-    if not df:
-        return np.full(levels.shape[:-2], np.nan), df
-    per_cell = (resid**2).sum(axis=-1) / ((k - 1) * (c - 1) / c)
-    typical = np.median(per_cell, axis=-1) / (scipy.stats.chi2.median(k - 1) / (k - 1))
-    return typical, df
+    ia, ib = np.triu_indices(c, 1)
+    own = (levels[..., ib, :] - levels[..., ia, :]).var(axis=-1, ddof=1)
+    s0, d0 = fit_prior(own, k - 1)
+    ratio = own / s0[..., None]
+    score = np.stack([np.median(ratio[..., (ia == i) | (ib == i)], axis=-1) for i in range(c)], axis=-1)
+    dfd = np.where(np.isfinite(d0), np.maximum(d0, 1e-9), 1e9)[..., None]
+    weights = np.minimum(1.0, 2 * scipy.stats.f.sf(score, k - 1, dfd)) ** 2
+    return s0, d0, weights
+
+
+def moderated(
+    diffs: np.ndarray, prior_var: np.ndarray | float, prior_df: np.ndarray | float, weight: np.ndarray | float = 1.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A pair's log ratio, its standard error and degrees of freedom from its per-generation
+    differences ``diffs[..., k]`` and the group's prior (``group_prior``): the prior's df capped
+    at the pair's own ``K - 1`` and scaled by ``weight`` (the smaller of its cells' weights)."""
+    diffs = np.asarray(diffs, dtype=np.float64)
+    k = diffs.shape[-1]
+    own, d = diffs.var(axis=-1, ddof=1), k - 1
+    d0 = np.minimum(np.nan_to_num(np.asarray(prior_df, dtype=np.float64), nan=0.0), d) * np.asarray(weight)
+    var = (d0 * np.nan_to_num(np.asarray(prior_var, dtype=np.float64)) + d * own) / (d0 + d)
+    return diffs.mean(axis=-1), np.sqrt(var / k), d0 + d
 
 
 def pair_interval(
-    diffs: np.ndarray, s2: np.ndarray | float, df: int, level: float = DEFAULT_LEVEL
+    diffs: np.ndarray,
+    prior_var: np.ndarray | float,
+    prior_df: np.ndarray | float,
+    level: float = DEFAULT_LEVEL,
+    weight: np.ndarray | float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Log ratio and its interval for a pair of cells from their per-generation differences
-    ``diffs[..., k] = L[b, k] - L[a, k]`` and the group's residual variance ``s2`` on ``df``
-    (``pair_df`` says which degrees of freedom the quantile uses)."""
-    diffs = np.asarray(diffs, dtype=np.float64)
-    k = diffs.shape[-1]
-    point = diffs.mean(axis=-1)
-    own, pooled = diffs.var(axis=-1, ddof=1) / k, 2 * np.asarray(s2) / k
-    se = np.sqrt(np.maximum(pooled, own))
-    half = t_quantile(level, pair_df(own, pooled, df, k)) * se
+    """Log ratio and its interval for a pair of cells (``moderated``)."""
+    point, se, df = moderated(diffs, prior_var, prior_df, weight)
+    half = t_quantile(level, df) * se
     return point, point - half, point + half
 
 
-def pair_df(own: np.ndarray | float, pooled: np.ndarray | float, df: int, k: int) -> np.ndarray:
-    """Degrees of freedom of a pair's interval: the group's pooled ``df`` where the pooled
-    variance ``2 s^2 / K`` is the larger, else ``K - 1``, those of the pair's own spread that
-    replaced it (a cell noisier than its group would otherwise get too short a quantile: in
-    simulation, coverage of one 3x noisier cell falls to 86-91% on the pooled df)."""
-    return np.where(np.asarray(own) > np.asarray(pooled), k - 1, df)
+def holm(pvalues: list[float], level: float = DEFAULT_LEVEL) -> list[bool]:
+    """Holm's step-down at family-wise ``1 - level``: which of the hypotheses are rejected."""
+    alpha, m = 1 - level, len(pvalues)
+    rejected = [False] * m
+    for i, j in enumerate(sorted(range(m), key=lambda j: pvalues[j])):
+        if pvalues[j] > alpha / (m - i):
+            break
+        rejected[j] = True
+    return rejected
 
 
 def welch(log_a: np.ndarray, log_b: np.ndarray, level: float = DEFAULT_LEVEL) -> tuple[float, float, float, float]:
@@ -166,9 +234,15 @@ def detectable_change(se: float, df: float, level: float = DEFAULT_LEVEL, power:
     return float(math.expm1((t_quantile(level, df) + scipy.stats.t.ppf(power, df)) * se))
 
 
-def outcome_of(low: float, high: float) -> str:
-    """b against a from the interval of time(b) / time(a)."""
-    return FASTER if high < 1 else SLOWER if low > 1 else TIE
+def outcome_of(low: float, high: float, reason: str = WIDE) -> tuple[str, str]:
+    """b against a from the interval of time(b) / time(a): (outcome, reason; empty when settled)."""
+    if high < 1:
+        return FASTER, ""
+    if low > 1:
+        return SLOWER, ""
+    if 1 - SETTLE_MARGIN <= low and high <= 1 + SETTLE_MARGIN:
+        return SAME, ""
+    return UNRESOLVED, reason
 
 
 def pocock_level(looks: int) -> float:
@@ -214,7 +288,15 @@ def same_group(a: Record, b: Record) -> bool:
 
 
 def _not_judged(point: float, reason: str) -> PairVerdict:
-    return PairVerdict(point, 0.0, math.inf, NOT_JUDGED, reason)
+    return PairVerdict(point, 0.0, math.inf, UNRESOLVED, reason)
+
+
+def _judged(log_point: float, se: float, df: float, level: float, reason: str = WIDE) -> PairVerdict:
+    t = float(t_quantile(level, df))
+    low, high = math.exp(log_point - t * se), math.exp(log_point + t * se)
+    word, why = outcome_of(low, high, reason)
+    p = float(2 * scipy.stats.t.sf(abs(log_point) / se, df)) if se > 0 else float(log_point == 0)
+    return PairVerdict(math.exp(log_point), low, high, word, why, df, p)
 
 
 def pair_verdict(a: Record, b: Record, level: float | None = None) -> PairVerdict:
@@ -228,9 +310,8 @@ def pair_verdict(a: Record, b: Record, level: float | None = None) -> PairVerdic
     if len(la) < 2 or len(lb) < 2:
         return _not_judged(geo, ONE_PROCESS)
     if not same_group(a, b):
-        diff, se, df, t = welch(np.array(list(la.values())), np.array(list(lb.values())), level)
-        low, high = math.exp(diff - t * se), math.exp(diff + t * se)
-        return PairVerdict(math.exp(diff), low, high, outcome_of(low, high), "unpaired: different groups", df)
+        diff, se, df, _ = welch(np.array(list(la.values())), np.array(list(lb.values())), level)
+        return _judged(diff, se, df, level, "unpaired: different groups")
     blocks = [r.get("blocks") for r in (a, b) if r.get("blocks") is not None]
     if blocks and min(blocks) < MIN_BLOCKS:
         return _not_judged(geo, FEW_BLOCKS)
@@ -240,18 +321,17 @@ def pair_verdict(a: Record, b: Record, level: float | None = None) -> PairVerdic
     common = sorted(set(la) & set(lb))
     if gens is None and (set(la) != set(lb)):
         return _not_judged(geo, MISSING_GENERATION)
-    diffs = np.array([lb[k] - la[k] for k in common])
-    if a.get("group_df") is not None and a.get("group_df") == b.get("group_df"):
-        s2, df = float(a["group_resid_var"]), int(a["group_df"])
-    else:  # the pair alone (records not combined together): a group of two cells
-        s2, df = float(diffs.var(ddof=1) / 2) if len(diffs) > 1 else math.nan, len(diffs) - 1
     if len(common) < 2:
         return _not_judged(geo, ONE_PROCESS)
+    diffs = np.array([lb[k] - la[k] for k in common])
+    prior_var, prior_df = a.get("group_prior_var"), a.get("group_prior_df")
+    if prior_var is None or prior_df is None or b.get("group_prior_var") != prior_var:
+        prior_var, prior_df = 0.0, 0.0  # the pair alone (records not combined together): its own spread
+    weight = min(float(a.get("prior_weight", 1.0)), float(b.get("prior_weight", 1.0)))
+    point, se, df = (float(v) for v in moderated(diffs, prior_var, prior_df, weight))
     if df < 2:
-        return _not_judged(math.exp(diffs.mean()), FEW_DF)
-    point, low, high = (float(math.exp(v)) for v in pair_interval(diffs, s2, df, level))
-    used = float(pair_df(diffs.var(ddof=1) / len(diffs), 2 * s2 / len(diffs), df, len(diffs)))
-    return PairVerdict(point, low, high, outcome_of(low, high), "", used)
+        return _not_judged(math.exp(point), FEW_DF)
+    return _judged(point, se, df, level)
 
 
 def relative(a: Record, b: Record) -> tuple[float, float, float]:
@@ -262,13 +342,13 @@ def relative(a: Record, b: Record) -> tuple[float, float, float]:
 
 def outcome(a: Record, b: Record) -> str:
     """``pair_verdict``'s outcome for b against a. Records with no processes to read (no steps,
-    no levels) fall back to non-overlapping intervals of each: faster or slower, else a tie."""
+    no levels) fall back to non-overlapping intervals of each: faster or slower, else unresolved."""
     if not (a.get("process_levels") or a.get("step_times_s")) or not (b.get("process_levels") or b.get("step_times_s")):
         if "ci_low_s" in a and "ci_low_s" in b and b["ci_high_s"] < a["ci_low_s"]:
             return FASTER
         if "ci_low_s" in a and "ci_low_s" in b and a["ci_high_s"] < b["ci_low_s"]:
             return SLOWER
-        return TIE
+        return UNRESOLVED
     return pair_verdict(a, b).outcome
 
 
@@ -278,16 +358,67 @@ def separated(a: Record, b: Record) -> bool:
 
 
 def judged(a: Record, b: Record) -> bool:
-    """False where the run cannot judge the pair (one process per cell, too few blocks): not
-    separated is then no tie."""
-    return outcome(a, b) != NOT_JUDGED
+    """False where the run cannot judge the pair at all (one process per cell, too few blocks)."""
+    return pair_verdict(a, b).judged
 
 
 def settled(a: Record, b: Record, level: float | None = None) -> bool:
-    """Whether a pair's verdict needs no more generations: separated, or a tie whose interval
-    lies within 1 +- SETTLE_MARGIN (it cannot hide a meaningful difference)."""
-    v = pair_verdict(a, b, level)
-    return v.separated or (v.outcome == TIE and 1 - SETTLE_MARGIN <= v.low and v.high <= 1 + SETTLE_MARGIN)
+    """Whether a pair's verdict needs no more generations: separated, or the same speed (its
+    interval within 1 +- SETTLE_MARGIN: it cannot hide a meaningful difference)."""
+    return pair_verdict(a, b, level).settled
+
+
+@dataclass(frozen=True)
+class Family:
+    """A group's cells judged together (``family``): the ``leader`` (the fastest point), each
+    rival with its verdict against the leader under Holm over the group's pairs (fastest
+    first), how many comparisons the family counted, and whether the leader is *the fastest*:
+    separated from every rival."""
+
+    leader: Record
+    rivals: list[tuple[Record, PairVerdict]]
+    comparisons: int
+
+    @property
+    def fastest(self) -> bool:
+        return bool(self.rivals) and all(v.outcome == SLOWER for _, v in self.rivals)
+
+    @property
+    def level(self) -> float:
+        return level_of(self.leader, *(r for r, _ in self.rivals))
+
+
+def _family_pair(a: Record, b: Record, level: float) -> PairVerdict:
+    """``pair_verdict``, or for records with no processes to read ``outcome``'s fallback on their
+    own intervals (certain where they do not overlap: p = 0)."""
+    if levels_of(a) and levels_of(b):
+        return pair_verdict(a, b, level)
+    word = outcome(a, b)
+    ratio = b["median_s"] / a["median_s"]
+    if word in (FASTER, SLOWER):  # no interval of the ratio to print: (0, inf)
+        return PairVerdict(ratio, 0.0, math.inf, word, "the cells' own intervals do not overlap", None, 0.0)
+    return _not_judged(ratio, ONE_PROCESS)
+
+
+def family(cells: list[Record], level: float | None = None) -> Family:
+    """The group's verdicts against its leader (the smallest ``median_s``), family-wise (module
+    docstring): Holm over all ``n (n - 1) / 2`` pairs; a rival is slower where its pair with the
+    leader is rejected, else the same speed where its own interval lies within 1 +- SETTLE_MARGIN,
+    else unresolved (with FAMILY as the reason where the pair alone would separate)."""
+    order = sorted(cells, key=lambda r: r["median_s"])
+    lead = order[0]
+    level = level_of(*cells) if level is None else level
+    pairs = [(n, m) for n in range(len(order)) for m in range(n + 1, len(order))]
+    found = [_family_pair(order[n], order[m], level) for n, m in pairs]
+    rejected = dict(zip(pairs, holm([v.p for v in found], level), strict=True))
+    rivals = []
+    for (n, m), v in zip(pairs, found, strict=True):
+        if n:
+            continue
+        if v.separated and not rejected[(n, m)]:
+            v = PairVerdict(v.point, v.low, v.high, UNRESOLVED, FAMILY, v.df, v.p)
+        rivals.append((order[m], v))
+    return Family(lead, rivals, len(pairs))
 
 
 def change(a: Record, b: Record, level: float | None = None) -> RunChange:
@@ -302,8 +433,8 @@ def change(a: Record, b: Record, level: float | None = None) -> RunChange:
     diff, se, df, t = welch(np.array(la), np.array(lb), level)
     point, low, high = math.exp(diff), math.exp(diff - t * se), math.exp(diff + t * se)
     detectable = detectable_change(se, df, level)
-    word = outcome_of(low, high)
-    if word == TIE:
+    word = FASTER if high < 1 else SLOWER if low > 1 else INCONCLUSIVE
+    if word == INCONCLUSIVE:
         word = INCONCLUSIVE if detectable > max(MEANINGFUL_CHANGE, abs(point - 1)) else NO_CHANGE
     return RunChange(point, low, high, word, detectable)
 
