@@ -19,12 +19,21 @@ ALL_EXTRA := $(VENV)-tf
 
 FRAMEWORK ?= all
 DEVICE ?= auto
+# make bench's workloads: the mission's three unless given (WORKLOAD=all: every workload).
+ifeq ($(origin WORKLOAD), undefined)
+BENCH_WORKLOAD := mlp,cnn,rnn-caption
+else
+BENCH_WORKLOAD := $(WORKLOAD)
+endif
 WORKLOAD ?= all
 PROFILE ?= quick
 # default: each variable-length workload's own strategy; all: every strategy and attention kernel.
 STRATEGY ?= default
-# The run's time budget: verdicts settle within it (harness.running.turns); empty: the profile's fixed rounds.
-BUDGET ?= 1h
+# The run's time budget: verdicts settle within it (harness.running.turns); empty: the profile's fixed
+# rounds. 30 minutes for the default three workloads, 1 hour for WORKLOAD=all.
+ifeq ($(origin BUDGET), undefined)
+BUDGET := $(if $(filter all,$(BENCH_WORKLOAD)),1h,30m)
+endif
 DATA ?= resident
 PRECISION ?= fp32
 # FORCE=1: time a precision the device only emulates (bf16 without bfloat16 instructions) instead of skipping it.
@@ -32,7 +41,7 @@ FORCE ?=
 # PROFILE_OPS=1: a profiled pass per cell after its timing, each framework's profiler (docs/profiling.md).
 PROFILE_OPS ?=
 ARGS ?=
-BENCH_ARGS = --framework $(FRAMEWORK) --device $(DEVICE) --workload $(WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(BUDGET),--budget $(BUDGET)) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(if $(filter 1 yes true,$(PROFILE_OPS)),--profile-ops) $(ARGS)
+BENCH_ARGS = --framework $(FRAMEWORK) --device $(DEVICE) --workload $(BENCH_WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(BUDGET),--budget $(BUDGET)) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(if $(filter 1 yes true,$(PROFILE_OPS)),--profile-ops) $(ARGS)
 
 .PHONY: install bench export test test-fast lint list report sweep compare rerun fidelity doctor lock lock-check env calibrate clean-venv gpu-check
 

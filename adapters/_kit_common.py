@@ -5,9 +5,11 @@ Private: adapters import these names from ``adapters.kit``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import math
 import os
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -26,6 +28,22 @@ def shared_compile_cache(compiler: str) -> str | None:
     """The folder ``compiler``'s cache may use under SHARED_COMPILE_CACHE; None: compile cold."""
     folder = os.environ.get(SHARED_COMPILE_CACHE)
     return os.path.join(folder, compiler) if folder else None
+
+
+@contextlib.contextmanager
+def compile_cache(folder: str | None) -> Iterator[None]:
+    """Within it, ``shared_compile_cache`` answers under ``folder`` (a run's cache of one cell,
+    harness.running.turns: empty for its first process, filled for the later ones), unless the
+    test suite already named one; ``None`` changes nothing. The parent computes a worker's
+    environment inside it (each ``*_env`` is read there, before the framework is imported)."""
+    if folder is None or SHARED_COMPILE_CACHE in os.environ:
+        yield
+        return
+    os.environ[SHARED_COMPILE_CACHE] = folder
+    try:
+        yield
+    finally:
+        del os.environ[SHARED_COMPILE_CACHE]
 
 
 def threads_env(threads: int) -> dict[str, str]:

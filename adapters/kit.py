@@ -37,6 +37,7 @@ from __future__ import annotations
 from adapters._kit_common import (
     MIXED_PRECISION,  # noqa: F401 - public, as CUDA_PLUGINS and GPU_AUTOTUNE_LEVEL, though not in __all__
     adam_eps_hat,
+    compile_cache,
     hwio_to_oihw,
     mixed_precision,
     oihw_to_hwio,
@@ -84,6 +85,7 @@ from adapters.base import Adapter, DeviceUnavailable, Options, no_cuda, pick_dev
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
 
 __all__ = [
+    "compile_cache",
     "ADAM_BETA1",
     "ADAM_BETA2",
     "ADAM_EPS",

@@ -68,6 +68,8 @@ class Cell(_Worker, total=False):
     script: str  #: that script's module
     kernel_floor_s: float | None  #: the step's kernels at the device's measured peak (harness.measuring.floors)
     round: int  #: which of the run's rounds a worker is running (from 1)
+    compile_cache_dir: str  #: the cell's compiler cache for the run (harness.running.turns.compile_cache)
+    warm_compiles: bool  #: an earlier process of the cell may have filled that cache
 
 
 class Record(Cell, total=False):
@@ -119,6 +121,7 @@ class Record(Cell, total=False):
     gflops: float | None
     flops_per_step: float | None
     dispatch_floor_s: float
+    dispatch_floor_wall_s: float  #: seconds its measurement took (the budget's estimate of later rounds)
     steady_recompiles: int
     pipelined_recompiles: int
     recompile_times_s: list[float]

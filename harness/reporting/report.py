@@ -69,6 +69,25 @@ def load_runs(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, dic
     return recs, envs
 
 
+def generations_note(group: list[dict[str, Any]]) -> list[str]:
+    """A line where the workload's cells ran in fewer generations (fresh processes each) than the
+    run planned (a time budget that ran out, or cells that failed in some): what its verdicts rest on."""
+    ok = [r for r in group if r["status"] == "ok" and r.get("group_generations")]
+    if not ok:
+        return []
+    planned = max(int(r.get("rounds") or 1) for r in ok)
+    ran = min(len(r["group_generations"]) for r in ok)
+    if ran >= planned:
+        return []
+    budgeted = ok[0].get("verdict_level", 0.95) < 0.95
+    why = "the run's time budget ran out before the next one" if budgeted else "see Status"
+    return [
+        f"Generations: {ran} of the {planned} planned ({why}); pairs with fewer than 2 degrees of freedom "
+        "stay `unresolved`.",
+        "",
+    ]
+
+
 def build(run_dirs: Path | list[Path], plot_dir: Path | None = None) -> str:
     """The report's markdown; with ``plot_dir``, its PNG plots are written there and embedded."""
     run_dirs = [run_dirs] if isinstance(run_dirs, Path) else list(run_dirs)
@@ -95,7 +114,7 @@ def build(run_dirs: Path | list[Path], plot_dir: Path | None = None) -> str:
     for (workload, key), group in resident.items():
         if not group:
             continue
-        out += [table_title(group[0]), "", workload_table(group), ""]
+        out += [table_title(group[0]), "", *generations_note(group), workload_table(group), ""]
         if plot_dir is not None:
             out += _plots(group, workload, key, plot_dir, colors)
     out += static_dynamic.section(resident)

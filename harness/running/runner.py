@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from adapters import AdapterInfo
+from adapters import AdapterInfo, kit
 from harness import env as machine_env
 from harness import records
 from harness.install.environments import family_python
@@ -33,8 +33,12 @@ COMPUTE_CACHE_BYTES = 4 << 30
 
 
 def worker_env(info: AdapterInfo, cell: records.Cell) -> dict[str, str]:
+    """The worker's environment: this one's, the adapter's ``worker_env`` (with the cell's own
+    compiler cache where its run gives it one, ``compile_cache_dir``: harness.running.turns), the
+    harness on the path, and the device the cell may see."""
     env = dict(os.environ)
-    env.update(info.cls.worker_env(cell["threads"], cell["device_requested"]))
+    with kit.compile_cache(cell.get("compile_cache_dir")):
+        env.update(info.cls.worker_env(cell["threads"], cell["device_requested"]))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     if cell["device_requested"] == "cpu":
         # A CPU cell must not touch (or grab memory on) a GPU, whatever the framework's default.

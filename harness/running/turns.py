@@ -22,12 +22,22 @@ as several sub-groups, each its own group.
 Cells that cannot take turns run alone as before (harness.running.runner.run_cell): the idiomatic
 scripts of ``fidelity`` and image input pipelines (their loader workers would keep decoding while
 other cells take their turns).
+
+Compiler caches (``compile_cache``): each cell gets a compiler cache of its own for the run
+(XLA's persistent cache, Inductor's caches), empty when its first process starts, so that process
+compiles cold (its first step, cold window, compile counts and break-even are what the reports
+show) and later processes, which are there for their steady state, start warm (``warm_compiles``
+on their records) instead of paying the same compiles again. TensorFlow and eager adapters have
+no such cache: theirs are cold in every process.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
+import shutil
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -61,6 +71,21 @@ TURN_TIMEOUT_S = 120.0
 TURN_SHARE = 0.4
 #: Generations a group may get when a budget adds them to unsettled groups (looks at its verdicts).
 MAX_GENERATIONS = 4
+
+
+def compile_cache(cell: Record, k: int) -> Record:
+    """The fields that give generation ``k`` of a cell its compiler cache (module docstring): the
+    folder, one per run and cell, and whether an earlier process may have filled it."""
+    return {"compile_cache_dir": str(cache_root(cell["run_id"]) / _digest(cell["cell_id"])), "warm_compiles": k > 1}
+
+
+def cache_root(run_id: str) -> Path:
+    """Where a run's compiler caches live while it runs (a temporary folder, never the run's own)."""
+    return Path(tempfile.gettempdir()) / f"dlcompare-compile-cache-{_digest(run_id)}"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
 def group_of(cell: Record) -> str:
@@ -179,7 +204,7 @@ def run_generation(
 
     try:
         for cell in order:
-            cell_k = {**cell, "round": k}
+            cell_k = {**cell, "round": k, **compile_cache(cell, k)}
             progress.start(cell, k)
             try:
                 reason = runner.skip_reason(adapters[records.base_adapter(cell)], cell_k)
@@ -233,18 +258,26 @@ def run_generation(
 
 
 def generation_s(results: Path, cells: list[Record]) -> float:
-    """What a further generation of these cells should take: the longest of theirs so far (its
-    first worker lives through the whole generation: the first round, with its compiles, or a
-    later one its turns made longer), 0 where none is recorded. A generation is started only when
-    this fits in what is left of a budget."""
+    """What a further generation of these cells should take (``next_generation_s``), 0 where none
+    is recorded. A generation is started only when this fits in what is left of a budget."""
     ids = {c["cell_id"] for c in cells}
     done = records.load(results) if results.exists() else []
-    return longest_wall([r for r in done if r.get("cell_id") in ids])
+    return next_generation_s([r for r in done if r.get("cell_id") in ids])
 
 
-def longest_wall(recs: list[Record]) -> float:
-    """The longest wall time among these records (0 for none): the longest generation they ran in."""
-    return max((r.get("wall_s") or 0.0 for r in recs), default=0.0)
+def next_generation_s(recs: list[Record]) -> float:
+    """A further generation's time from these records of a group: its latest generation's longest
+    wall (the first worker lives through the whole generation); from the first generation alone,
+    less the dispatch floors only that one measures (``dispatch_floor_wall_s``, each worker's in
+    turn before the next starts). Its warm compiles are not counted on: an over-estimate."""
+    if not recs:
+        return 0.0
+    last = max(records_round(r) for r in recs)
+    mine = [r for r in recs if records_round(r) == last]
+    wall = max((r.get("wall_s") or 0.0 for r in mine), default=0.0)
+    if last == 1:
+        wall -= sum(r.get("dispatch_floor_wall_s") or 0.0 for r in mine)
+    return max(wall, 0.0)
 
 
 def turn_seconds(cells: list[Record]) -> float:
@@ -282,6 +315,23 @@ def run(
     rounds goes to more generations of the groups whose verdicts are unsettled (harness.stats), up
     to MAX_GENERATIONS. Records carry ``verdict_level``."""
     budget = budget or Budget(None)
+    try:
+        _run(order, rounds, adapters, results, timeout_s, progress, budget, level)
+    finally:
+        if order:
+            shutil.rmtree(cache_root(order[0][0]["run_id"]), ignore_errors=True)
+
+
+def _run(
+    order: list[tuple[Record, int]],
+    rounds: int,
+    adapters: Mapping[str, AdapterInfo],
+    results: Path,
+    timeout_s: float,
+    progress: MatrixProgress,
+    budget: Budget,
+    level: float,
+) -> None:
     ended: set[str] = set()
     extra = {"verdict_level": level, "rounds": rounds}
     solo = [(c, k) for c, k in order if not servable(c)]
@@ -340,7 +390,7 @@ def more_generations(
         for group, count in wanted.items():
             mine = [r for r in recs if r.get("group") == group]
             k = max(records_round(r) for r in mine)
-            cost = longest_wall(mine)
+            cost = next_generation_s(mine)
             if k < MAX_GENERATIONS and cost < budget.left():
                 candidates.append((-count, group, k, mine))
         if not candidates:

@@ -206,6 +206,7 @@ def dispatch_floor(cell: Cell, spec, device: str) -> dict[str, Any]:
     tiny = spec.tiny()
     if tiny is None or cell.get("round", 1) != 1:
         return {}
+    started = time.perf_counter()
     try:
         adapter = discover()[base_adapter(cell)].cls()
         if adapter.supports(tiny):
@@ -228,7 +229,10 @@ def dispatch_floor(cell: Cell, spec, device: str) -> dict[str, Any]:
             pass_steps=pass_steps,
             chained=chained,
         )
-        return {"dispatch_floor_s": step_time(m.step_times_s, m.step_batches if pass_steps > 1 else None)}
+        return {
+            "dispatch_floor_s": step_time(m.step_times_s, m.step_batches if pass_steps > 1 else None),
+            "dispatch_floor_wall_s": time.perf_counter() - started,
+        }
     except Exception as exc:  # noqa: BLE001 - the floor is extra; the cell's own numbers stand
         return {"dispatch_floor_error": f"{type(exc).__name__}: {exc}"[:300]}
 

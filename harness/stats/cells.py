@@ -177,9 +177,10 @@ PIPELINE_MEANS = (
 def combine(runs: list[Record], levels: tuple[dict[int, float], int | None] | None = None) -> Record:
     """A cell's record from its processes (rounds). A round that did not end ``ok`` decides the
     status (its record is returned, with the number of rounds that did). Otherwise: the cold
-    window and first step of round 1 (the first cold start), each round's cold window kept
-    (``round_cold_times_s``), steady statistics over rounds as the module says, raw steps pooled
-    for plots and quartiles, each round's median and level kept. ``levels``: each generation's
+    window and first step of round 1 (the first cold start), the cold window of each process that
+    compiled cold kept (``round_cold_times_s``; not those of ``warm_compiles``), steady statistics
+    over rounds as the module says, raw steps pooled for plots and quartiles, each round's median
+    and level kept. ``levels``: each generation's
     level and the fewest blocks behind one (``combine_all``, from the turns its group shares);
     by default each process's own blocks."""
     runs = sorted(runs, key=round_of)
@@ -194,8 +195,9 @@ def combine(runs: list[Record], levels: tuple[dict[int, float], int | None] | No
         "blocks": blocks,
         "verdict_level": level_of(*runs),
     }
-    if all(r.get("cold_times_s") for r in runs):
-        extra["round_cold_times_s"] = [r["cold_times_s"] for r in runs]
+    cold = [r for r in runs if not r.get("warm_compiles")]  # processes that compiled cold
+    if cold and all(r.get("cold_times_s") for r in cold):
+        extra["round_cold_times_s"] = [r["cold_times_s"] for r in cold]
     if all(r.get("turn_ids") is not None for r in runs):  # resident workers: each generation's turns
         extra["round_turns"] = {
             round_of(r): [len(r["turn_ids"]), r.get("turns_dropped") or 0, r.get("turns_contended") or 0] for r in runs
