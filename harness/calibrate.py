@@ -29,7 +29,8 @@ from tabulate import tabulate
 
 from adapters import discover
 from harness import env, records
-from harness.running import executors
+from harness.measuring import timing
+from harness.running import executors, turns
 from harness.running.plan import PlanError, plan, twins
 from harness.running.progress import MatrixProgress
 from harness.running.rounds import Run
@@ -52,20 +53,25 @@ def effect(rec: dict[str, Any]) -> float:
     return float(rec.get("slowdown") or 0.0)
 
 
-def judge(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every pair of cells of one repeat whose true effects differ by 0 or a known factor
-    (one side identical code): its true ratio, the estimate, the interval and the verdict."""
+def judge(recs: list[dict[str, Any]], level: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One repeat judged at ``level``: every pair of cells of one adapter whose true effects differ
+    by 0 or a known factor (one side identical code), with its true ratio, the estimate, the
+    interval and the verdict; and the repeat as one group (``verdicts.family`` over all its cells,
+    as a report judges a workload): whether any identical pair was separated (pair by pair), and
+    whether a cell identical to the leader was marked different from it (family-wise)."""
     from harness.stats import cells as stats_cells
     from harness.stats import verdicts
 
     cells = [r for r in stats_cells.combine_all(recs) if r["status"] == "ok"]
     out = []
     for a, b in itertools.combinations(cells, 2):
+        if records.base_adapter(a) != records.base_adapter(b):
+            continue  # two adapters: no known ratio
         if effect(a) and effect(b):
             continue  # two slowed twins: no base to measure against
         if effect(a):
             a, b = b, a
-        v = verdicts.pair_verdict(a, b)
+        v = verdicts.pair_verdict(a, b, level)
         out.append(
             {
                 "a": a["adapter"],
@@ -79,7 +85,34 @@ def judge(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "right_way": v.outcome == "slower" if effect(b) else None,
             }
         )
-    return out
+    group: dict[str, Any] = {"any_pair_false": any(p["different"] for p in out if not p["effect"])}
+    if len(cells) >= 2:
+        fam = verdicts.family(cells, level)
+        lead = fam.leader
+
+        def same(r: dict[str, Any]) -> bool:
+            return records.base_adapter(r) == records.base_adapter(lead) and not effect(r) and not effect(lead)
+
+        known = [v for r, v in fam.rivals if same(r)]
+        group.update(leader=lead["adapter"], leader_twins=len(known), family_false=any(v.separated for v in known))
+    return out, group
+
+
+def group_table(groups: list[dict[str, Any]]) -> str:
+    """Per repeat (a group of cells as a report's workload): false separations of identical cells."""
+    n = len(groups)
+    pair_false = sum(g["any_pair_false"] for g in groups)
+    with_twin = [g for g in groups if g.get("leader_twins")]
+    fam_false = sum(g["family_false"] for g in with_twin)
+    rows = []
+    for what, hits, total, target in (
+        ("any identical pair separated (pair by pair)", pair_false, n, "-"),
+        ("a cell identical to the leader marked different (family-wise)", fam_false, len(with_twin), "<= 5%"),
+    ):
+        low, high = wilson(hits, total)
+        rate = f"{100 * hits / max(total, 1):.1f}% [{100 * low:.1f}, {100 * high:.1f}]"
+        rows.append([what, total, hits, rate, target])
+    return tabulate(rows, ["groups (repeats)", "judged", "with it", "rate [95% Wilson]", "target"], tablefmt="github")
 
 
 def table(pairs: list[dict[str, Any]]) -> str:
@@ -106,15 +139,16 @@ def table(pairs: list[dict[str, Any]]) -> str:
     return tabulate(rows, headers, tablefmt="github")
 
 
-def write(out: Path, pairs: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
+def write(out: Path, pairs: list[dict[str, Any]], groups: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
     name = f"calibration-{meta['rounds']}-generations"
-    (out / f"{name}.json").write_text(json.dumps({"meta": meta, "pairs": pairs}, indent=1) + "\n")
+    (out / f"{name}.json").write_text(json.dumps({"meta": meta, "pairs": pairs, "groups": groups}, indent=1) + "\n")
     lines = [
         "# Calibration: identical twins and known slow-downs",
         "",
         f"{meta['adapter']} on `{meta['workload']}` ({meta['device']}), {meta['repeats']} repeats, each a fresh run "
         f"of the bench protocol with {meta['rounds']} generations (fresh processes per cell) taking turns; in each "
-        f"repeat the cell runs beside twins of itself: {meta['twins']}. Machine: {meta['machine']}. "
+        f"repeat every adapter's cell runs beside twins of itself: {meta['twins']}, all of them in one group. "
+        f"Judged at {100 * meta['level']:.4g}%. Machine: {meta['machine']}. "
         f"Took {meta['wall_min']:.0f} minutes. Command: `{meta['command']}`.",
         "",
         "Every pair of one repeat whose true ratio is known (identical code, or one side slowed by a "
@@ -127,6 +161,11 @@ def write(out: Path, pairs: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
         "",
         "A slowed twin counts as detected only when called slower than its base (the right way).",
         "",
+        "Each repeat as one group, judged as a report judges a workload (Holm over all its pairs; "
+        "the leader is its fastest cell): how often an identical cell is called different.",
+        "",
+        group_table(groups),
+        "",
     ]
     path = out / f"{name}.md"
     path.write_text("\n".join(lines))
@@ -135,7 +174,10 @@ def write(out: Path, pairs: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness calibrate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--framework", default="torch-eager", help="one adapter (default: torch-eager)")
+    parser.add_argument("--framework", default="torch-eager", help="adapters, comma-separated (default: torch-eager)")
+    parser.add_argument(
+        "--level", type=float, default=None, help="confidence level of the verdicts (default: a budgeted bench's)"
+    )
     parser.add_argument("--workload", default="mlp")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=12)
@@ -158,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     command = "python -m harness calibrate " + " ".join(sys.argv[1:] if argv is None else argv)
     pairs: list[dict[str, Any]] = []
+    groups: list[dict[str, Any]] = []
+    level = args.level or turns.verdict_level(timing.PROFILES["quick"].rounds, 1.0)
     for i in range(1, 0 if args.judge_only else args.repeats + 1):
         run_dir = out / f"repeat-{i:02d}"
         run_dir.mkdir(exist_ok=True)
@@ -182,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     keep = args.generations or done["rounds"]
     for i, run_dir in enumerate(sorted(out.glob("repeat-*")), start=1):
         recs = [r for r in records.load(run_dir / records.RESULTS) if int(r.get("round") or 1) <= keep]
-        pairs += [{**p, "repeat": i} for p in judge(recs)]
+        found, group = judge(recs, level)
+        pairs += [{**p, "repeat": i} for p in found]
+        groups.append({**group, "repeat": i})
     meta = {
         "adapter": args.framework,
         "workload": args.workload,
@@ -190,9 +236,10 @@ def main(argv: list[str] | None = None) -> int:
         "repeats": len(list(out.glob("repeat-*"))),
         "rounds": keep,
         "twins": ", ".join(f"{100 * f:g}%" for f in factors),
+        "level": level,
         "machine": env.fingerprint().get("cpu", "?"),
         "wall_min": done["wall_min"],
         "command": done["command"],
     }
-    print(f"calibration: {write(out, pairs, meta)}")
+    print(f"calibration: {write(out, pairs, groups, meta)}")
     return 0

@@ -103,6 +103,8 @@ class Record(Cell, total=False):
     cold_s: float
     cold_times_s: list[float]
     cold_settled: bool | None
+    cold_other_cores: float  #: other CPU load while the cold window ran (cores; resident workers)
+    cold_contended: bool  #: that load was past the contention threshold (harness.measuring.contention)
     pipelined_s: float
     synced_block_s: float
     turn_block_s: list[float]

@@ -258,15 +258,24 @@ def test_calibration_counts_false_differences_and_power_by_true_effect():
     assert calibrate.wilson(0, 60) == (0.0, pytest.approx(0.0602, abs=1e-3))
     aa = _turn_records("a", 1.0, noise=0.01) + _turn_records("a~twin1", 1.0, noise=0.01, seed=1)
     slow = _turn_records("a~slow25", 1.25, noise=0.01, seed=2)
+    other = _turn_records("b", 0.5, noise=0.01, seed=3)  # another adapter: no known ratio, no pair
+    for r in aa[3:] + slow:
+        r["base_adapter"] = "a"
     for r in slow:
         r["slowdown"] = 0.25
-    pairs = calibrate.judge(aa + slow)
+    pairs, group = calibrate.judge(aa + slow + other, 0.95)
     assert sorted(p["effect"] for p in pairs) == [0.0, 0.25, 0.25]
     assert all(p["right_way"] for p in pairs if p["effect"]) and not any(
         p["different"] for p in pairs if not p["effect"]
     )
     text = calibrate.table(pairs)
     assert "| 0%" in text and "0 false differences" in text and "2 detected" in text
+    # b leads the group; no cell identical to it, so the family-wise count skips this repeat
+    assert group == {"any_pair_false": False, "leader": "b", "leader_twins": 0, "family_false": False}
+    _, group = calibrate.judge(aa + slow, 0.95)
+    assert group["leader"] in ("a", "a~twin1") and group["leader_twins"] == 1 and not group["family_false"]
+    rows = calibrate.group_table([group, {**group, "family_false": True, "any_pair_false": True}]).splitlines()
+    assert "| 2 | 1 | 50.0%" in rows[2].replace("  ", " ") or "50.0%" in rows[3]
 
 
 def test_a_budget_counts_from_the_command_and_starts_a_round_only_if_it_fits(tmp_path):
@@ -286,7 +295,12 @@ def test_a_budget_counts_from_the_command_and_starts_a_round_only_if_it_fits(tmp
     ):
         rec = {"schema_version": records.SCHEMA_VERSION, "adapter": "a", "workload": "mlp", "device_requested": "cpu"}
         records.append(results, {**rec, "cell_id": cell_id, "round": k, "wall_s": wall, "status": "ok"})
-    assert turns.generation_s(results, cells) == 90.0  # the longest of these cells' generations, no other cell's
+    assert turns.generation_s(results, cells) == 90.0  # their latest generation's longest wall, no other cell's
+    first = [
+        {"cell_id": "a|mlp|cpu", "round": 1, "wall_s": 40.0, "dispatch_floor_wall_s": 6.0},
+        {"cell_id": "b|mlp|cpu", "round": 1, "wall_s": 25.0, "dispatch_floor_wall_s": 4.0},
+    ]
+    assert turns.next_generation_s(first) == 30.0, "round 1 less the floors only round 1 measures"
 
 
 def test_a_budget_keeps_back_what_the_runs_start_took_for_its_closing():

@@ -204,7 +204,10 @@ def method(recs: list[dict[str, Any]]) -> str:
                 if 1 in done
                 else ""
             )
-            + "First step and cold window are those of round 1."
+            + "First step and cold window are those of round 1. Each cell's later rounds start from the compiler "
+            "cache its round 1 filled (XLA's persistent cache, Inductor's; their records say `warm_compiles`), so "
+            "they pay no compile again: compile counts, first steps, cold windows and break-even come from round 1, "
+            "which compiled cold into an empty cache. TensorFlow and the eager adapters have no such cache."
         )
     lines += _resolution(ok) + _turns_left_out(ok)
     if any((r.get("pass_steps") or 1) > 1 for r in ok):

@@ -31,7 +31,8 @@ def payoff(static: Record, base: Record) -> str:
         return "the same steady speed within 5%: no break-even"
     span = break_even_range(static, base)
     if span is not None:
-        return f"after {steps_text(span)} steps"
+        busy = [r["adapter"] for r in (static, base) if r.get("cold_contended")]
+        return f"after {steps_text(span)} steps" + (f" (cold window contended: {', '.join(busy)})" if busy else "")
     return "never (slower steady step)" if static["median_s"] > base["median_s"] else "no cold window recorded"
 
 
@@ -71,9 +72,11 @@ def compile_costs(groups: dict[tuple, list[Record]]) -> list[str]:
         "What each static-graph cell pays to trace and compile (its loop strategy with the shortest cold "
         "start), and the step count from a cold start after which it has spent no more time in total than "
         "the fastest dynamic-graph cell of the same workload and device: a range from the two ends of the "
-        "95% interval of their steady-time ratio (harness.stats.verdicts), the cold window averaged over every "
-        "process. Pairs whose steady steps tie get no break-even, and pairs the run cannot judge (one process "
-        "per cell, too few blocks) say so; cells that ran beside other CPU load (`contended`) are left out."
+        "interval of their steady-time ratio (harness.stats.verdicts), the cold window averaged over every "
+        "process that compiled cold (round 1 where later rounds start from its compiler cache). Pairs whose "
+        "steady steps are the same speed within 5% get no break-even, pairs the run cannot tell apart say "
+        "`unresolved`; a cold window that ran beside other CPU load is marked `cold window contended`; cells that "
+        "ran beside other CPU load in their turns (`contended`) are left out."
     )
     headers = [
         "static cell",
@@ -136,10 +139,10 @@ def strategies(groups: dict[tuple, list[Record]]) -> list[str]:
                     f"Break-even: the number of training steps from a cold start after which the static-graph "
                     f"cell has spent no more time in total than the fastest dynamic-graph cell, "
                     f"{base['adapter']} ({strategy(base)}, {sig(base['median_s'] * 1e3)} ms/step); measured over "
-                    f"the first {n} steps (every compile included; the mean over the cell's processes), and "
-                    "extrapolated with the steady medians beyond; the last crossing counts (the static cell is never "
-                    "behind again). `never`: its steady step is slower; `tied`: the steady steps are not separated; "
-                    "`not judged`: the run cannot tell (one process per cell, too few blocks). Cells that ran beside "
+                    f"the first {n} steps (every compile included; the mean over the cell's processes that "
+                    "compiled cold), and extrapolated with the steady medians beyond; the last crossing counts (the "
+                    "static cell is never behind again). `never`: its steady step is slower; `same speed`: the "
+                    "steady steps are within 5%; `unresolved`: the run cannot tell them apart. Cells that ran beside "
                     "other CPU load (`contended`) are left out.",
                     "",
                 ]
@@ -195,8 +198,8 @@ def within_frameworks(groups: dict[tuple, list[Record]]) -> list[str]:
         "Each framework's fastest dynamic-graph cell against its fastest static-graph cell (best loop "
         "strategy: the one with the fastest steady step). Speed-up is dynamic time over static time (above "
         "1: the static graph is faster once compiled); break-even is the step count from a cold start after "
-        "which the static mode has spent no more time in total and stays so (the last crossing), `tied` where the "
-        "steady steps are not separated and `not judged` where the run cannot tell. Cells that ran beside other "
-        "CPU load (`contended`) are left out."
+        "which the static mode has spent no more time in total and stays so (the last crossing), `same speed` "
+        "where the steady steps are within 5% and `unresolved` where the run cannot tell them apart. Cells that "
+        "ran beside other CPU load (`contended`) are left out."
     )
     return ["### Within each framework", "", intro, "", _table(rows, headers), ""]

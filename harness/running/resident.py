@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from harness.measuring import timing
+from harness.measuring.contention import MachineLoad
 from harness.measuring.gpu_util import UtilSampler
 from harness.records import new_record
 from harness.running import worker
@@ -102,9 +103,13 @@ def serve(cell: dict[str, Any], fd_in: int, fd_out: int) -> dict[str, Any] | Non
     slowdown = float(cell.get("slowdown") or 0.0)
     step = slowed(s.step, s.adapter.sync, slowdown) if slowdown else s.step
     stepper = timing.Stepper(step, s.adapter.sync, s.inputs, compiles=worker.compile_count(s.adapter))
+    load = MachineLoad()  # the cold window runs alone: anything else on the CPU is other load
+    load.start([])
     cold, values, settled = stepper.cold_window(profile)
+    load.stop()
     steps = block_steps(probe(stepper, s.pass_steps), s.pass_steps)
     floor = worker.dispatch_floor(cell, s.spec, s.device)  # before ready: nobody else is running
+    extra = {**floor, "cold_other_cores": load.other_cores, "cold_contended": load.contended}
     sampler = UtilSampler(interval_s=0.01) if s.device == "cuda" else None
     turns: dict[int, dict[str, Any]] = {}
     reply.write(json.dumps({"event": "ready", "cold_s": sum(cold), "block_steps": steps}) + "\n")
@@ -113,7 +118,7 @@ def serve(cell: dict[str, Any], fd_in: int, fd_out: int) -> dict[str, Any] | Non
             turns[msg["turn"]] = taken = take_turn(stepper, s, steps, sampler)
             reply.write(json.dumps({"event": "turn", "turn": msg["turn"], "block_s": taken["block_s"]}) + "\n")
         elif msg["cmd"] == "finish":
-            return record(cell, s, profile, sampler, cold, values, settled, turns, msg["keep"], steps, floor)
+            return record(cell, s, profile, sampler, cold, values, settled, turns, msg["keep"], steps, extra)
     return None
 
 
@@ -162,9 +167,10 @@ def record(
     turns: dict[int, dict[str, Any]],
     keep: list[int],
     steps: int,
-    floor: dict[str, Any],
+    extra: dict[str, Any],
 ) -> dict[str, Any]:
-    """The cell's record from the kept turns (harness.running.worker.finish builds the rest)."""
+    """The cell's record from the kept turns (harness.running.worker.finish builds the rest) and
+    ``extra``, what the worker measured before its turns (its dispatch floor, the cold window's load)."""
     kept = [t for t in keep if t in turns]
     ok = [t for t in kept if turns[t]["block_s"] is not None]
     shown = ok[:: max(1, math.ceil(len(ok) * steps / MAX_RECORDED_STEPS))]  # whole turns, evenly spread
@@ -189,7 +195,7 @@ def record(
         turn_block_s=[turns[t]["block_s"] for t in ok],
         turn_block_steps=steps,
         **({"slowdown": cell["slowdown"]} if cell.get("slowdown") else {}),
-        **floor,
+        **extra,
     )
     # At finish the other workers of the generation wait idle: the profiled pass runs alone.
     rec.update(worker.ops_profile(cell, s, rec))
