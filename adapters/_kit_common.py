@@ -24,26 +24,37 @@ from workloads.optim import ADAM_BETA2, ADAM_EPS
 SHARED_COMPILE_CACHE = "DLCOMPARE_SHARED_COMPILE_CACHE"
 
 
+#: A run's compiler cache of one cell (harness.running.turns.compile_cache): set by ``compile_cache``
+#: while the parent computes that cell's worker environment, never by users.
+RUN_COMPILE_CACHE = "DLCOMPARE_RUN_COMPILE_CACHE"
+
+
 def shared_compile_cache(compiler: str) -> str | None:
-    """The folder ``compiler``'s cache may use under SHARED_COMPILE_CACHE; None: compile cold."""
-    folder = os.environ.get(SHARED_COMPILE_CACHE)
+    """The folder ``compiler``'s cache may use: the test suite's (SHARED_COMPILE_CACHE), else the
+    cell's own for the run (RUN_COMPILE_CACHE); None: compile cold."""
+    folder = os.environ.get(SHARED_COMPILE_CACHE) or os.environ.get(RUN_COMPILE_CACHE)
     return os.path.join(folder, compiler) if folder else None
+
+
+def suite_compile_cache() -> bool:
+    """Whether the cache is the test suite's, shared by its many small runs (small compiles too)."""
+    return bool(os.environ.get(SHARED_COMPILE_CACHE))
 
 
 @contextlib.contextmanager
 def compile_cache(folder: str | None) -> Iterator[None]:
-    """Within it, ``shared_compile_cache`` answers under ``folder`` (a run's cache of one cell,
-    harness.running.turns: empty for its first process, filled for the later ones), unless the
-    test suite already named one; ``None`` changes nothing. The parent computes a worker's
-    environment inside it (each ``*_env`` is read there, before the framework is imported)."""
-    if folder is None or SHARED_COMPILE_CACHE in os.environ:
+    """Within it, ``shared_compile_cache`` answers under ``folder`` (a run's cache of one cell:
+    empty for its first process, filled for the later ones), unless the test suite named one;
+    ``None`` changes nothing. The parent computes a worker's environment inside it (each
+    ``*_env`` is read there, before the framework is imported); it runs one at a time."""
+    if folder is None:
         yield
         return
-    os.environ[SHARED_COMPILE_CACHE] = folder
+    os.environ[RUN_COMPILE_CACHE] = folder
     try:
         yield
     finally:
-        del os.environ[SHARED_COMPILE_CACHE]
+        del os.environ[RUN_COMPILE_CACHE]
 
 
 def threads_env(threads: int) -> dict[str, str]:

@@ -13,7 +13,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from adapters._kit_common import _version, shared_compile_cache
+from adapters._kit_common import _version, shared_compile_cache, suite_compile_cache
 from adapters.base import pick_device
 
 #: XLA's default GPU autotuning level, stated explicitly so every cell records what it ran with.
@@ -28,16 +28,16 @@ def jax_env(threads: int, device: str) -> dict[str, str]:
     persistent compilation cache off (``JAX_ENABLE_COMPILATION_CACHE``) even where a user set a
     cache folder: compiles are cold (a cache hit still fires ``backend_compile``, with the
     seconds of reading the cache, so ``JaxCompileEvents`` would report a compile that took none).
-    Under SHARED_COMPILE_CACHE (the test suite only) the cache is on, in its folder."""
+    Under SHARED_COMPILE_CACHE (the test suite) or a run's cache of the cell (RUN_COMPILE_CACHE,
+    harness.running.turns: empty for its first process) the cache is on, in that folder."""
     flags = f"--xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={threads}"
     env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "JAX_ENABLE_COMPILATION_CACHE": "false"}
     folder = shared_compile_cache("jax")
     if folder:
-        env.update(
-            JAX_ENABLE_COMPILATION_CACHE="true",
-            JAX_COMPILATION_CACHE_DIR=folder,
-            JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",  # the suite's compiles are small
-        )
+        env.update(JAX_ENABLE_COMPILATION_CACHE="true", JAX_COMPILATION_CACHE_DIR=folder)
+        # the suite's compiles are small, all cached; a run caches only those of 1 s or more (JAX's
+        # default): jax-eager's hundreds of per-op compiles are not written in its cold first round
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0" if suite_compile_cache() else "1"
     if device in ("cpu", "cuda"):
         env["JAX_PLATFORMS"] = device
     if device != "cpu":

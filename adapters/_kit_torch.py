@@ -74,7 +74,8 @@ def torch_env(threads: int, device: str) -> dict[str, str]:
     on a fresh machine. Its on-disk FX-graph, AOTAutograd and autotune caches (under /tmp) outlive
     a run and would make the next run's compile several times cheaper than a user's first (a
     small MLP's first compiled training step on the 2-core CI VM: 10.6 s with them off, 1.5 s
-    with them warm). Under SHARED_COMPILE_CACHE (the test suite only) they are on, in its folder.
+    with them warm). Under SHARED_COMPILE_CACHE (the test suite) or a run's cache of the cell
+    (RUN_COMPILE_CACHE, empty for its first process) they are on, in that folder.
     ``threads`` and ``device`` change nothing: the signature is every ``*_env``'s."""
     folder = shared_compile_cache("inductor")
     return {"TORCHINDUCTOR_CACHE_DIR": folder} if folder else {"TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}

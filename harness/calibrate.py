@@ -141,7 +141,9 @@ def table(pairs: list[dict[str, Any]]) -> str:
 
 def write(out: Path, pairs: list[dict[str, Any]], groups: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
     name = f"calibration-{meta['rounds']}-generations"
-    (out / f"{name}.json").write_text(json.dumps({"meta": meta, "pairs": pairs, "groups": groups}, indent=1) + "\n")
+    unjudged = [{**p, "high": None} if not math.isfinite(p["high"]) else p for p in pairs]  # strict JSON
+    data = {"meta": meta, "pairs": unjudged, "groups": groups}
+    (out / f"{name}.json").write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
     lines = [
         "# Calibration: identical twins and known slow-downs",
         "",
@@ -181,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workload", default="mlp")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=12)
-    parser.add_argument("--rounds", type=int, default=2, help="generations (fresh processes) per cell and repeat")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="generations (fresh processes) per cell and repeat (3 or more to judge)"
+    )
     parser.add_argument("--twins", default="0,0,0,0.1,0.25", help="slow-downs of the twins; 0: identical")
     parser.add_argument("--out", type=Path, default=None, help="folder (default: reports/<date>-calibration)")
     parser.add_argument("--judge-only", action="store_true", help="judge the repeats already in --out again, run none")
@@ -213,6 +217,11 @@ def main(argv: list[str] | None = None) -> int:
         except PlanError as exc:
             print(f"error: {exc}")
             return 2
+        if args.workload in ("mlp", "cnn"):
+            # A mixed calibration group holds two or three cells per adapter, all resident at once; these
+            # workloads' workers peaked under 0.85 GiB in the default run of 2026-11-25, not the 1.5 GiB
+            # a bench assumes for every workload, so a group of 12 need not be split.
+            cells = [{**c, "worker_bytes": 1 << 30} for c in cells]
         run = Run(twins(cells, factors), args.rounds, timeout_s=600)
         todo = run.todo(results)
         with MatrixProgress(len(todo)) as progress:

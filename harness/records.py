@@ -70,6 +70,7 @@ class Cell(_Worker, total=False):
     round: int  #: which of the run's rounds a worker is running (from 1)
     compile_cache_dir: str  #: the cell's compiler cache for the run (harness.running.turns.compile_cache)
     warm_compiles: bool  #: an earlier process of the cell may have filled that cache
+    worker_bytes: float  #: host memory a resident worker of the cell may take (turns.resident_limit)
 
 
 class Record(Cell, total=False):

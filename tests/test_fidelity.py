@@ -93,14 +93,14 @@ def test_ratios_are_paired_by_round_and_judged_against_the_target():
     text = page.table([row, close])
     assert "1.20 [1.20, 1.20]" in text and "1.05" in text
     (two,) = page.rows(_rounds([1.2, 2.4], [1.0, 2.0]))
-    assert "1.20 (not judged)" in page.table([two]), "two rounds cannot give an interval (df < 2)"
+    assert "1.20 (unresolved)" in page.table([two]), "two rounds cannot give an interval"
 
 
 def test_a_different_model_or_a_busy_machine_is_not_judged_a_pass():
     (other,) = page.rows(_rounds([1.0], [1.0], loss_first=2.5))
     assert other["same_start"] is False and page._verdict(other).startswith("different model")
     (busy,) = page.rows(_rounds([1.0], [1.0], contended=True))
-    assert page._verdict(busy).startswith("not judged")
+    assert page._verdict(busy).startswith("unresolved")
     assert page.summary([busy])[0].startswith("0 of 0")
 
 

@@ -97,9 +97,10 @@ def test_ratios_within_a_run_are_paired_by_round_so_common_drift_cancels():
     other_run = {**b, "run_id": "r2"}
     _, low_u, high_u = verdicts.relative(a, other_run)
     assert low_u < 1 < high_u, "unpaired, the same drift hides it"
-    # two rounds: one degree of freedom, no verdict (a range of two values is no interval)
+    # two rounds: no verdict (a range of two values is no interval)
     two = verdicts.pair_verdict(cell("torch-eager", [1.0, 1.4]), cell("jax-jit", [1.1, 1.54], seed=10))
-    assert two.outcome == "unresolved" and two.reason == verdicts.FEW_DF and two.point == pytest.approx(1.1, rel=0.01)
+    assert two.outcome == "unresolved" and two.reason == verdicts.FEW_GENERATIONS
+    assert two.point == pytest.approx(1.1, rel=0.01) and not two.judged
 
 
 def test_cells_1_5x_apart_stay_separated_and_equal_ones_tie():

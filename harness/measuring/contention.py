@@ -92,9 +92,12 @@ class MachineLoad:
         self._stat = _proc_stat()
         self._mine = _cpu_of(self._pids) + sum(os.times()[:2])
 
-    def stop(self) -> None:
+    def stop(self, pids: list[int] | None = None) -> None:
+        """End the interval; ``pids``: processes that started during it and count as ours too
+        (a worker's compile pool), their CPU from their start."""
         busy, steal, total = (b - a for a, b in zip(self._stat, _proc_stat(), strict=True))
-        mine = _cpu_of(self._pids) + sum(os.times()[:2]) - self._mine
+        ours = self._pids if pids is None else sorted(set(self._pids) | set(pids))
+        mine = _cpu_of(ours) + sum(os.times()[:2]) - self._mine
         self._set(max(busy - mine, 0.0), steal, total, max(time.perf_counter() - self._t0, 1e-9))
 
     def _set(self, other_s: float, steal_s: float, total_s: float, wall: float) -> None:

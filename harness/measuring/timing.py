@@ -132,6 +132,7 @@ def measure(
     compiles: Callable[[], int] | None = None,
     pass_steps: int = 1,
     chained: bool = True,
+    blocks: bool = True,
 ) -> Measurement:
     """Run the timing protocol on placed batches; step i uses batch i % len(batches).
 
@@ -142,7 +143,8 @@ def measure(
     differ in size): the steady window and every pipelined block hold whole passes over the
     dataset, so each batch counts alike. ``chained`` (training: each step reads the parameters
     the previous one wrote): a block's one sync of its last step covers the block; otherwise
-    (inference: independent steps) every step of a block is synced at its end.
+    (inference: independent steps) every step of a block is synced at its end. ``blocks=False``:
+    no pipelined blocks (a dispatch floor needs the synced steps alone).
     """
     stepper = Stepper(step_fn, sync, batches, clock, compiles)
     count, run_one = stepper.count, stepper.one
@@ -173,7 +175,7 @@ def measure(
                 kept.append(batch)
                 bisect.insort(ordered, elapsed)  # the stability check reads quantiles without sorting
     m = Measurement(cold, times, values[0], value, kept, recompiled, settled)
-    if times:
+    if times and blocks:
         per_block = min(MAX_BLOCK_STEPS, BLOCK_S / max(quantile(ordered, 0.5), 1e-9))
         m.block_steps = pass_steps * math.ceil(per_block / pass_steps)
         start = clock()

@@ -114,7 +114,8 @@ def _side_by_side(cells: list[Record]) -> list[str]:
     intro = (
         "Each adapter's cells with attention written out (`naive`: matmul, causal mask, softmax, matmul) and "
         "with its framework's own attention kernel (`fused`), same model, data and strategy. Speed-up is naive "
-        "time over fused time (above 1: the fused kernel is faster), `(tie)` where their 95% intervals overlap. "
+        "time over fused time (above 1: the fused kernel is faster), `(same speed)` where the paired interval lies "
+        "within 1 ± 5%, `(unresolved)` where it neither does nor excludes 1. "
         "Tokens/s counts the predicted tokens (padding excluded); compiles are the framework's own counts over "
         "the whole run, one per sequence length under `exact`, per bucket under `bucketed`, one under `padded`."
     )
@@ -143,21 +144,21 @@ def _crossover_lengths(cells: list[Record]) -> list[str]:
         else:
             faster = {_winner(both, v) for v in values} - {None}
             where = f"no crossover over {field}={values[0]:g}..{values[-1]:g}" + (
-                f": {faster.pop()} faster or tied throughout" if len(faster) == 1 else ": tied throughout"
+                f": {faster.pop()} faster where separated" if len(faster) == 1 else ": never separated"
             )
         rows.append([adapter, loop, device, where])
     if not rows:
         return []
     intro = (
         "Where the fused kernel overtakes the naive one along the sweep, per adapter: the first swept value "
-        "at which the other kernel is faster with separated 95% intervals (ties are not counted)."
+        "at which the other kernel is faster, separated (values where the two are not separated are not counted)."
     )
     headers = ["adapter", "strategy", "device", "naive / fused crossover"]
     return ["### Crossover along the sweep", "", intro, "", tabulate(rows, headers, tablefmt="github"), ""]
 
 
 def _winner(both: dict[str, list[Record]], value: float) -> str | None:
-    """The separated faster kernel at one swept value, or None (tie or a missing cell)."""
+    """The separated faster kernel at one swept value, or None (not separated, or a missing cell)."""
     at = {k: next((r for r in rs if r["sweep"]["value"] == value), None) for k, rs in both.items()}
     naive, fused = at.get("naive"), at.get("fused")
     if naive is None or fused is None or not separated(naive, fused):

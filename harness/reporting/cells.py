@@ -8,7 +8,7 @@ summary, tables, plots, comparisons) can import it without importing each other.
 from __future__ import annotations
 
 from harness.records import Record
-from harness.stats.verdicts import Family, PairVerdict, family
+from harness.stats.verdicts import SAME, UNRESOLVED, Family, PairVerdict, family
 
 
 def strategy(rec: Record) -> str | None:
@@ -66,29 +66,29 @@ def what(key: tuple) -> str:
 
 
 def families(recs: list[Record]) -> dict[tuple, Family]:
-    """For every group of comparable cells (``axes``) with two cells or more: its cells judged
-    together against the fastest (``verdicts.family``: Holm over the group's pairs)."""
+    """For every group of comparable cells (``axes``) with two adapters or more: each adapter's
+    best cell (its fastest loop strategy) judged together against the fastest (``verdicts.family``:
+    Holm over their pairs). "The fastest" is a claim against every other adapter."""
     groups: dict[tuple, list[Record]] = {}
     for r in comparable(recs):
         groups.setdefault(axes(r), []).append(r)
-    return {key: family(cells) for key, cells in groups.items() if len(cells) >= 2}
+    best = {key: best_per_adapter(cells) for key, cells in groups.items()}
+    return {key: family(cells) for key, cells in best.items() if len(cells) >= 2}
 
 
 def against_fastest(recs: list[Record]) -> dict[int, PairVerdict]:
     """``id(cell)`` -> its family-wise verdict against the fastest cell of its group (``families``),
-    for every comparable cell but the fastest."""
+    for each adapter's best cell but the fastest."""
     return {id(r): v for fam in families(recs).values() for r, v in fam.rivals}
 
 
-def leaders(recs: list[Record]) -> dict[tuple, tuple[Family, list[Record]]]:
-    """For every group of comparable cells with two adapters or more: its family (``families``)
-    and its cells, one per adapter (its best loop strategy), fastest first."""
-    out = {}
-    for key, fam in families(recs).items():
-        ranked = best_per_adapter([fam.leader, *(r for r, _ in fam.rivals)])
-        if len(ranked) >= 2:
-            out[key] = (fam, ranked)
-    return out
+def top(fam: Family) -> tuple[str, list[Record]]:
+    """A group without a fastest: the cells at its top that could not be told from the leader
+    (the leader first), and the word for them: ``same speed`` where every one is within 5%, else
+    ``unresolved``."""
+    close = [(r, v) for r, v in fam.rivals if v.outcome in (SAME, UNRESOLVED)]
+    word = SAME if close and all(v.outcome == SAME for _, v in close) else UNRESOLVED
+    return word, [fam.leader, *(r for r, _ in close)]
 
 
 def missing_pairs(recs: list[Record]) -> list[tuple[str, list[str], str]]:

@@ -21,8 +21,6 @@ from harness.stats.verdicts import (
     INCONCLUSIVE,
     MEANINGFUL_CHANGE,
     NO_CHANGE,
-    SAME,
-    UNRESOLVED,
     Family,
     RunChange,
     change,
@@ -85,7 +83,7 @@ def build(run_a: Path, run_b: Path) -> str:
                 found.outcome,
             ]
         )
-    headers = ["adapter", "workload", "strategy", "data", "device", "A (ms/step)", "B (ms/step)", "B / A [95% CI]"]
+    headers = ["adapter", "workload", "strategy", "data", "device", "A (ms/step)", "B (ms/step)", "B / A [CI]"]
     headers += ["detectable change", "B vs A"]
     out = [
         f"# dlcompare comparison: {run_b.name} (B) against {run_a.name} (A)",
@@ -98,7 +96,8 @@ def build(run_a: Path, run_b: Path) -> str:
         "",
         "A and B are a cell's steady step times, the geometric mean over its processes (fresh worker "
         "processes, one per generation) of each one's step time. B / A is their ratio (below 1: B is faster), "
-        "with a 95% interval from Welch's t on the logarithms of the process step times: nothing pairs two "
+        "with an interval at the runs' verdict level (95%, or a budgeted run's 97.06%) from Welch's t on the "
+        "logarithms of the process step times: nothing pairs two "
         "runs' processes, and the t quantile accounts for how few of them there are (two processes a side "
         "say little). The verdict is `faster` or `slower` only when the whole interval lies on one side of "
         "1; `no change` only when the comparison could have detected a change of "
@@ -138,14 +137,14 @@ def _few_rounds(recs: list[Record]) -> list[str]:
 
 def _verdicts(recs_a: list[Record], recs_b: list[Record]) -> list[str]:
     """Each run's "fastest" verdicts side by side: which hold in both, which the other run contradicts."""
-    lead_a, lead_b = cells.leaders(recs_a), cells.leaders(recs_b)
+    lead_a, lead_b = cells.families(recs_a), cells.families(recs_b)
     rows, contradicted, named = [], 0, 0
     for key in [k for k in lead_a if k in lead_b]:
-        (fam_a, ranked_a), (fam_b, ranked_b) = lead_a[key], lead_b[key]
+        fam_a, fam_b = lead_a[key], lead_b[key]
         apart_a, apart_b = fam_a.fastest, fam_b.fastest
         named += apart_a or apart_b
-        word = cells.name(fam_a.leader) if apart_a else _unnamed(fam_a, ranked_a)
-        other = cells.name(fam_b.leader) if apart_b else _unnamed(fam_b, ranked_b)
+        word = cells.name(fam_a.leader) if apart_a else _unnamed(fam_a)
+        other = cells.name(fam_b.leader) if apart_b else _unnamed(fam_b)
         fa, fb = fam_a.leader, fam_b.leader
         clash = apart_a and apart_b and cells.name(fa) != cells.name(fb)
         contradicted += clash
@@ -163,13 +162,11 @@ def _verdicts(recs_a: list[Record], recs_b: list[Record]) -> list[str]:
     ]
 
 
-def _unnamed(fam: Family, ranked: list[Record]) -> str:
+def _unnamed(fam: Family) -> str:
     """``same speed (a, b)`` or ``unresolved (a, b, c)``: a group without a fastest, and the adapters
-    at its top that could not be told apart."""
-    found = {id(r): v.outcome for r, v in fam.rivals}
-    close = [r for r in ranked[1:] if found[id(r)] in (SAME, UNRESOLVED)]
-    word = SAME if all(found[id(r)] == SAME for r in close) else UNRESOLVED
-    return f"{word} ({', '.join(cells.name(r) for r in [fam.leader, *close])})"
+    at its top that could not be told apart (cells.top)."""
+    word, at_top = cells.top(fam)
+    return f"{word} ({', '.join(cells.name(r) for r in at_top)})"
 
 
 #: Pairs of cells this far apart must come out separated, or the intervals are too wide to use.
@@ -178,7 +175,7 @@ CLEAR_RATIO = 1.5
 
 def _resolution(label: str, recs: list[Record]) -> str:
     """How many pairs of comparable cells of one run differ by CLEAR_RATIO or more, and how many
-    of those its intervals separate (wide intervals that call everything a tie are no answer)."""
+    of those its intervals separate (wide intervals that leave everything unresolved are no answer)."""
     groups: dict[tuple, list[Record]] = {}
     for r in recs:
         if r["status"] == "ok" and not r.get("contended"):

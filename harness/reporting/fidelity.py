@@ -3,7 +3,7 @@
 Per adapter and batch size: latency (synced steps) and throughput (per step in pipelined
 blocks) of the adapter's cell and of the script, and their ratio adapter / script. The latency
 ratio is paired by round with a 95% interval from the rounds' process levels (harness.stats.verdicts:
-"not judged" below three rounds); the throughput ratio is the mean of the per-round ratios with their range.
+"unresolved" below three rounds); the throughput ratio is the mean of the per-round ratios with their range.
 A ratio above TARGET means the adapter costs more than the framework does.
 """
 
@@ -97,7 +97,7 @@ def _ms(seconds: float | None) -> str:
 def _verdict(row: dict[str, Any]) -> str:
     over = [name for name in ("latency", "throughput") if row.get(name) and row[name][0] > TARGET]
     if row.get("contended"):
-        return "not judged: another process used the CPU meanwhile (harness.measuring.contention)"
+        return "unresolved: another process used the CPU meanwhile (harness.measuring.contention)"
     if row.get("same_start") is False:
         return "different model (step-0 loss differs)"
     return f"over {TARGET:.2f}x: {', '.join(over)}" if over else f"within {TARGET:.2f}x"
@@ -116,7 +116,7 @@ def table(found: list[dict[str, Any]]) -> str:
                 r["batch"],
                 _ms(r["adapter_s"]),
                 _ms(r["script_s"]),
-                f"{lat[0]:.2f} [{lat[1]:.2f}, {lat[2]:.2f}]" if lat[2] < float("inf") else f"{lat[0]:.2f} (not judged)",
+                f"{lat[0]:.2f} [{lat[1]:.2f}, {lat[2]:.2f}]" if lat[2] < float("inf") else f"{lat[0]:.2f} (unresolved)",
                 f"{_ms(r['adapter_pipelined_s'])} / {_ms(r['script_pipelined_s'])}",
                 "-" if tput is None else f"{tput[0]:.2f} ({tput[1]:.2f}..{tput[2]:.2f})",
                 {True: "yes", False: "NO", None: "-"}[r["same_start"]],
@@ -128,7 +128,7 @@ def table(found: list[dict[str, Any]]) -> str:
         "batch",
         "adapter ms/step (latency)",
         "script ms/step (latency)",
-        "latency ratio [95% CI]",
+        "latency ratio [CI]",
         "pipelined ms/step adapter / script",
         "throughput ratio (rounds' range)",
         "same step-0 loss",
@@ -147,7 +147,7 @@ def summary(found: list[dict[str, Any]]) -> list[str]:
     ]
     busy = len([r for r in found if r.get("contended")])
     if busy:
-        lines.append(f"{busy} cells ran while other processes used the CPU and are not judged.")
+        lines.append(f"{busy} cells ran while other processes used the CPU and are unresolved.")
     worst = max(measured, key=lambda r: r["latency"][0], default=None)
     if worst is not None:
         lines.append(

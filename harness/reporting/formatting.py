@@ -7,7 +7,7 @@ from typing import Any
 import pandas as pd
 
 from harness.reporting.cells import strategy
-from harness.stats.verdicts import UNRESOLVED, PairVerdict
+from harness.stats.verdicts import FAMILY, RANKS, UNRESOLVED, PairVerdict
 
 DASH = "—"
 
@@ -85,9 +85,16 @@ def slug(*parts: Any) -> str:
 
 def verdict_text(v: PairVerdict) -> str:
     """A ratio with its verdict, as every table prints it: ``1.17 [1.09, 1.25]`` (separated),
-    ``1.01 [0.98, 1.03] same speed``, ``1.17 [0.98, 1.41] unresolved``, or where the run could not
+    ``1.01 [0.98, 1.03] same speed``, ``1.17 [0.98, 1.41] unresolved``, ``1.21 [1.02, 1.43]
+    unresolved (family-wise)`` (separated alone, not once the group's pairs are counted), or where the run could not
     judge the pair ``1.20 unresolved (one process per cell)``."""
     if not v.judged:  # separated here only by records' own intervals (no processes): the ratio alone
         return f"{v.point:.2f}" if v.separated else f"{v.point:.2f} {UNRESOLVED} ({v.reason})"
     text = f"{v.point:.2f} [{v.low:.2f}, {v.high:.2f}]"
-    return text if v.separated else f"{text} {v.outcome}"
+    if v.separated:
+        return text
+    return f"{text} {v.outcome}" + (f" ({SHORT_REASONS[v.reason]})" if v.reason in SHORT_REASONS else "")
+
+
+#: Why an interval that excludes 1 still reads ``unresolved`` (harness.stats.verdicts.family).
+SHORT_REASONS = {FAMILY: "family-wise", RANKS: "faster by levels"}

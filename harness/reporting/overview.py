@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from tabulate import tabulate
 
 from harness.records import Record
-from harness.reporting.cells import best_per_adapter, comparable, strategy, what
+from harness.reporting.cells import axes, best_per_adapter, comparable, families, strategy, what
 from harness.reporting.formatting import device_label, sig
-from harness.stats.verdicts import SAME, UNRESOLVED, Family, family
+from harness.stats.verdicts import SAME, UNRESOLVED, Family
 
 
 @dataclass(frozen=True)
@@ -69,11 +69,12 @@ def _numeric(override: str) -> bool:
     return True
 
 
-def _cell(recs: list[Record], fastest: Record | None, fam: Family | None) -> Cell:
+def _cell(recs: list[Record], fastest: Record | None, fams: dict[tuple, Family]) -> Cell:
     usable = comparable(recs)
     if usable:
         best = best_per_adapter(usable)[0]
-        found = None if fam is None else dict((id(r), v) for r, v in fam.rivals).get(id(best))
+        fam = fams.get(axes(best))
+        found = None if fam is None else {id(r): v for r, v in fam.rivals}.get(id(best))
         ratio = best["median_s"] / fastest["median_s"] if fastest else None
         is_fastest = best is fastest and fam is not None and fam.fastest
         same, unresolved = (found.outcome == SAME, found.outcome == UNRESOLVED) if found else (False, False)
@@ -105,12 +106,11 @@ def grid(recs: list[Record]) -> Grid | None:
     for column in order:
         usable = [r for a in rows for r in comparable(members.get((column, a), []))]
         fastest = min(usable, key=lambda r: r["median_s"], default=None)
-        best = best_per_adapter(usable)
-        fam = family(best) if len(best) >= 2 else None
+        fams = families(usable)
         out.fastest_s.append(fastest["median_s"] if fastest else None)
         for adapter in rows:
             if (column, adapter) in members:
-                out.cells[(column, adapter)] = _cell(members[(column, adapter)], fastest, fam)
+                out.cells[(column, adapter)] = _cell(members[(column, adapter)], fastest, fams)
     return out
 
 

@@ -84,8 +84,8 @@ def _log_ticks(axis: Any) -> None:
 
 
 def step_times(recs: list[Record], workload: str, path: Path, colors: Colors) -> Path | None:
-    """Steady median step time per cell, its 95% CI as error bars and its value at the bar's end;
-    bars in the adapter's colour (the labels name adapter, graph kind and strategy)."""
+    """Steady median step time per cell, its interval (at the run's verdict level) as error bars and
+    its value at the bar's end; bars in the adapter's colour (the labels name adapter, graph kind and strategy)."""
     ok = sorted((r for r in recs if r["status"] == "ok"), key=lambda r: r["median_s"])
     if not ok:
         return None
@@ -108,7 +108,9 @@ def step_times(recs: list[Record], workload: str, path: Path, colors: Colors) ->
         ax.set_xlim(min(medians) / 1.5, max(ends) * 2.2)  # room for the value labels
     else:
         ax.set_xlim(0, max(ends) * 1.18)
-    ax.set_xlabel("steady step time, median (ms/step" + (", log scale" if wide else "") + "); error bars: 95% CI")
+    ax.set_xlabel(
+        "steady step time, median (ms/step" + (", log scale" if wide else "") + "); error bars: the run's interval"
+    )
     ax.set_title(f"{workload}: steady step time (lower is better)")
     return _save(fig, path)
 
@@ -232,7 +234,7 @@ def sweep(
         ax.set_yscale("log")
         ax.set_xlabel(field)
         ax.grid(True, which="both", alpha=0.3)
-    left.set_ylabel("steady step time (ms/step, median, 95% CI)")
+    left.set_ylabel("steady step time (ms/step, median, interval)")
     right.set_ylabel("throughput (samples/s)")
     left.set_title(f"{workload}: step time vs {field}")
     right.set_title(f"{workload}: samples/s vs {field}")
@@ -242,7 +244,7 @@ def sweep(
 
 def overview(g: Grid, path: Path) -> Path:
     """The overview grid as a heatmap: colour is time over the
-    column's fastest on a log scale, the number written in; the fastest framed, ties dashed,
+    column's fastest on a log scale, the number written in; the fastest framed, same speed dashed,
     cells that did not run grey and named."""
     rows, cols = len(g.rows), len(g.columns)
     ratios = np.full((rows, cols), np.nan)

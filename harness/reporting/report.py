@@ -82,8 +82,8 @@ def generations_note(group: list[dict[str, Any]]) -> list[str]:
     budgeted = ok[0].get("verdict_level", 0.95) < 0.95
     why = "the run's time budget ran out before the next one" if budgeted else "see Status"
     return [
-        f"Generations: {ran} of the {planned} planned ({why}); pairs with fewer than 2 degrees of freedom "
-        "stay `unresolved`.",
+        f"Generations: {ran} of the {planned} planned ({why})"
+        + ("; with fewer than 3, every pair stays `unresolved`." if ran < 3 else "."),
         "",
     ]
 

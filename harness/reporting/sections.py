@@ -145,7 +145,7 @@ def _resolution(ok: list[dict[str, Any]]) -> list[str]:
     found = {}
     for r in ok:
         s2, d0, gens = r.get("group_prior_var"), r.get("group_prior_df"), r.get("group_generations")
-        if s2 is not None and d0 is not None and gens and len(gens) >= 2:
+        if s2 is not None and d0 is not None and gens and len(gens) >= verdicts.MIN_GENERATIONS:
             df = min(d0, len(gens) - 1) + len(gens) - 1
             if df >= 2:
                 se = math.sqrt(s2 / len(gens))
@@ -193,7 +193,7 @@ def method(recs: list[dict[str, Any]]) -> str:
             "per-round log ratio (the round's drift cancels); its variance is the pair's own spread "
             "moderated toward its group's (empirical Bayes, as limma: the group's prior counts at most "
             "as much as the pair's own rounds, and nothing for a cell far noisier than the group), on "
-            "the combined degrees of freedom; a pair needs 2 or more (two cells: 3 rounds), else it is "
+            "the combined degrees of freedom; a pair needs 3 rounds and 2 degrees of freedom or more, else it is "
             "`unresolved`. Three words: separated (the interval excludes 1), `same speed` (the whole "
             "interval within 1 ± 5%), `unresolved` (neither: the interval is printed). `fastest` is a "
             "claim against every other cell of the workload: the fastest cell is named only where its "
@@ -207,7 +207,8 @@ def method(recs: list[dict[str, Any]]) -> str:
             + "First step and cold window are those of round 1. Each cell's later rounds start from the compiler "
             "cache its round 1 filled (XLA's persistent cache, Inductor's; their records say `warm_compiles`), so "
             "they pay no compile again: compile counts, first steps, cold windows and break-even come from round 1, "
-            "which compiled cold into an empty cache. TensorFlow and the eager adapters have no such cache."
+            "which compiled cold into an empty cache. TensorFlow has none, and compiles under 1 s (jax-eager's per-op "
+            "ones) are not cached."
         )
     lines += _resolution(ok) + _turns_left_out(ok)
     if any((r.get("pass_steps") or 1) > 1 for r in ok):

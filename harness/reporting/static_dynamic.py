@@ -39,7 +39,7 @@ def payoff(static: Record, base: Record) -> str:
 def compile_costs(groups: dict[tuple, list[Record]]) -> list[str]:
     """One row per static-graph adapter and comparable group (its strategy with the shortest
     cold start): its compiles, first and steady step, and when it has paid off against the
-    fastest dynamic-graph cell of the same workload and device, from the 95% interval."""
+    fastest dynamic-graph cell of the same workload and device, from the interval of their ratio."""
     cells = [r for recs in groups.values() for r in comparable(recs) if "cold_times_s" in r]
     static: dict[tuple, Record] = {}
     for r in cells:

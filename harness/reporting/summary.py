@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from harness.records import Record
 from harness.reporting.breakeven import break_even_range, steps_text
-from harness.reporting.cells import axes, comparable, leaders, name, strategy, what
+from harness.reporting.cells import axes, comparable, families, name, strategy, top, what
 from harness.stats.verdicts import SAME, UNRESOLVED, outcome, separated
 
 
@@ -66,22 +66,17 @@ def winner_sentences(recs: list[Record]) -> list[str]:
     (family-wise), else the adapters at the top it could not be told from: all of them, each
     workload's marked the same speed (within 5%) where every one is, else unresolved."""
     by_device: dict[str, tuple[list[str], list[str], list[str]]] = {}
-    for key, (fam, ranked) in sorted(leaders(recs).items(), key=lambda kv: _order(kv[0])):
+    for key, fam in sorted(families(recs).items(), key=lambda kv: _order(kv[0])):
         first = fam.leader
         where = f"{first['machine_label']}: {key[1]}" if first.get("machine_label") else str(key[1])
         clear, same, unresolved = by_device.setdefault(where, ([], [], []))
-        found = dict((id(r), v) for r, v in fam.rivals)
         if fam.fastest:
-            second = ranked[1]
+            second = fam.rivals[0][0]
             ratio = second["median_s"] / first["median_s"]
             clear.append(f"{name(first)} on {what(key)} ({_ms(first)}, {_x(ratio)} ahead of {name(second)})")
             continue
-        close = [r for r in ranked[1:] if found[id(r)].outcome in (SAME, UNRESOLVED)]
-        names = _listing([name(first), *(name(r) for r in close)])
-        if all(found[id(r)].outcome == SAME for r in close):
-            same.append(f"{names} on {what(key)}")
-        else:
-            unresolved.append(f"{names} on {what(key)}")
+        word, cells = top(fam)
+        (same if word == SAME else unresolved).append(f"{_listing([name(r) for r in cells])} on {what(key)}")
     out = []
     for device, (clear, same, unresolved) in sorted(by_device.items()):
         parts = [f"the fastest, separated from every other adapter: {_listing(clear)}"] if clear else []
@@ -98,7 +93,7 @@ def winner_sentences(recs: list[Record]) -> list[str]:
 def framework_sentences(recs: list[Record]) -> list[str]:
     """Per framework: on how many workloads its static mode beats its dynamic one once compiled
     (each mode's fastest cell, its best loop strategy), the speed-up range, and after how many
-    steps from a cold start the compiles have paid off (from the 95% intervals)."""
+    steps from a cold start the compiles have paid off (from the intervals of the steady ratios)."""
     groups: dict[tuple[str, tuple], dict[str, list[Record]]] = {}
     for r in comparable(recs):
         if r.get("graph") in ("static", "dynamic"):

@@ -15,7 +15,7 @@ from typing import Any
 from tabulate import tabulate
 
 from harness.records import Record
-from harness.reporting.cells import against_fastest, families, overlap, strategy
+from harness.reporting.cells import against_fastest, axes, families, overlap, strategy
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig, status_text, verdict_text
 from harness.stats.verdicts import PairVerdict, pair_verdict
 
@@ -116,7 +116,7 @@ _ADAPTER = Column("adapter", lambda r, _: r["adapter"], timed=False)
 _STRATEGY = Column("strategy", lambda r, _: strategy(r) or DASH, timed=False)
 _DEVICE = Column("device", lambda r, _: device_label(r), timed=False)
 _GRAPH = Column("graph", lambda r, _: r.get("graph", DASH), timed=False)
-_STEADY = Column("steady median [95% CI] (ms/step)", lambda r, _: _median_ci(r))
+_STEADY = Column("steady median [CI] (ms/step)", lambda r, _: _median_ci(r))
 _VS_FASTEST = Column("time vs fastest", _vs_fastest)
 _PIPELINED = Column("pipelined (ms/step)", lambda r, _: _pipelined(r))
 _SAMPLES = Column("samples/s", lambda r, _: sig(r["samples_per_s"]))
@@ -136,7 +136,7 @@ def layout(recs: list[Record]) -> tuple[list[Column], list[Column], list[Column]
     The key columns tell rows apart and open both tables: the adapter, its loop strategy where the
     workload has them, its device where the cells ran on several. The main table adds what a
     reader picks an adapter by: the steady step and its interval, the ratio to the fastest with
-    its tie mark, the pipelined step, throughput (tokens/s where the workload counts tokens,
+    its interval and verdict, the pipelined step, throughput (tokens/s where the workload counts tokens,
     else samples/s), the first step (what compiling costs), the distance to the floor, and the
     status (why a cell did not run, or was not ranked). The details table holds the rest: graph
     kind, the device where it is one for all, IQR, samples/s where tokens/s is in the main table,
@@ -201,11 +201,14 @@ def _fastest(recs: list[Record]) -> dict[Any, Record]:
 
 
 def _table(rows: list[Record], columns: list[Column], fastest: dict[Any, Record]) -> str:
+    fams = families(rows)
     found = against_fastest(rows)
-    leads = {id(fam.leader) for fam in families(rows).values() if fam.fastest}
+    leads = {id(fam.leader) for fam in fams.values() if fam.fastest}
 
     def text(c: Column, r: Record) -> str:
-        best = fastest.get(r.get("machine"))
+        # the fastest of a row's comparable group (its family's leader), else of its machine
+        fam = fams.get(axes(r))
+        best = fam.leader if fam else fastest.get(r.get("machine"))
         return _vs_fastest(r, best, found.get(id(r)), id(r) in leads) if c is _VS_FASTEST else c.cell(r, best)
 
     body = [[text(c, r) if r["status"] == "ok" or not c.timed else DASH for c in columns] for r in rows]

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+import psutil
 
 from harness.measuring import timing
 from harness.measuring.contention import MachineLoad
@@ -103,10 +104,10 @@ def serve(cell: dict[str, Any], fd_in: int, fd_out: int) -> dict[str, Any] | Non
     slowdown = float(cell.get("slowdown") or 0.0)
     step = slowed(s.step, s.adapter.sync, slowdown) if slowdown else s.step
     stepper = timing.Stepper(step, s.adapter.sync, s.inputs, compiles=worker.compile_count(s.adapter))
-    load = MachineLoad()  # the cold window runs alone: anything else on the CPU is other load
-    load.start([])
+    load = MachineLoad()  # the cold window runs alone: anything but this worker and its children is other load
+    load.start(_children())
     cold, values, settled = stepper.cold_window(profile)
-    load.stop()
+    load.stop(_children())
     steps = block_steps(probe(stepper, s.pass_steps), s.pass_steps)
     floor = worker.dispatch_floor(cell, s.spec, s.device)  # before ready: nobody else is running
     extra = {**floor, "cold_other_cores": load.other_cores, "cold_contended": load.contended}
@@ -154,6 +155,11 @@ class _Nothing:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def _children() -> list[int]:
+    """This worker's live descendants (Inductor's compile pool, a loader's workers)."""
+    return [p.pid for p in psutil.Process().children(recursive=True)]
 
 
 def record(

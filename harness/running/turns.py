@@ -73,15 +73,20 @@ TURN_SHARE = 0.4
 MAX_GENERATIONS = 4
 
 
-def compile_cache(cell: Record, k: int) -> Record:
+def compile_cache(results: Path, cell: Record, k: int) -> Record:
     """The fields that give generation ``k`` of a cell its compiler cache (module docstring): the
-    folder, one per run and cell, and whether an earlier process may have filled it."""
-    return {"compile_cache_dir": str(cache_root(cell["run_id"]) / _digest(cell["cell_id"])), "warm_compiles": k > 1}
+    folder, one per run and cell (emptied before the cell's first process, so that one compiles
+    cold even where an interrupted run left it), and whether an earlier process may have filled it."""
+    folder = cache_root(results) / _digest(cell["cell_id"])
+    if k == 1:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {"compile_cache_dir": str(folder), "warm_compiles": k > 1}
 
 
-def cache_root(run_id: str) -> Path:
-    """Where a run's compiler caches live while it runs (a temporary folder, never the run's own)."""
-    return Path(tempfile.gettempdir()) / f"dlcompare-compile-cache-{_digest(run_id)}"
+def cache_root(results: Path) -> Path:
+    """Where a run's compiler caches live while it runs: a temporary folder named after the run's
+    results file (two runs never share one), never inside the run's own folder."""
+    return Path(tempfile.gettempdir()) / f"dlcompare-compile-cache-{_digest(str(results.resolve()))}"
 
 
 def _digest(text: str) -> str:
@@ -102,12 +107,13 @@ def servable(cell: Record) -> bool:
     return True
 
 
-def resident_limit(device: str = "cpu", gpu_free_bytes: int | None = None) -> int:
-    """Workers that may be resident at once (at least 2): what the available host memory holds,
-    and on a GPU also what its free memory holds at GPU_WORKER_BYTES each (a CUDA context, the
-    model and data; the frameworks are set not to preallocate). ``gpu_free_bytes``: read with
+def resident_limit(device: str = "cpu", gpu_free_bytes: int | None = None, worker_bytes: float | None = None) -> int:
+    """Workers that may be resident at once (at least 2): what the available host memory holds at
+    ``worker_bytes`` each (a cell's own, else WORKER_BYTES), and on a GPU also what its free memory
+    holds at GPU_WORKER_BYTES each (a CUDA context, the model and data; the frameworks are set not
+    to preallocate). ``gpu_free_bytes``: read with
     NVML where not given; without NVML the host's limit alone."""
-    limit = int(psutil.virtual_memory().available * 0.8 // WORKER_BYTES)
+    limit = int(psutil.virtual_memory().available * 0.8 // (worker_bytes or WORKER_BYTES))
     if device == "cuda":
         free = gpu_free_bytes if gpu_free_bytes is not None else _gpu_free_bytes()
         if free is not None:
@@ -204,7 +210,7 @@ def run_generation(
 
     try:
         for cell in order:
-            cell_k = {**cell, "round": k, **compile_cache(cell, k)}
+            cell_k = {**cell, "round": k, **compile_cache(results, cell, k)}
             progress.start(cell, k)
             try:
                 reason = runner.skip_reason(adapters[records.base_adapter(cell)], cell_k)
@@ -318,8 +324,7 @@ def run(
     try:
         _run(order, rounds, adapters, results, timeout_s, progress, budget, level)
     finally:
-        if order:
-            shutil.rmtree(cache_root(order[0][0]["run_id"]), ignore_errors=True)
+        shutil.rmtree(cache_root(results), ignore_errors=True)
 
 
 def _run(
@@ -357,7 +362,7 @@ def _run(
             for _ in cells:
                 progress.drop()
             continue
-        parts = split(cells, resident_limit(cells[0]["device_requested"]))
+        parts = split(cells, resident_limit(cells[0]["device_requested"], worker_bytes=cells[0].get("worker_bytes")))
         for i, part in enumerate(parts):
             seconds = turn_seconds(part)
             if budget.total_s is not None:
@@ -406,7 +411,8 @@ def more_generations(
 
 
 def unsettled_groups(recs: list[Record], level: float) -> dict[str, int]:
-    """Group -> how many of its pairs of ``ok`` cells are not settled (harness.stats.verdicts.settled)."""
+    """Group -> how many of its pairs of ``ok`` cells are not settled (harness.stats.verdicts.settled),
+    and how many of its cells are separated from the leader alone but not family-wise (``family``)."""
     from harness.stats import verdicts
     from harness.stats.cells import combine_all
 
@@ -417,6 +423,8 @@ def unsettled_groups(recs: list[Record], level: float) -> dict[str, int]:
     counts = {}
     for group, cells in by_group.items():
         n = sum(not verdicts.settled(a, b, level) for i, a in enumerate(cells) for b in cells[i + 1 :])
+        if len(cells) >= 2:  # and the reports' family-wise marks: separated alone, not against the leader
+            n += sum(v.reason == verdicts.FAMILY for _, v in verdicts.family(cells, level).rivals)
         if n:
             counts[group] = n
     return counts

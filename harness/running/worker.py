@@ -228,6 +228,7 @@ def dispatch_floor(cell: Cell, spec, device: str) -> dict[str, Any]:
             compiles=compile_count(adapter),
             pass_steps=pass_steps,
             chained=chained,
+            blocks=False,  # its synced steps alone: the pipelined blocks would double its cost (whole passes)
         )
         return {
             "dispatch_floor_s": step_time(m.step_times_s, m.step_batches if pass_steps > 1 else None),

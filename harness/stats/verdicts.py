@@ -13,11 +13,11 @@ of cell c in generation k) and what its group's model says:
   every pair of the group (``group_prior``: location ``s0^2`` and df ``d0``, limma's fitFDist),
   ``(d0' s0^2 + (K - 1) s^2) / (d0' + K - 1)`` on ``d0' + K - 1`` df. ``d0'`` is the group's
   ``d0`` capped at ``K - 1`` (the group counts at most as much as the pair's own generations)
-  and scaled by the pair's cells' weights (``cell_weights``: near 0 for a cell whose pairs
+  and scaled by the pair's cells' weights (``group_prior``: near 0 for a cell whose pairs
   are all far noisier than the prior expects), so a quiet pair borrows strength and a noisy
   cell is judged on its own spread: df moves smoothly, no switch. "unresolved" (not judged)
-  where there is one process per cell, too few blocks (``MIN_BLOCKS``), df < 2, or a cell lacks
-  a generation.
+  where there is one process per cell, fewer than ``MIN_GENERATIONS``, too few blocks
+  (``MIN_BLOCKS``), or a cell lacks a generation.
 - **Between groups of one run, and between runs**: nothing pairs the processes, so Welch's t on
   the two sides' process levels (unpaired, unequal variances). Between runs (``change``) the
   verdict is "inconclusive" where the interval is too wide to have detected a meaningful change
@@ -50,6 +50,9 @@ from harness.stats.steps import step_time
 DEFAULT_LEVEL = 0.95
 #: Fewer time-paired blocks than this per process (in any generation): the pair is not judged.
 MIN_BLOCKS = 5
+#: Fewer generations than this: the pair is not judged (two processes a cell give the pair's own
+#: spread one degree of freedom; whatever the group lends, two generations never decide a pair).
+MIN_GENERATIONS = 3
 #: "Same speed" when the whole interval lies within 1 +- this (it cannot hide a larger difference).
 SETTLE_MARGIN = 0.05
 #: Power at which ``change`` reports the smallest detectable change.
@@ -66,12 +69,14 @@ NO_CHANGE, INCONCLUSIVE = "no change", "inconclusive"
 #: Reasons a pair is unresolved: the run could not judge it at all ...
 ONE_PROCESS = "one process per cell"
 FEW_BLOCKS = f"fewer than {MIN_BLOCKS} blocks in a process"
-FEW_DF = "too few cells and generations to estimate the noise (df < 2)"
+FEW_GENERATIONS = f"fewer than {MIN_GENERATIONS} generations"
 MISSING_GENERATION = "a cell lacks a generation of its group"
 #: ... or judged it, and its interval neither excludes 1 nor lies within 1 +- SETTLE_MARGIN.
 WIDE = "interval spans 1 and reaches past 1 +- 5%"
 #: ... or the pair alone separates, but not once the group's comparisons are counted (``family``).
 FAMILY = "not separated once the group's comparisons are counted (Holm)"
+#: ... or it is faster than the leader by its processes' levels, slower by its mean step.
+RANKS = "faster than the leader by its processes' levels"
 
 
 @dataclass(frozen=True)
@@ -143,10 +148,12 @@ def fit_prior(variances: np.ndarray, df: float) -> tuple[np.ndarray, np.ndarray]
     sampling alone would: one common variance; 0 with fewer than two variances: no prior)."""
     variances = np.asarray(variances, dtype=np.float64)
     n = variances.shape[-1]
-    e = np.log(np.maximum(variances, 1e-300)) - scipy.special.digamma(df / 2) + math.log(df / 2)
-    emean = e.mean(axis=-1)
     if n < 2:
-        return np.exp(emean), np.zeros_like(emean)
+        return variances[..., 0] if n else np.full(variances.shape[:-1], np.nan), np.zeros(variances.shape[:-1])
+    # limma's floor: one variance of 0 (identical levels) must not switch the prior off for the group
+    floor = np.maximum(1e-5 * np.median(variances, axis=-1, keepdims=True), 1e-300)
+    e = np.log(np.maximum(variances, floor)) - scipy.special.digamma(df / 2) + math.log(df / 2)
+    emean = e.mean(axis=-1)
     evar = e.var(axis=-1, ddof=1) - scipy.special.polygamma(1, df / 2)
     d0 = np.where(evar > 0, 2 * _trigamma_inverse(np.where(evar > 0, evar, 1.0)), np.inf)
     finite = np.where(np.isfinite(d0), d0, 1.0)
@@ -170,7 +177,8 @@ def group_prior(levels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     ia, ib = np.triu_indices(c, 1)
     own = (levels[..., ib, :] - levels[..., ia, :]).var(axis=-1, ddof=1)
     s0, d0 = fit_prior(own, k - 1)
-    ratio = own / s0[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):  # s0 = 0: every pair exact, nothing to weigh
+        ratio = np.where(s0[..., None] > 0, own / s0[..., None], 1.0)
     score = np.stack([np.median(ratio[..., (ia == i) | (ib == i)], axis=-1) for i in range(c)], axis=-1)
     dfd = np.where(np.isfinite(d0), np.maximum(d0, 1e-9), 1e9)[..., None]
     weights = np.minimum(1.0, 2 * scipy.stats.f.sf(score, k - 1, dfd)) ** 2
@@ -324,13 +332,13 @@ def pair_verdict(a: Record, b: Record, level: float | None = None) -> PairVerdic
     if len(common) < 2:
         return _not_judged(geo, ONE_PROCESS)
     diffs = np.array([lb[k] - la[k] for k in common])
+    if len(common) < MIN_GENERATIONS:
+        return _not_judged(math.exp(diffs.mean()), FEW_GENERATIONS)
     prior_var, prior_df = a.get("group_prior_var"), a.get("group_prior_df")
     if prior_var is None or prior_df is None or b.get("group_prior_var") != prior_var:
         prior_var, prior_df = 0.0, 0.0  # the pair alone (records not combined together): its own spread
     weight = min(float(a.get("prior_weight", 1.0)), float(b.get("prior_weight", 1.0)))
     point, se, df = (float(v) for v in moderated(diffs, prior_var, prior_df, weight))
-    if df < 2:
-        return _not_judged(math.exp(point), FEW_DF)
     return _judged(point, se, df, level)
 
 
@@ -383,10 +391,6 @@ class Family:
     def fastest(self) -> bool:
         return bool(self.rivals) and all(v.outcome == SLOWER for _, v in self.rivals)
 
-    @property
-    def level(self) -> float:
-        return level_of(self.leader, *(r for r, _ in self.rivals))
-
 
 def _family_pair(a: Record, b: Record, level: float) -> PairVerdict:
     """``pair_verdict``, or for records with no processes to read ``outcome``'s fallback on their
@@ -415,7 +419,9 @@ def family(cells: list[Record], level: float | None = None) -> Family:
     for (n, m), v in zip(pairs, found, strict=True):
         if n:
             continue
-        if v.separated and not rejected[(n, m)]:
+        if v.outcome == FASTER:  # ranked by mean step, faster by its processes' levels: no fastest here
+            v = PairVerdict(v.point, v.low, v.high, UNRESOLVED, RANKS, v.df, v.p)
+        elif v.separated and not rejected[(n, m)]:
             v = PairVerdict(v.point, v.low, v.high, UNRESOLVED, FAMILY, v.df, v.p)
         rivals.append((order[m], v))
     return Family(lead, rivals, len(pairs))
