@@ -336,3 +336,18 @@ def test_the_progress_line_names_a_generation_beyond_the_planned_rounds_as_extra
     assert cell_line(record("torch-eager", round=2, rounds=3)).startswith("round 2/3 torch-eager")
     assert cell_line(record("torch-eager", round=4, rounds=3)).startswith("round 4 (extra) torch-eager")
     assert cell_line(record("torch-eager", round=1, rounds=1)).startswith("torch-eager")
+
+
+def test_the_method_states_one_protocol_once_whatever_each_cells_block_size():
+    """Each cell's block is sized to its step (``block_steps``); the Method said the same protocol
+    once per block size (11 times in the default report of 2026-11-25)."""
+    from harness.measuring import timing
+    from harness.reporting import sections
+    from harness.stats.cells import combine_all
+
+    raw = _turn_records("a", 1.0, noise=0.02) + _turn_records("b", 1.5, noise=0.02, seed=1)
+    for r in raw:
+        steps = 20 if r["adapter"] == "a" else 13
+        r["protocol"] = {**timing.protocol(timing.PROFILES["quick"]), "mode": "turns", "block_steps": steps}
+    text = sections.method(combine_all(raw))
+    assert text.count("resident workers taking turns") == 1

@@ -172,7 +172,11 @@ def method(recs: list[dict[str, Any]]) -> str:
     """The protocol each cell's record says it was timed with (cells recorded before records
     carried it are said to be so, not described by today's settings)."""
     ok = [r for r in recs if r["status"] == "ok"]
-    protocols = {json.dumps(r["protocol"], sort_keys=True): r["protocol"] for r in ok if r.get("protocol")}
+    # each cell's block is sized to its own step (``block_steps``): the protocol is the same
+    protocols = {
+        json.dumps(p, sort_keys=True): p
+        for p in ({k: v for k, v in r["protocol"].items() if k != "block_steps"} for r in ok if r.get("protocol"))
+    }
     lines = [_protocol_line(p) for _, p in sorted(protocols.items())]
     if any(not r.get("protocol") for r in ok):
         lines.append(
