@@ -136,6 +136,19 @@ def test_machine_load_sees_a_process_outside_the_workers():
         spinner.wait()
 
 
+@pytest.mark.workers
+def test_a_workers_own_compiler_runs_are_not_other_load_in_its_cold_window():
+    """torch-compile's cold window ran g++ as children: read as other load, every one was flagged
+    contended (0.7-1.0 cores). Two loads read around the same interval differ by the child's CPU."""
+    theirs, ours = MachineLoad(), MachineLoad(own_children=True)
+    theirs.start([])
+    ours.start([])
+    subprocess.run([sys.executable, "-c", "import time\nt=time.process_time()\nwhile time.process_time()-t<0.4: pass"])
+    ours.stop()
+    theirs.stop()
+    assert (theirs.other_cores - ours.other_cores) * theirs._wall > 0.3
+
+
 def _cell(adapter: str) -> dict:
     [cell] = [
         c

@@ -86,18 +86,26 @@ class MachineLoad:
     other_cores: float = 0.0
     steal: float = 0.0
 
+    def __init__(self, own_children: bool = False) -> None:
+        #: Count this process's own finished children as ours (a worker's compiler runs, g++ under
+        #: Inductor); not the parent's: it reaps its workers, whose whole lives would land in one turn.
+        self.own_children = own_children
+
+    def _self_cpu(self) -> float:
+        return sum(os.times()[: 4 if self.own_children else 2])
+
     def start(self, pids: list[int]) -> None:
         self._pids = list(pids)
         self._t0 = time.perf_counter()
         self._stat = _proc_stat()
-        self._mine = _cpu_of(self._pids) + sum(os.times()[:2])
+        self._mine = _cpu_of(self._pids) + self._self_cpu()
 
     def stop(self, pids: list[int] | None = None) -> None:
         """End the interval; ``pids``: processes that started during it and count as ours too
         (a worker's compile pool), their CPU from their start."""
         busy, steal, total = (b - a for a, b in zip(self._stat, _proc_stat(), strict=True))
         ours = self._pids if pids is None else sorted(set(self._pids) | set(pids))
-        mine = _cpu_of(ours) + sum(os.times()[:2]) - self._mine
+        mine = _cpu_of(ours) + self._self_cpu() - self._mine
         self._set(max(busy - mine, 0.0), steal, total, max(time.perf_counter() - self._t0, 1e-9))
 
     def _set(self, other_s: float, steal_s: float, total_s: float, wall: float) -> None:

@@ -104,7 +104,7 @@ def serve(cell: dict[str, Any], fd_in: int, fd_out: int) -> dict[str, Any] | Non
     slowdown = float(cell.get("slowdown") or 0.0)
     step = slowed(s.step, s.adapter.sync, slowdown) if slowdown else s.step
     stepper = timing.Stepper(step, s.adapter.sync, s.inputs, compiles=worker.compile_count(s.adapter))
-    load = MachineLoad()  # the cold window runs alone: anything but this worker and its children is other load
+    load = MachineLoad(own_children=True)  # the cold window runs alone: all but this worker's family is other load
     load.start(_children())
     cold, values, settled = stepper.cold_window(profile)
     load.stop(_children())
