@@ -85,7 +85,8 @@ def judge(recs: list[dict[str, Any]], level: float) -> tuple[list[dict[str, Any]
                 "right_way": v.outcome == "slower" if effect(b) else None,
             }
         )
-    group: dict[str, Any] = {"any_pair_false": any(p["different"] for p in out if not p["effect"])}
+    identical = [p for p in out if not p["effect"] and math.isfinite(p["high"])]  # judged identical pairs
+    group: dict[str, Any] = {"judged": bool(identical), "any_pair_false": any(p["different"] for p in identical)}
     if len(cells) >= 2:
         fam = verdicts.family(cells, level)
         lead = fam.leader
@@ -93,14 +94,14 @@ def judge(recs: list[dict[str, Any]], level: float) -> tuple[list[dict[str, Any]
         def same(r: dict[str, Any]) -> bool:
             return records.base_adapter(r) == records.base_adapter(lead) and not effect(r) and not effect(lead)
 
-        known = [v for r, v in fam.rivals if same(r)]
+        known = [v for r, v in fam.rivals if same(r) and v.judged]
         group.update(leader=lead["adapter"], leader_twins=len(known), family_false=any(v.separated for v in known))
     return out, group
 
 
 def group_table(groups: list[dict[str, Any]]) -> str:
     """Per repeat (a group of cells as a report's workload): false separations of identical cells."""
-    n = len(groups)
+    n = sum(g.get("judged", True) for g in groups)
     pair_false = sum(g["any_pair_false"] for g in groups)
     with_twin = [g for g in groups if g.get("leader_twins")]
     fam_false = sum(g["family_false"] for g in with_twin)

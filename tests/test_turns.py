@@ -284,7 +284,7 @@ def test_calibration_counts_false_differences_and_power_by_true_effect():
     text = calibrate.table(pairs)
     assert "| 0%" in text and "0 false differences" in text and "2 detected" in text
     # b leads the group; no cell identical to it, so the family-wise count skips this repeat
-    assert group == {"any_pair_false": False, "leader": "b", "leader_twins": 0, "family_false": False}
+    assert group == {"judged": True, "any_pair_false": False, "leader": "b", "leader_twins": 0, "family_false": False}
     _, group = calibrate.judge(aa + slow, 0.95)
     assert group["leader"] in ("a", "a~twin1") and group["leader_twins"] == 1 and not group["family_false"]
     rows = calibrate.group_table([group, {**group, "family_false": True, "any_pair_false": True}]).splitlines()
@@ -364,3 +364,15 @@ def test_the_method_states_one_protocol_once_whatever_each_cells_block_size():
         r["protocol"] = {**timing.protocol(timing.PROFILES["quick"]), "mode": "turns", "block_steps": steps}
     text = sections.method(combine_all(raw))
     assert text.count("resident workers taking turns") == 1
+
+
+def test_a_workload_cut_short_by_the_budget_says_so_at_its_section():
+    from harness.reporting import report
+
+    cell = {"status": "ok", "rounds": 3, "group_generations": [1, 2], "verdict_level": 0.9706}
+    (line, _) = report.generations_note([cell, dict(cell)])
+    assert line.startswith("Generations: 2 of the 3 planned (the run's time budget ran out")
+    assert "every pair stays `unresolved`" in line
+    assert report.generations_note([{**cell, "group_generations": [1, 2, 3]}]) == []
+    (line, _) = report.generations_note([{**cell, "verdict_level": 0.95}])  # no budget: a cell failed
+    assert "(see Status)" in line

@@ -79,7 +79,7 @@ def generations_note(group: list[dict[str, Any]]) -> list[str]:
     ran = min(len(r["group_generations"]) for r in ok)
     if ran >= planned:
         return []
-    budgeted = ok[0].get("verdict_level", 0.95) < 0.95
+    budgeted = ok[0].get("verdict_level", 0.95) > 0.95  # a budget's looks raise the level (Pocock)
     why = "the run's time budget ran out before the next one" if budgeted else "see Status"
     return [
         f"Generations: {ran} of the {planned} planned ({why})"
