@@ -230,7 +230,7 @@ def missing_sentences(recs: list[Record]) -> list[str]:
         gaps.append("only data already on the device (`DATA=all` adds host copies and native loaders)")
     ok = [r for r in recs if r["status"] == "ok"]
     if ok and all((r.get("rounds_done") or 1) == 1 for r in ok):
-        gaps.append("one round per cell (intervals see one process; `--rounds 2` or more)")
+        gaps.append("one round per cell (no pair is judged below 3; `--rounds 3` or a longer `BUDGET`)")
     idle: dict[tuple, set[str]] = {}  # (status, strategy or data mode) -> adapters; workloads apart
     places: dict[tuple, set[str]] = {}
     for r in recs:
