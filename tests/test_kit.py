@@ -15,7 +15,7 @@ from tests.conftest import ADAPTERS, REPO
 #: added (here too), never dropped or renamed.
 PUBLIC = {
     "ADAM_BETA1", "ADAM_BETA2", "ADAM_EPS", "Adapter", "DeviceUnavailable", "JaxCompileEvents",
-    "Options", "adam_eps_hat", "flax_mixed_loss", "gpu_autotune_level", "hwio_to_oihw",
+    "Options", "adam_eps_hat", "compile_cache", "flax_mixed_loss", "gpu_autotune_level", "hwio_to_oihw",
     "jax_build_info", "jax_device_busy", "jax_env", "jax_mixed_loss", "jax_peak_bytes",
     "jax_place", "jax_precision", "jax_resolve_device", "jax_settings", "keras_env",
     "keras_policy", "mixed_precision", "no_cuda", "oihw_to_hwio", "pick_device", "swap_rz_gates",
