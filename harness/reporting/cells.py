@@ -8,7 +8,7 @@ summary, tables, plots, comparisons) can import it without importing each other.
 from __future__ import annotations
 
 from harness.records import Record
-from harness.stats.verdicts import SAME, UNRESOLVED, Family, PairVerdict, family
+from harness.stats.verdicts import SAME, UNRESOLVED, Family, family
 
 
 def strategy(rec: Record) -> str | None:
@@ -74,12 +74,6 @@ def families(recs: list[Record]) -> dict[tuple, Family]:
         groups.setdefault(axes(r), []).append(r)
     best = {key: best_per_adapter(cells) for key, cells in groups.items()}
     return {key: family(cells) for key, cells in best.items() if len(cells) >= 2}
-
-
-def against_fastest(recs: list[Record]) -> dict[int, PairVerdict]:
-    """``id(cell)`` -> its family-wise verdict against the fastest cell of its group (``families``),
-    for each adapter's best cell but the fastest."""
-    return {id(r): v for fam in families(recs).values() for r, v in fam.rivals}
 
 
 def top(fam: Family) -> tuple[str, list[Record]]:

@@ -15,9 +15,9 @@ from typing import Any
 from tabulate import tabulate
 
 from harness.records import Record
-from harness.reporting.cells import against_fastest, axes, families, overlap, strategy
+from harness.reporting.cells import axes, families, overlap, strategy
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig, status_text, verdict_text
-from harness.stats.verdicts import PairVerdict, pair_verdict
+from harness.stats.verdicts import Family, PairVerdict, pair_verdict
 
 #: The most columns the main table may have; the rest go to the details table.
 MAIN_MAX = 10
@@ -49,7 +49,7 @@ def _trains(rec: Record) -> bool:
 
 def _vs_fastest(rec: Record, fastest: Record, found: PairVerdict | None = None, leads: bool = False) -> str:
     """The ratio to the fastest with its interval and verdict (formatting.verdict_text): ``found``,
-    the family-wise verdict of the cell's group (cells.against_fastest), else the pair's own. The
+    the family-wise verdict of the cell's group (cells.families), else the pair's own. The
     fastest reads ``1.00 fastest`` where it ``leads``: separated from every rival (verdicts.family)."""
     if rec is fastest:
         return "1.00 fastest" if leads else "1.00"
@@ -200,9 +200,9 @@ def _fastest(recs: list[Record]) -> dict[Any, Record]:
     return fastest
 
 
-def _table(rows: list[Record], columns: list[Column], fastest: dict[Any, Record]) -> str:
-    fams = families(rows)
-    found = against_fastest(rows)
+def _table(rows: list[Record], columns: list[Column], fastest: dict[Any, Record], fams: dict[tuple, Family]) -> str:
+    """One table of ``rows``; ``fams``: their groups judged together (cells.families), once for both tables."""
+    found = {id(r): v for fam in fams.values() for r, v in fam.rivals}
     leads = {id(fam.leader) for fam in fams.values() if fam.fastest}
 
     def text(c: Column, r: Record) -> str:
@@ -219,15 +219,15 @@ def workload_table(recs: list[Record]) -> str:
     """One workload's markdown: the main table (at most MAIN_MAX columns), then the details table
     in a collapsed ``<details>`` block whose summary names its columns."""
     key, main, details = layout(recs)
-    rows, fastest = ordered(recs), _fastest(recs)
+    rows, fastest, fams = ordered(recs), _fastest(recs), families(recs)
     summary = f"{DETAILS_LEAD} {', '.join(c.header for c in details)}"
     return "\n".join(
         [
-            _table(rows, key + main, fastest),
+            _table(rows, key + main, fastest, fams),
             "",
             f"<details><summary>{summary}</summary>",
             "",
-            _table(rows, key + details, fastest),
+            _table(rows, key + details, fastest, fams),
             "",
             "</details>",
         ]
