@@ -71,3 +71,16 @@ def test_the_session_cache_measures_only_kernels_no_earlier_run_measured(tmp_pat
     assert limits_cache.cached_each(key, ["a", "bad"], measure, "seconds") == {"error": "no library"}
     assert limits_cache.cached_each(key, ["bad"], measure, "seconds") == {"error": "no library"}
     assert asked[-2:] == [["bad"], ["bad"]], "a failure is never stored: the next run measures again"
+
+
+def test_a_calibration_cell_measures_no_dispatch_floor():
+    from types import SimpleNamespace
+
+    from harness.running import worker
+
+    def tiny():
+        raise AssertionError("a cell planned without floors never builds the floor's workload")
+
+    spec = SimpleNamespace(tiny=tiny)
+    assert worker.dispatch_floor({"round": 1, "floors": False}, spec, "cpu") == {}
+    assert worker.dispatch_floor({"round": 2}, spec, "cpu") == {}  # and later rounds never do

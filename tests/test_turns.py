@@ -42,6 +42,23 @@ def test_the_probe_sizes_blocks_from_steps_timed_now():
     )
 
 
+def test_a_pipelined_block_is_taken_only_in_the_turns_asked_and_the_synced_blocks_stay_whole():
+    from types import SimpleNamespace
+
+    from harness.measuring import timing
+
+    ticks = iter(range(10**6))
+    stepper = timing.Stepper(lambda b: b, lambda h: 1.0, [0, 1, 2], clock=lambda: next(ticks) * 0.001)
+    started = SimpleNamespace(pass_steps=1, chained=True)
+    with_block = resident.take_turn(stepper, started, 4, None, piped=True)
+    without = resident.take_turn(stepper, started, 4, None, piped=False)
+    assert "piped_s" in with_block and with_block["piped_s"] is not None
+    assert "piped_s" not in without  # none taken: neither a block time nor a recompiled block
+    assert len(with_block["times"]) == len(without["times"]) == 4
+    assert with_block["block_s"] == without["block_s"] == pytest.approx(0.001)
+    assert stepper.step == 4 + 4 + 4  # the pipelined block ran its 4 steps in the first turn only
+
+
 def test_a_slowed_twin_busy_waits_a_share_of_each_step():
     def step(batch):
         time.sleep(0.02)

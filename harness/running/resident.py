@@ -3,8 +3,9 @@ cells' workers (harness.running.turns drives them).
 
 It sets the cell up and runs its cold window alone (compiles included, as harness.measuring.timing
 describes), says ``ready``, then waits idle on its command pipe. Each ``turn`` runs one block of
-synced steps (each timed alone; about BLOCK_S, whole passes where steps differ in size) and one
-pipelined block (issued back to back, one sync), and replies with the block's step time. ``finish``
+synced steps (each timed alone; about BLOCK_S, whole passes where steps differ in size) and, every
+PIPED_EVERY-th turn, one pipelined block (issued back to back, one sync), and replies with the
+synced block's step time. ``finish``
 names the turns to keep (the parent leaves out turns taken under contention); the record is built
 from those alone. End of file on the command pipe (the parent died) ends the worker silently.
 
@@ -36,6 +37,10 @@ MAX_BLOCK_STEPS = 500
 #: Most synced step times a record keeps (``step_times_s``, for quartiles and plots): whole turns,
 #: evenly spread, past it. The verdicts use every block (``turn_block_s``); a record stays small.
 MAX_RECORDED_STEPS = 5000
+#: A turn's pipelined block is taken every PIPED_EVERY-th turn. The verdicts read the synced
+#: blocks alone; the pipelined blocks give a secondary figure (throughput without a sync per step)
+#: whose median settles from half of them, and taking one every turn doubled the turns' time.
+PIPED_EVERY = 2
 #: Fewest synced steps in a block: its median must not be one step's (the first after a wait is slow).
 MIN_BLOCK_STEPS = 5
 #: Seconds of synced steps after the cold window that size the blocks (the cold window's own
@@ -116,16 +121,20 @@ def serve(cell: dict[str, Any], fd_in: int, fd_out: int) -> dict[str, Any] | Non
     reply.write(json.dumps({"event": "ready", "cold_s": sum(cold), "block_steps": steps}) + "\n")
     for msg in _lines(fd_in):
         if msg["cmd"] == "turn":
-            turns[msg["turn"]] = taken = take_turn(stepper, s, steps, sampler)
+            piped = msg["turn"] % PIPED_EVERY == 0
+            turns[msg["turn"]] = taken = take_turn(stepper, s, steps, sampler, piped)
             reply.write(json.dumps({"event": "turn", "turn": msg["turn"], "block_s": taken["block_s"]}) + "\n")
         elif msg["cmd"] == "finish":
             return record(cell, s, profile, sampler, cold, values, settled, turns, msg["keep"], steps, extra)
     return None
 
 
-def take_turn(stepper: timing.Stepper, s: worker.Started, steps: int, sampler: UtilSampler | None) -> dict[str, Any]:
-    """One turn: ``steps`` synced steps, then a pipelined block of as many; a step or block during
-    which the adapter compiled is kept apart. ``block_s`` is None when every synced step compiled."""
+def take_turn(
+    stepper: timing.Stepper, s: worker.Started, steps: int, sampler: UtilSampler | None, piped: bool = True
+) -> dict[str, Any]:
+    """One turn: ``steps`` synced steps, then (if ``piped``) a pipelined block of as many; a step or
+    block during which the adapter compiled is kept apart. ``block_s`` is None when every synced
+    step compiled; ``piped_s`` is None when the block compiled, absent when none was taken."""
     times, batches, recompiled = [], [], []
     with sampler or _Nothing():
         for _ in range(steps):
@@ -136,14 +145,17 @@ def take_turn(stepper: timing.Stepper, s: worker.Started, steps: int, sampler: U
             else:
                 times.append(elapsed)
                 batches.append(batch)
-        before = stepper.count()
-        piped, value = stepper.block(steps, s.chained)
+        block = {}
+        if piped:
+            before = stepper.count()
+            piped_s, value = stepper.block(steps, s.chained)
+            block["piped_s"] = piped_s if stepper.count() == before else None
     whole = times and (s.pass_steps == 1 or len(times) == steps)
     return {
+        **block,
         "times": times,
         "batches": batches,
         "recompiled": recompiled,
-        "piped_s": piped if stepper.count() == before else None,
         "block_s": step_time(times, batches if s.pass_steps > 1 else None) if whole else None,
         "loss": value,
     }
@@ -189,13 +201,13 @@ def record(
         recompile_times_s=[x for t in turns for x in turns[t]["recompiled"]],
         cold_settled=settled,
         block_steps=steps,
-        block_times_s=[turns[t]["piped_s"] for t in kept if turns[t]["piped_s"] is not None],
-        block_recompiles=sum(turns[t]["piped_s"] is None for t in kept),
+        block_times_s=[turns[t]["piped_s"] for t in kept if turns[t].get("piped_s") is not None],
+        block_recompiles=sum("piped_s" in turns[t] and turns[t]["piped_s"] is None for t in kept),
     )
     rec = worker.finish(cell, s, m, profile, sampler)
     if rec["status"] != "ok":
         return rec
-    rec["protocol"] = {**rec["protocol"], "mode": "turns", "block_steps": steps}
+    rec["protocol"] = {**rec["protocol"], "mode": "turns", "block_steps": steps, "piped_every": PIPED_EVERY}
     rec.update(
         turn_ids=ok,
         turn_block_s=[turns[t]["block_s"] for t in ok],

@@ -202,9 +202,12 @@ FLOOR_PROFILE = timing.Profile("floor", 5, 30, 2000, budget_s=0.3, target_rel_iq
 def dispatch_floor(cell: Cell, spec, device: str) -> dict[str, Any]:
     """The adapter's step time on ``spec.tiny()`` (harness.measuring.floors): a second adapter instance,
     set up and warmed up like the first (its compiles are not the cell's), its steady step time
-    as the cell's is taken. Measured in a cell's first round only; a failure is recorded, not raised."""
+    as the cell's is taken. Measured in a cell's first round only, and not for a cell planned
+    with ``floors: False`` (a calibration's: it judges verdicts alone); a failure is recorded, not raised."""
+    if cell.get("round", 1) != 1 or cell.get("floors") is False:
+        return {}
     tiny = spec.tiny()
-    if tiny is None or cell.get("round", 1) != 1:
+    if tiny is None:
         return {}
     started = time.perf_counter()
     try:
