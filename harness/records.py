@@ -120,7 +120,11 @@ class Record(Cell, total=False):
     steps: int
     loss_first: float
     samples_per_s: float
-    tokens_per_s: float | None
+    tokens_per_s: float | None  #: over the steady window's mean step (the report divides tokens_per_step by its median)
+    tokens_per_step: float | None  #: set by combine: tokens a step processes, over a pass of the dataset
+    mean_s: float
+    decode_captions: int
+    decode_len_mean: float
     gflops: float | None
     flops_per_step: float | None
     dispatch_floor_s: float

@@ -7,9 +7,10 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from harness.records import Record
-from harness.reporting.cells import strategy
+from harness.reporting.cells import strategy, tokens_per_s
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig
 from harness.reporting.sweeps import crossovers
+from harness.reporting.workload_tables import live
 from harness.stats.verdicts import SAME, UNRESOLVED, outcome, separated
 
 KINDS = ("naive", "fused")
@@ -39,7 +40,7 @@ def _cell(rec: Record | None) -> tuple[str, str, str]:
     if rec["status"] != "ok":
         reason = " ".join(str(rec.get("reason", "")).split())
         return f"{rec['status']}: {reason}", DASH, DASH
-    return sig(rec["median_s"] * 1e3), sig(rec.get("tokens_per_s")), compiles_text(rec)
+    return sig(rec["median_s"] * 1e3), sig(tokens_per_s(rec)), compiles_text(rec)
 
 
 def _ratio(naive: Record | None, fused: Record | None) -> str:
@@ -111,13 +112,20 @@ def _side_by_side(cells: list[Record]) -> list[str]:
         "fused traces / compiles",
         "fused kernel",
     ]
+    headers, rows = live(headers, rows)
+    speedup = (
+        "Speed-up is naive time over fused time (above 1: the fused kernel is faster), `(same speed)` where the "
+        "paired interval lies within 1 ± 5%, `(unresolved)` where it neither does nor excludes 1. "
+        if "fused speed-up" in headers
+        else "No cell of this run used the fused kernel (`--strategy all` or `--set attention=fused` runs them). "
+    )
     intro = (
         "Each adapter's cells with attention written out (`naive`: matmul, causal mask, softmax, matmul) and "
-        "with its framework's own attention kernel (`fused`), same model, data and strategy. Speed-up is naive "
-        "time over fused time (above 1: the fused kernel is faster), `(same speed)` where the paired interval lies "
-        "within 1 ± 5%, `(unresolved)` where it neither does nor excludes 1. "
-        "Tokens/s counts the predicted tokens (padding excluded); compiles are the framework's own counts over "
-        "the whole run, one per sequence length under `exact`, per bucket under `bucketed`, one under `padded`."
+        "with its framework's own attention kernel (`fused`), same model, data and strategy. "
+        + speedup
+        + "Tokens/s counts the predicted tokens (padding excluded) at the steady step time beside it; compiles are "
+        "the framework's own counts over the whole run, one per sequence length under `exact`, per bucket under "
+        "`bucketed`, one under `padded`."
     )
     return [intro, "", tabulate(rows, headers, tablefmt="github", disable_numparse=True), ""]
 

@@ -8,6 +8,7 @@ summary, tables, plots, comparisons) can import it without importing each other.
 from __future__ import annotations
 
 from harness.records import Record
+from harness.stats.steps import tokens_per_step
 from harness.stats.verdicts import SAME, UNRESOLVED, Family, family
 
 
@@ -100,7 +101,21 @@ def missing_pairs(recs: list[Record]) -> list[tuple[str, list[str], str]]:
     return [(device, sorted(adapters), reason) for (device, reason), adapters in grouped.items()]
 
 
+def synced_step(rec: Record) -> float:
+    """The synced time per step a pipelined time is set against: the synced steps cut into windows
+    of a pipelined block's length, mean per step, median over windows (like a block, it holds the
+    occasional slow step that the steady median leaves out); the steady median where the record
+    has no windows."""
+    return rec.get("synced_block_s") or rec["median_s"]
+
+
 def overlap(rec: Record) -> float:
-    """Pipelined time per step over synced time per step in windows of the same length (the
-    median step where the record has no windows): below 1, the loop gains from overlap."""
-    return rec["pipelined_s"] / (rec.get("synced_block_s") or rec["median_s"])
+    """Pipelined time per step over ``synced_step``: below 1, the loop gains from overlap."""
+    return rec["pipelined_s"] / synced_step(rec)
+
+
+def tokens_per_s(rec: Record) -> float | None:
+    """Tokens per second at the steady step time the tables print (``median_s``): the record's
+    tokens per step (harness.stats.steps.tokens_per_step) over it; None where it counts no tokens."""
+    per_step = tokens_per_step(rec)
+    return None if per_step is None else per_step / rec["median_s"]

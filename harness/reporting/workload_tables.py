@@ -15,7 +15,7 @@ from typing import Any
 from tabulate import tabulate
 
 from harness.records import Record
-from harness.reporting.cells import axes, families, overlap, strategy
+from harness.reporting.cells import axes, families, overlap, strategy, synced_step, tokens_per_s
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig, status_text, verdict_text
 from harness.stats.verdicts import Family, PairVerdict, pair_verdict
 
@@ -75,21 +75,21 @@ def _outcome(rec: Record) -> str:
 
 
 def _pipelined(rec: Record) -> str:
-    """``0.61 (0.83x)``: time per step with one sync per block, and its ratio to the synced steps
-    over windows of the same length (cells.overlap)."""
+    """``0.61 (0.83x of 0.735)``: time per step with one sync per block, its ratio to the synced
+    time per step it is set against, and that time (cells.overlap, cells.synced_step; ms/step)."""
     if rec.get("pipelined_s") is None:
         return DASH
-    return f"{sig(rec['pipelined_s'] * 1e3)} ({overlap(rec):.2f}x)"
+    return f"{sig(rec['pipelined_s'] * 1e3)} ({overlap(rec):.2f}x of {sig(synced_step(rec) * 1e3)})"
 
 
 def floor_text(rec: Record) -> str:
     """``2.1x kernels``: the steady step as a multiple of the larger of its two floors
-    (harness.measuring.floors), named: ``kernels`` (compute-bound) or ``dispatch`` (overhead-bound)."""
-    floors = {"kernels": rec.get("kernel_floor_s"), "dispatch": rec.get("dispatch_floor_s")}
-    known = {k: v for k, v in floors.items() if v}
-    if not known:
+    (harness.measuring.floors), named: ``kernels`` (compute-bound) or ``dispatch`` (overhead-bound).
+    A dash unless both were measured: one floor alone (decoding has no kernel floor) tells no bound."""
+    kernels, dispatch = rec.get("kernel_floor_s"), rec.get("dispatch_floor_s")
+    if not kernels or not dispatch:
         return DASH
-    name, value = max(known.items(), key=lambda kv: kv[1])
+    name, value = ("kernels", kernels) if kernels >= dispatch else ("dispatch", dispatch)
     return f"{rec['median_s'] / value:.1f}x {name}"
 
 
@@ -120,7 +120,7 @@ _STEADY = Column("steady median [CI] (ms/step)", lambda r, _: _median_ci(r))
 _VS_FASTEST = Column("time vs fastest", _vs_fastest)
 _PIPELINED = Column("pipelined (ms/step)", lambda r, _: _pipelined(r))
 _SAMPLES = Column("samples/s", lambda r, _: sig(r["samples_per_s"]))
-_TOKENS = Column("tokens/s", lambda r, _: sig(r.get("tokens_per_s")))
+_TOKENS = Column("tokens/s", lambda r, _: sig(tokens_per_s(r)))
 _FIRST = Column("first step (ms)", lambda r, _: sig(r["first_step_s"] * 1e3))
 _FLOOR = Column("vs its floor", lambda r, _: floor_text(r))
 _STATUS = Column("status", lambda r, _: status_text(r), timed=False)
@@ -141,10 +141,10 @@ def layout(recs: list[Record]) -> tuple[list[Column], list[Column], list[Column]
     status (why a cell did not run, or was not ranked). The details table holds the rest: graph
     kind, the device where it is one for all, IQR, samples/s where tokens/s is in the main table,
     trace and compile counts, the loss or decoded length (a sanity check, not a choice), and the
-    timed steps and rounds."""
+    timed steps and rounds. A column no row has a value in is left out where the tables are drawn
+    (``live``)."""
     several_devices = len({device_label(r) for r in recs}) > 1
     with_tokens = any(r.get("tokens_per_s") for r in recs)
-    with_floors = any(r.get("kernel_floor_s") or r.get("dispatch_floor_s") for r in recs)
     key = [_ADAPTER, *([_STRATEGY] if any(strategy(r) for r in recs) else []), *([_DEVICE] if several_devices else [])]
     main = [
         _STEADY,
@@ -152,7 +152,7 @@ def layout(recs: list[Record]) -> tuple[list[Column], list[Column], list[Column]
         _PIPELINED,
         _TOKENS if with_tokens else _SAMPLES,
         _FIRST,
-        *([_FLOOR] if with_floors else []),
+        _FLOOR,
         _STATUS,
     ]
     details = [
@@ -200,8 +200,17 @@ def _fastest(recs: list[Record]) -> dict[Any, Record]:
     return fastest
 
 
-def _table(rows: list[Record], columns: list[Column], fastest: dict[Any, Record], fams: dict[tuple, Family]) -> str:
-    """One table of ``rows``; ``fams``: their groups judged together (cells.families), once for both tables."""
+def live(headers: list[str], body: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+    """A table without its columns that hold a dash in every row (a column of dashes says nothing)."""
+    keep = [i for i in range(len(headers)) if any(row[i] != DASH for row in body)]
+    return [headers[i] for i in keep], [[row[i] for i in keep] for row in body]
+
+
+def _table(
+    rows: list[Record], columns: list[Column], fastest: dict[Any, Record], fams: dict[tuple, Family]
+) -> tuple[list[str], str]:
+    """One table of ``rows``, its dead columns left out (``live``), and the headers it kept;
+    ``fams``: their groups judged together (cells.families), once for both tables."""
     found = {id(r): v for fam in fams.values() for r, v in fam.rivals}
     leads = {id(fam.leader) for fam in fams.values() if fam.fastest}
 
@@ -212,7 +221,8 @@ def _table(rows: list[Record], columns: list[Column], fastest: dict[Any, Record]
         return _vs_fastest(r, best, found.get(id(r)), id(r) in leads) if c is _VS_FASTEST else c.cell(r, best)
 
     body = [[text(c, r) if r["status"] == "ok" or not c.timed else DASH for c in columns] for r in rows]
-    return tabulate(body, [c.header for c in columns], tablefmt="github", disable_numparse=True)
+    headers, body = live([c.header for c in columns], body)
+    return headers, tabulate(body, headers, tablefmt="github", disable_numparse=True)
 
 
 def workload_table(recs: list[Record]) -> str:
@@ -220,14 +230,16 @@ def workload_table(recs: list[Record]) -> str:
     in a collapsed ``<details>`` block whose summary names its columns."""
     key, main, details = layout(recs)
     rows, fastest, fams = ordered(recs), _fastest(recs), families(recs)
-    summary = f"{DETAILS_LEAD} {', '.join(c.header for c in details)}"
+    _, main_table = _table(rows, key + main, fastest, fams)
+    headers, details_table = _table(rows, key + details, fastest, fams)
+    summary = f"{DETAILS_LEAD} {', '.join(h for h in headers if h not in {c.header for c in key})}"
     return "\n".join(
         [
-            _table(rows, key + main, fastest, fams),
+            main_table,
             "",
             f"<details><summary>{summary}</summary>",
             "",
-            _table(rows, key + details, fastest, fams),
+            details_table,
             "",
             "</details>",
         ]

@@ -19,8 +19,8 @@ import numpy as np
 import scipy.stats
 
 from harness.records import Record
-from harness.stats.steps import step_time, summarize
-from harness.stats.verdicts import DEFAULT_LEVEL, cell_interval, group_prior, level_of
+from harness.stats.steps import step_time, summarize, tokens_per_step
+from harness.stats.verdicts import DEFAULT_LEVEL, MIN_GENERATIONS, cell_interval, group_prior, level_of
 
 #: Share of a process's block times left out at each end of its level (``process_level``).
 TRIM = 0.2
@@ -204,14 +204,16 @@ def combine(runs: list[Record], levels: tuple[dict[int, float], int | None] | No
         }
     if len(runs) == 1:  # its interval, from the worker, covers the noise within one process
         return {**runs[0], **extra, "ci_kind": "steps"}
-    record = {**runs[0], **extra}
+    record = {k: v for k, v in runs[0].items() if k not in ("ci_low_s", "ci_high_s", "ci_kind")} | extra
     per_round = [r["step_times_s"] for r in runs]
     pooled = [t for times in per_round for t in times]
     medians = [step_time(r["step_times_s"], _batches(r)) for r in runs]
     mean = float(np.mean(medians))  # one value per process: processes differ more than steps
-    record.update(summarize(pooled, record["batch_size"], ci=False))
-    if _batches(record) is not None:
-        record["step_batches"] = [b for r in runs for b in r["step_batches"]]
+    # steps of mixed sizes: their pooled IQR spans sizes, so never ``noisy`` (steps.summarize)
+    batches = [b for r in runs for b in r["step_batches"]] if _batches(record) is not None else None
+    record.update(summarize(pooled, record["batch_size"], ci=False, batches=batches))
+    if batches is not None:
+        record["step_batches"] = batches
         record["pass_s"] = mean * record["pass_steps"]
     record.update(
         median_s=mean,
@@ -232,7 +234,9 @@ def combine(runs: list[Record], levels: tuple[dict[int, float], int | None] | No
         recompile_times_s=[t for r in runs for t in r.get("recompile_times_s") or []],
         cold_settled=None if runs[0].get("cold_settled") is None else all(r.get("cold_settled") for r in runs),
     )
-    if len(process_levels) >= 2:
+    # Two processes give a t interval on one degree of freedom (34.3 and 35.3 ms print as [18.7, 64.6]):
+    # a cell's interval is printed from as many generations as a pair needs to be judged.
+    if len(process_levels) >= MIN_GENERATIONS:
         record["ci_low_s"], record["ci_high_s"] = cell_interval(
             list(process_levels.values()), mean, record.get("verdict_level") or DEFAULT_LEVEL
         )
@@ -243,6 +247,8 @@ def combine(runs: list[Record], levels: tuple[dict[int, float], int | None] | No
             record[field] = float(np.mean([r[field] for r in runs]))
     if all("wait_times_s" in r for r in runs):
         record["wait_times_s"] = [t for r in runs for t in r["wait_times_s"]]
+    if all(tokens_per_step(r) is not None for r in runs):
+        record["tokens_per_step"] = float(np.mean([tokens_per_step(r) for r in runs]))
     for field in ("tokens_per_s", "gflops"):
         if record.get(field) is not None:
             record[field] = float(np.mean([r[field] for r in runs]))
