@@ -87,9 +87,9 @@ def test_ratios_are_paired_by_round_and_judged_against_the_target():
     (row,) = page.rows(_rounds([1.2, 2.4, 1.8], [1.0, 2.0, 1.5]))
     assert row["latency"][0] == pytest.approx(1.2) and row["throughput"][0] == pytest.approx(1.2)
     assert row["same_start"] is True and row["rounds"] == 3
-    assert page._verdict(row) == "over 1.10x: latency, throughput"
+    assert page._verdict(row) == "slower beyond 1.10x: latency, throughput"
     (close,) = page.rows(_rounds([1.05, 2.1], [1.0, 2.0]))
-    assert page._verdict(close) == "within 1.10x"
+    assert page._verdict(close) == "unresolved: latency; within 1.10x: throughput", "two rounds: no latency interval"
     text = page.table([row, close])
     assert "1.20 [1.20, 1.20]" in text and "1.05" in text
     (two,) = page.rows(_rounds([1.2, 2.4], [1.0, 2.0]))

@@ -1,6 +1,7 @@
-"""The "Input pipeline" section of an image-pipeline run (``--data loader`` on image workloads):
+"""The "Native loaders" section of an image-pipeline run (``--data loader`` on image workloads):
 step time, wait and utilisation against a pipeline setting (workers, prefetch), per adapter,
-and where each series stops being input-bound."""
+and where each series stops being input-bound. (The "Input pipeline" section,
+harness.reporting.sections, compares the data modes instead.)"""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ from workloads.images import AUTOTUNE, PIPELINE_FIELDS
 #: time. A definition, not a tuned threshold (at 50% a step waiting 40% of its time would read
 #: "compute-bound").
 INPUT_BOUND = 0.1
+#: The section's heading: distinct from the data modes' "Input pipeline" (harness.reporting.sections).
+HEADING = "## Native loaders: wait and utilisation"
+#: A loader whose ``loader_kind`` names this runs the shared per-sample Python function under the GIL.
+NUMPY_FUNCTION = "tf.numpy_function"
 
 
 def pipeline_records(recs: list[Record]) -> list[Record]:
@@ -45,6 +50,10 @@ def _value(v: float) -> str:
 def crossover(series: list[Record], field: str) -> str:
     """Where the series (sorted by ``field``) stops being input-bound, in words."""
     bound = [(_x(r, field), r["input_bound_share"] >= INPUT_BOUND, r["input_bound_share"]) for r in series]
+    if len(bound) == 1:
+        v, bound_here, share = bound[0]
+        state = "input-bound" if bound_here else "compute-bound"
+        return f"{state} at {field}={_value(v)} (waits {share:.0%} of the step), the only {field} value tried"
     if all(b for _, b, _ in bound):
         return f"input-bound at every {field} value tried"
     if not bound[0][1]:
@@ -56,6 +65,40 @@ def crossover(series: list[Record], field: str) -> str:
                 f"and {field}={_value(v1)} ({s1:.0%})"
             )
     return "no single crossover"
+
+
+def _rates(rs: list[Record]) -> str:
+    """The pipeline-alone rates of ``rs`` as a range."""
+    low, high = sig(min(r["pipeline_batches_per_s"] for r in rs)), sig(max(r["pipeline_batches_per_s"] for r in rs))
+    return low if low == high else f"{low}-{high}"
+
+
+def numpy_function_note(series: dict[str, list[Record]], field: str) -> list[str]:
+    """What the figures of loaders through ``tf.numpy_function`` measure (this project's loader,
+    not tf.data's native ops), with their pipeline-alone rate beside the others' at each value."""
+    wrapped = [a for a, rs in series.items() if NUMPY_FUNCTION in str(rs[0].get("loader_kind"))]
+    if not wrapped:
+        return []
+    rates = []
+    for v in sorted({_x(r, field) for a in wrapped for r in series[a]}):
+        mine = [r for a in wrapped for r in series[a] if _x(r, field) == v]
+        others = [r for a, rs in series.items() if a not in wrapped for r in rs if _x(r, field) == v]
+        rates.append(
+            f"{_rates(mine)} batches/s at {field}={_value(v)}"
+            + (f" against {_rates(others)} for the others" if others else "")
+        )
+    names = " and ".join(wrapped)
+    return [
+        f"{names} {'draws' if len(wrapped) == 1 else 'draw'} batches through tf.data calling this project's "
+        "per-sample Python function (the decode and augmentation every loader here runs) wrapped in "
+        "`tf.numpy_function`, which holds Python's GIL while the function's Python code runs: tf.data's "
+        "parallel calls are threads of one process and contend for it, where the other loaders' workers, "
+        f"when there are any, are processes of their own. Alone (no training), that pipeline delivers "
+        f"{'; '.join(rates)}. So the figures of {names} measure this project's loader through "
+        "`tf.numpy_function`, not the speed of a tf.data pipeline built from TensorFlow's own ops "
+        "(`tf.io.decode_jpeg`, `tf.image`), which run without the GIL.",
+        "",
+    ]
 
 
 def _plot(groups: dict[str, list[Record]], field: str, title: str, path: Path, colors: plots.Colors) -> Path:
@@ -104,7 +147,7 @@ def section(recs: list[Record], plot_dir: Path | None, colors: plots.Colors | No
     cells = pipeline_records(recs)
     if not cells:
         return []
-    out = ["## Input pipeline", ""]
+    out = [HEADING, ""]
     for key in sorted({(r["workload"], device_label(r)) for r in cells}):
         group = [r for r in cells if (r["workload"], device_label(r)) == key]
         workload, device = key
@@ -167,6 +210,7 @@ def section(recs: list[Record], plot_dir: Path | None, colors: plots.Colors | No
             "pipeline alone (batches/s)",
         ]
         out += [tabulate(rows, headers, tablefmt="github", disable_numparse=True), ""]
+        out += numpy_function_note(series, field)
         out += ["Pipelines:", ""]
         out += [f"- {adapter}: {rs[0].get('loader_kind')}; {crossover(rs, field)}." for adapter, rs in series.items()]
         out.append("")
