@@ -89,12 +89,11 @@ def test_summary_static_against_dynamic_per_framework_with_break_even_range():
         "jax-eager", "dynamic", 4.0, "jax-jit", 1.0, seed=4, workload="cnn"
     )
     (line,) = summary.framework_sentences(recs)
-    spans = [breakeven.break_even_range(st, dyn) for dyn, st in (recs[:2], recs[2:])]
-    assert all(early < late for early, late in spans), "a range from the ends of the interval"
-    early, late = min(e for e, _ in spans), max(x for _, x in spans)
+    steps = [breakeven.break_even(st, dyn) for dyn, st in (recs[:2], recs[2:])]
+    assert steps[0] != steps[1], "a range over the workloads, of the break-even steps the table prints"
     assert line == (
         "jax: jax-jit is faster than jax-eager once compiled on 2 of 2 workloads (cnn, mlp: 2.00x to 4.00x), "
-        f"its compiles paid off after {early:,} to {late:,} steps from a cold start."
+        f"its compiles paid off after {min(steps):,} to {max(steps):,} steps from a cold start."
     )
     tied = _modes("torch-eager", "dynamic", 5.0, "torch-compile", 5.02, seed=8)
     noisy = [timed(r["adapter"], r["median_s"] * 1e3, 0.3, n=21, seed=i) for i, r in enumerate(tied)]
@@ -142,7 +141,8 @@ def test_summary_input_bound_finding_where_data_modes_ran():
     (line,) = summary.input_sentences([resident, host, loader])
     assert line == (
         "Input pipeline on cpu: copying each batch from host memory slows 1 of 1 cells, by up to 1.60x (jax-jit on "
-        "mlp: 38% of its step waits for input); the framework's own loader slows none of 1 cells measurably."
+        "mlp: 38% of its step waits for input); this project's loader in each framework's input API slows none "
+        "of 1 cells measurably."
     )
     assert summary.input_sentences([resident]) == []
     assert "`DATA=all`" in summary.missing_sentences([resident])[0]
@@ -178,14 +178,21 @@ def test_crossover_is_where_the_faster_series_changes():
             for i, (v, m) in enumerate([(16, 2), (256, 2.5), (1024, 3)])
         ],
     }
-    assert sweeps.crossovers(series) == [
-        {"before": 16, "after": 256, "faster_before": "torch-eager / cpu", "faster_after": "torch-eager / cuda"}
-    ]
-    # records without raw steps are compared by their intervals: overlapping ones tie
+    (found,) = sweeps.crossovers(series)
+    before, after = found.pop("ratios")
+    assert found == {
+        "before": 16,
+        "after": 256,
+        "faster_before": "torch-eager / cpu",
+        "faster_after": "torch-eager / cuda",
+    }
+    assert before.outcome == after.outcome == "slower", "each the slower's time over the faster's"
+    assert before.point == pytest.approx(2.0, rel=0.01) and after.point == pytest.approx(2.0, rel=0.01)
+    # records without processes to read give no paired ratio: unresolved, never a crossover
     wide = {"ci_low_s": 0.0, "ci_high_s": 1.0}
     raw = ("step_times_s", "process_levels")
-    tied = {k: [{**{f: x for f, x in r.items() if f not in raw}, **wide} for r in v] for k, v in series.items()}
-    assert sweeps.crossovers(tied) == [], "ties are never counted as a crossover"
+    unread = {k: [{**{f: x for f, x in r.items() if f not in raw}, **wide} for r in v] for k, v in series.items()}
+    assert sweeps.crossovers(unread) == [], "unresolved values are never counted as a crossover"
 
 
 def _write_run(path, recs, env):

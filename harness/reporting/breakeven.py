@@ -59,15 +59,23 @@ def steady_outcome(base: Record, static: Record) -> tuple[str, str]:
     return v.outcome, v.reason
 
 
-def break_even_text(static: Record, base: Record) -> str:
-    """The break-even step of ``static`` against ``base`` for a table cell: ``same speed`` where
-    their steady steps are within 5% of each other, ``unresolved`` where the evidence cannot say,
-    else a count or ``never``."""
+def pair_break_even(static: Record, base: Record) -> tuple[str, int | None]:
+    """``static``'s steady outcome against ``base`` (``steady_outcome``) and, where it is faster,
+    its break-even step (``break_even``; None: never, or no cold window recorded): what the "Within
+    each framework" table prints and the summary quotes."""
     outcome, _ = steady_outcome(base, static)
+    cold = all("cold_times_s" in r for r in (static, base))
+    return outcome, break_even(static, base) if outcome == FASTER and cold else None
+
+
+def break_even_text(static: Record, base: Record) -> str:
+    """The break-even step of ``static`` against ``base`` for a table cell (``pair_break_even``):
+    ``same speed`` where their steady steps are within 5% of each other, ``unresolved`` where the
+    evidence cannot say, else a count or ``never``."""
+    outcome, steps = pair_break_even(static, base)
     if outcome in (SAME, UNRESOLVED):
         return outcome
-    steps = break_even(static, base) if outcome == FASTER else None
-    return "never" if steps is None else f"{steps:,}"
+    return "never" if steps is None else steps_text((steps, steps))
 
 
 def break_even_range(static: Record, base: Record) -> tuple[int, int] | None:

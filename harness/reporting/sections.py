@@ -233,14 +233,16 @@ def method(recs: list[dict[str, Any]]) -> str:
             "- `pipelined`: after the steady window, blocks of steps issued back to back with one `sync` "
             "at the end of each block, as a training loop runs them (Python dispatch overlaps device "
             "work); whole passes over the dataset where steps differ in size; the median block's time "
-            "per step, and in brackets its ratio to the synced steps cut into windows of a block's "
-            "length (mean per step, median over windows; below 1: the loop gains from overlap). The "
-            "physics check applies to both."
+            "per step, and in brackets its ratio to the synced time per step printed after `of`: the "
+            "synced steps cut into windows of a block's length, mean per step, median over windows (not the "
+            "steady median, which leaves out the occasional slow step a block holds; the steady median where "
+            "a record has no windows); below 1: the loop gains from overlap. The physics check applies to both."
         )
-    if any(r.get("kernel_floor_s") or r.get("dispatch_floor_s") for r in ok):
+    if any(r.get("kernel_floor_s") and r.get("dispatch_floor_s") for r in ok):
         lines.append(
             "- `vs its floor`: the steady step as a multiple of the larger of two floors "
-            "(harness/measuring/floors.py). "
+            "(harness/measuring/floors.py), where both were measured (a dash otherwise: decoding has no "
+            "kernel floor, and one floor alone names no bound). "
             "Kernel floor: the step's own matmuls and convolutions (counted from the spec, the recurrent "
             "model's projections over all steps as one matmul each), each timed alone at the fastest "
             "library's speed on the device (NumPy's BLAS or PyTorch on CPU), summed; `kernels`: the cell is "
@@ -277,7 +279,11 @@ def method(recs: list[dict[str, Any]]) -> str:
         "- `time vs fastest` is this cell's steady time over the fastest one of the workload with the "
         f"ratio's {level_text(ok)} interval (`1.00 fastest`: separated from every other cell; `same speed`, "
         "`unresolved`: as under Rounds). "
-        f"IQR (of all rounds' steps) is flagged `noisy` when it exceeds {NOISY_IQR_RATIO:.0%} of the median.",
+        f"IQR (of all rounds' steps) is flagged `noisy` when it exceeds {NOISY_IQR_RATIO:.0%} of the median, "
+        "never for steps of different sizes (†), whose IQR spans the sizes. A column no row has a value in "
+        "is left out.",
+        "- `tokens/s`: tokens per step over a pass of the dataset (decoding: what a decode of every batch "
+        "emitted) over the steady median beside it.",
         "- `first step` includes tracing and compilation for static-graph adapters. `traces / compiles` "
         "are counted during training by the framework's own instrumentation (tf.function's tracing "
         "count, jax.monitoring compile events); a dash means the adapter has none to report.",

@@ -150,36 +150,54 @@ def strategies(groups: dict[tuple, list[Record]]) -> list[str]:
     return out
 
 
+def mode_pairs(recs: list[Record]) -> list[tuple[Record, Record]]:
+    """Each framework's fastest dynamic-graph and fastest static-graph cell (its best loop strategy:
+    the fastest steady step) per group of comparable cells (cells.axes), as (dynamic, static), by
+    device and framework: the rows of "Within each framework", and the pairs the summary quotes."""
+    modes: dict[tuple, dict[str, list[Record]]] = {}
+    for r in comparable(recs):
+        if r.get("graph") in ("static", "dynamic"):
+            key = (device_label(r), r.get("framework", ""), str(axes(r)))
+            modes.setdefault(key, {}).setdefault(r["graph"], []).append(r)
+    return [
+        (min(m["dynamic"], key=lambda r: r["median_s"]), min(m["static"], key=lambda r: r["median_s"]))
+        for _, m in sorted(modes.items(), key=lambda kv: kv[0])
+        if len(m) == 2
+    ]
+
+
+def speedup(dynamic: Record, static: Record) -> float:
+    """The static mode's speed-up once compiled: dynamic steady time over static steady time."""
+    return dynamic["median_s"] / static["median_s"]
+
+
+def speedup_text(value: float) -> str:
+    """A speed-up as "Within each framework" prints it: ``1.20x``, ``22.80x``."""
+    return f"{value:.2f}x"
+
+
 def within_frameworks(groups: dict[tuple, list[Record]]) -> list[str]:
     """Each framework's dynamic and static modes side by side (torch eager vs torch.compile,
-    TF eager vs tf.function, JAX op by op vs jit, Keras on torch vs on JAX)."""
+    TF eager vs tf.function, JAX op by op vs jit, Keras on torch vs on JAX): ``mode_pairs``."""
     rows = []
     for (workload, setting), recs in groups.items():
         label = f"{workload} ({', '.join(setting)})" if setting else workload
-        ok = [r for r in recs if r["status"] == "ok" and not r.get("contended")]
-        for device in sorted({device_label(r) for r in ok}):
-            for framework in sorted({r.get("framework", "") for r in ok}):
-                mine = [r for r in ok if device_label(r) == device and r.get("framework") == framework]
-                dynamic = [r for r in mine if r.get("graph") == "dynamic"]
-                static = [r for r in mine if r.get("graph") == "static"]
-                if not dynamic or not static:
-                    continue
-                d, st = min(dynamic, key=lambda r: r["median_s"]), min(static, key=lambda r: r["median_s"])
-                even = break_even_text(st, d) if "cold_times_s" in st and "cold_times_s" in d else DASH
-                rows.append(
-                    [
-                        framework,
-                        label,
-                        device,
-                        name(d),
-                        sig(d["median_s"] * 1e3),
-                        name(st),
-                        sig(st["median_s"] * 1e3),
-                        f"{d['median_s'] / st['median_s']:.2f}x",
-                        compiles_text(st),
-                        even,
-                    ]
-                )
+        for d, st in mode_pairs(recs):
+            even = break_even_text(st, d) if "cold_times_s" in st and "cold_times_s" in d else DASH
+            rows.append(
+                [
+                    st.get("framework", ""),
+                    label,
+                    device_label(st),
+                    name(d),
+                    sig(d["median_s"] * 1e3),
+                    name(st),
+                    sig(st["median_s"] * 1e3),
+                    speedup_text(speedup(d, st)),
+                    compiles_text(st),
+                    even,
+                ]
+            )
     if not rows:
         return []
     headers = [

@@ -11,18 +11,18 @@ whose data is missing is left out, never guessed; cells that ran beside other CP
 
 from __future__ import annotations
 
+from typing import Any
+
 from harness.records import Record
-from harness.reporting.breakeven import break_even_range, steps_text
+from harness.reporting.breakeven import pair_break_even, steps_text
 from harness.reporting.cells import axes, comparable, families, name, strategy, top, what
-from harness.stats.verdicts import SAME, UNRESOLVED, outcome, separated
-
-
-def _num(value: float) -> str:
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+from harness.reporting.formatting import sig
+from harness.reporting.static_dynamic import mode_pairs, speedup, speedup_text
+from harness.stats.verdicts import FASTER, SAME, SLOWER, UNRESOLVED, outcome, separated
 
 
 def _ms(rec: Record) -> str:
-    return f"{_num(rec['median_s'] * 1e3)} ms/step"
+    return f"{sig(rec['median_s'] * 1e3)} ms/step"
 
 
 def _x(value: float) -> str:
@@ -70,10 +70,9 @@ def winner_sentences(recs: list[Record]) -> list[str]:
         first = fam.leader
         where = f"{first['machine_label']}: {key[1]}" if first.get("machine_label") else str(key[1])
         clear, same, unresolved = by_device.setdefault(where, ([], [], []))
-        if fam.fastest:
-            second = fam.rivals[0][0]
-            ratio = second["median_s"] / first["median_s"]
-            clear.append(f"{name(first)} on {what(key)} ({_ms(first)}, {_x(ratio)} ahead of {name(second)})")
+        if fam.fastest:  # the runner-up's ratio as its workload's table prints it (time vs fastest)
+            second, verdict = fam.rivals[0]
+            clear.append(f"{name(first)} on {what(key)} ({_ms(first)}, {verdict.point:.2f}x ahead of {name(second)})")
             continue
         word, cells = top(fam)
         (same if word == SAME else unresolved).append(f"{_listing([name(r) for r in cells])} on {what(key)}")
@@ -91,61 +90,52 @@ def winner_sentences(recs: list[Record]) -> list[str]:
 
 
 def framework_sentences(recs: list[Record]) -> list[str]:
-    """Per framework: on how many workloads its static mode beats its dynamic one once compiled
-    (each mode's fastest cell, its best loop strategy), the speed-up range, and after how many
-    steps from a cold start the compiles have paid off (from the intervals of the steady ratios)."""
-    groups: dict[tuple[str, tuple], dict[str, list[Record]]] = {}
-    for r in comparable(recs):
-        if r.get("graph") in ("static", "dynamic"):
-            groups.setdefault((r.get("framework", ""), axes(r)), {}).setdefault(r["graph"], []).append(r)
+    """Per framework, from the rows of "Within each framework" (static_dynamic.mode_pairs) and as
+    they print them: on how many workloads its static mode is faster than its dynamic one once
+    compiled, the range of its printed speed-ups, and of its printed break-even steps."""
     devices = {str(r.get("device")) for r in comparable(recs)}
-    found: dict[str, dict[str, list]] = {}
-    for (framework, key), modes in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
-        if len(modes) < 2:
-            continue
-        dyn = min(modes["dynamic"], key=lambda r: r["median_s"])
-        st = min(modes["static"], key=lambda r: r["median_s"])
+    found: dict[str, dict[str, Any]] = {}
+    for dyn, st in sorted(mode_pairs(recs), key=lambda p: p[1].get("framework", "")):
+        key = axes(st)
         where = what(key) + (f" on {key[1]}" if len(devices) > 1 else "")
         mine = found.setdefault(
-            framework, {"faster": [], "same": [], "slower": [], "unresolved": [], "pays": [], "names": set()}
+            st.get("framework", ""), {FASTER: [], SAME: [], SLOWER: [], UNRESOLVED: [], "pays": [], "names": set()}
         )
         mine["names"].add((st["adapter"], dyn["adapter"]))
-        speedup = dyn["median_s"] / st["median_s"]
-        verdict = outcome(st, dyn)
-        if verdict in (SAME, UNRESOLVED):
-            mine["same" if verdict == SAME else "unresolved"].append((where, speedup))
-        elif speedup > 1:
-            mine["faster"].append((where, speedup))
-            if "cold_times_s" in st and "cold_times_s" in dyn:
-                span = break_even_range(st, dyn)
-                if span:
-                    mine["pays"].append(span)
-        else:
-            mine["slower"].append((where, speedup))
+        verdict, steps = pair_break_even(st, dyn)
+        mine[verdict].append((where, speedup(dyn, st)))
+        if steps is not None:
+            mine["pays"].append(steps)
     out = []
     for framework, f in found.items():
         static = "/".join(sorted({s for s, _ in f["names"]}))
         dynamic = "/".join(sorted({d for _, d in f["names"]}))
-        n = len(f["faster"]) + len(f["same"]) + len(f["slower"]) + len(f["unresolved"])
-        if f["faster"]:
-            text = f"{framework}: {static} is faster than {dynamic} once compiled on {len(f['faster'])} of {n} "
-            text += f"workloads ({', '.join(w for w, _ in f['faster'])}: {_span([s for _, s in f['faster']])})"
+        n = sum(len(f[word]) for word in (FASTER, SAME, SLOWER, UNRESOLVED))
+        if f[FASTER]:
+            text = f"{framework}: {static} is faster than {dynamic} once compiled on {len(f[FASTER])} of {n} "
+            text += f"workloads ({', '.join(w for w, _ in f[FASTER])}: {_speedups(f[FASTER])})"
             if f["pays"]:
-                early, late = min(e for e, _ in f["pays"]), max(x for _, x in f["pays"])
-                steps = "step" if late == 1 else "steps"
-                text += f", its compiles paid off after {steps_text((early, late))} {steps} from a cold start"
+                steps = "step" if max(f["pays"]) == 1 else "steps"
+                text += f", its compiles paid off after {steps_text((min(f['pays']), max(f['pays'])))} {steps} "
+                text += "from a cold start"
         else:
             text = f"{framework}: {static} is faster than {dynamic} on none of {n} workloads"
         rest = []
-        if f["same"]:
-            rest.append(f"the same speed within 5% on {len(f['same'])} ({', '.join(w for w, _ in f['same'])})")
-        if f["slower"]:
-            speed = _span([s for _, s in f["slower"]])
-            rest.append(f"slower on {len(f['slower'])} ({', '.join(w for w, _ in f['slower'])}: {speed})")
-        if f["unresolved"]:
-            rest.append(f"unresolved on {len(f['unresolved'])} ({', '.join(w for w, _ in f['unresolved'])})")
+        if f[SAME]:
+            rest.append(f"the same speed within 5% on {len(f[SAME])} ({', '.join(w for w, _ in f[SAME])})")
+        if f[SLOWER]:
+            rest.append(f"slower on {len(f[SLOWER])} ({', '.join(w for w, _ in f[SLOWER])}: {_speedups(f[SLOWER])})")
+        if f[UNRESOLVED]:
+            rest.append(f"unresolved on {len(f[UNRESOLVED])} ({', '.join(w for w, _ in f[UNRESOLVED])})")
         out.append(text + (f"; {' and '.join(rest)}" if rest else "") + ".")
     return out
+
+
+def _speedups(found: list[tuple[str, float]]) -> str:
+    """The lowest and highest of (workload, speed-up) as the table prints them: ``1.20x to 22.80x``."""
+    values = [s for _, s in found]
+    low, high = speedup_text(min(values)), speedup_text(max(values))
+    return low if low == high else f"{low} to {high}"
 
 
 def _mode_pairs(recs: list[Record], mode: str) -> dict[str, list[tuple[Record, Record]]]:
@@ -171,7 +161,9 @@ def input_sentences(recs: list[Record]) -> list[str]:
         parts = []
         for label, pairs in (
             ("copying each batch from host memory", host.get(device)),
-            ("the framework's own loader", loader.get(device)),
+            # The loaders are this project's, written in each framework's input API; TensorFlow's runs
+            # Python per sample through tf.numpy_function (the GIL held), not tf.data's own ops.
+            ("this project's loader in each framework's input API", loader.get(device)),
         ):
             if not pairs:
                 continue
@@ -186,7 +178,10 @@ def input_sentences(recs: list[Record]) -> list[str]:
             worst, rec = max(slower, key=lambda s: s[0])
             text = f"{label} slows {len(slower)} of {len(pairs)} cells, by up to {_x(worst)} "
             text += f"({name(rec)} on {what(axes(rec))}"
-            text += f": {1 - 1 / worst:.0%} of its step waits for input)" if label.startswith("copying") else ")"
+            if label.startswith("copying"):
+                text += f": {1 - 1 / worst:.0%} of its step waits for input)"
+            else:
+                text += ", TensorFlow's through `tf.numpy_function`)" if rec.get("framework") == "tensorflow" else ")"
             parts.append(text)
         out.append(f"Input pipeline on {device}: " + "; ".join(parts) + ".")
     return out

@@ -9,30 +9,48 @@ from tabulate import tabulate
 
 from harness.reporting import plots
 from harness.reporting.cells import strategy
-from harness.reporting.formatting import DASH, device_label, sig, slug
-from harness.stats.verdicts import separated
+from harness.reporting.formatting import DASH, device_label, sig, slug, verdict_text
+from harness.reporting.sections import level_text
+from harness.stats.verdicts import MIN_GENERATIONS, SAME, SLOWER, UNRESOLVED, levels_of, pair_verdict, same_group
 
 
 def crossovers(series: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Where the ranking of two series changes along a sweep.
 
-    ``series`` maps a label to records sorted by swept value. A pair's order counts only at
-    values where both medians' CIs separate (ties are skipped); a crossover is a change of the
-    faster series between two such consecutive values."""
+    ``series`` maps a label to records sorted by swept value. At each value both series ran, the
+    pair's verdict is the paired ratio of its two cells (verdicts.pair_verdict, at their
+    ``verdict_level``; the pair on its own, not family-wise); its order counts only where that ratio
+    is separated (values where it is the same speed or unresolved are skipped); a crossover is a
+    change of the faster series between two such consecutive values, with the verdict at each
+    (``ratios``) as time(slower) / time(faster), as the workload tables print it against the fastest."""
     found = []
     labels = sorted(series)
     for i, a in enumerate(labels):
         for b in labels[i + 1 :]:
             by_value_b = {r["sweep"]["value"]: r for r in series[b]}
-            order = []
+            order = []  # (value, the faster label, time(slower) / time(faster)) where separated
             for ra in series[a]:
                 rb = by_value_b.get(ra["sweep"]["value"])
-                if rb is not None and separated(ra, rb):
-                    order.append((ra["sweep"]["value"], a if ra["median_s"] < rb["median_s"] else b))
-            for (v0, w0), (v1, w1) in zip(order, order[1:], strict=False):
+                verdict = pair_verdict(ra, rb) if rb is not None else None  # time(b) / time(a)
+                if verdict is not None and verdict.separated:
+                    slower = verdict.outcome == SLOWER  # b is slower: a is the faster
+                    order.append(
+                        (ra["sweep"]["value"], a if slower else b, verdict if slower else pair_verdict(rb, ra))
+                    )
+            for (v0, w0, r0), (v1, w1, r1) in zip(order, order[1:], strict=False):
                 if w0 != w1:
-                    found.append({"before": v0, "after": v1, "faster_before": w0, "faster_after": w1})
+                    found.append(
+                        {"before": v0, "after": v1, "faster_before": w0, "faster_after": w1, "ratios": [r0, r1]}
+                    )
     return found
+
+
+def shown_interval(rec: dict[str, Any]) -> tuple[float, float] | None:
+    """The cell's own interval as the sweep draws it: None where it ran in fewer than
+    MIN_GENERATIONS processes (an interval on one or two degrees of freedom says nothing)."""
+    if len(levels_of(rec)) < MIN_GENERATIONS or "ci_low_s" not in rec:
+        return None
+    return rec["ci_low_s"], rec["ci_high_s"]
 
 
 def _varied_settings(cells: list[dict[str, Any]], field: str) -> set[str]:
@@ -45,6 +63,22 @@ def _varied_settings(cells: list[dict[str, Any]], field: str) -> set[str]:
             if key not in (field, "strategy"):
                 values.setdefault(key, set()).add(value)
     return {k for k, v in values.items() if len(v) > 1}
+
+
+def _levels(cells: list[dict[str, Any]]) -> str:
+    """The confidence levels the cells' intervals use (sections.level_text): ``95%`` or ``95% or 97.06%``."""
+    return " or ".join(sorted({level_text([r]) for r in cells}))
+
+
+def _pairing(cells: list[dict[str, Any]]) -> str:
+    """How the pairs at each swept value are judged (verdicts.pair_verdict): paired by generation
+    where the two cells ran side by side in one group, else Welch's t on their processes."""
+    at: dict[float, list[dict[str, Any]]] = {}
+    for r in cells:
+        at.setdefault(r["sweep"]["value"], []).append(r)
+    if all(same_group(a, b) for rs in at.values() for a in rs for b in rs):
+        return "paired generation by generation"
+    return "paired generation by generation where the two cells ran side by side in one group, else Welch's t"
 
 
 def sweep_section(recs: list[dict[str, Any]], plot_dir: Path | None, colors: plots.Colors | None = None) -> list[str]:
@@ -69,8 +103,7 @@ def sweep_section(recs: list[dict[str, Any]], plot_dir: Path | None, colors: plo
                     (
                         r["sweep"]["value"],
                         r["median_s"],
-                        r.get("ci_low_s", r["median_s"]),
-                        r.get("ci_high_s", r["median_s"]),
+                        *(shown_interval(r) or (r["median_s"], r["median_s"])),
                         r["samples_per_s"],
                     )
                     for r in rs
@@ -87,6 +120,11 @@ def sweep_section(recs: list[dict[str, Any]], plot_dir: Path | None, colors: plo
             }
             path = plots.sweep(points, field, workload, plot_dir / f"{slug(workload, 'sweep', field)}.png", styles)
             out += [f"![{workload}: sweep over {field}]({path.name})", ""]
+            short = sum(shown_interval(r) is None for r in cells)
+            bars = f"Error bars: each cell's own interval over its processes ({_levels(cells)})"
+            if short:
+                bars += f"; {short} of {len(cells)} cells ran fewer than {MIN_GENERATIONS} rounds: no interval"
+            out += [bars + ".", ""]
         values = sorted({r["sweep"]["value"] for r in cells})
         header_values = [f"{field}={v:g}" for v in values]
         rows = []
@@ -99,15 +137,27 @@ def sweep_section(recs: list[dict[str, Any]], plot_dir: Path | None, colors: plo
             tabulate(rows, ["series", *header_values], tablefmt="github", disable_numparse=True),
             "",
         ]
+        level = _levels(cells) + (" (the stricter of its two cells')" if " or " in _levels(cells) else "")
+        rule = (
+            f"judged at each {field} by the ratio of the two series' cells there (time of one over the other, "
+            f"harness.stats.verdicts: {_pairing(cells)}; each pair on its own, not family-wise), its interval at "
+            f"{level}: a value counts where the interval excludes 1 (separated), values where the pair is `{SAME}` "
+            f"or `{UNRESOLVED}` are skipped"
+        )
         found = crossovers(series)
         if found:
-            out += ["Crossovers (where the faster of two series changes; ties are not counted):", ""]
+            out += [
+                f"Crossovers, where the faster of two series changes, {rule}. Each gives the slower's time over "
+                "the faster's at the two values:",
+                "",
+            ]
             out += [
                 f"- between {field}={c['before']:g} and {c['after']:g}: {c['faster_after']} overtakes "
-                f"{c['faster_before']}"
+                f"{c['faster_before']} ({verdict_text(c['ratios'][0])} at {c['before']:g}, "
+                f"{verdict_text(c['ratios'][1])} at {c['after']:g})"
                 for c in found
             ]
         else:
-            out += ["No crossover: no pair of series changes order within the swept range (ties not counted)."]
+            out += [f"No crossover: no pair of series changes order within the swept range, {rule}."]
         out.append("")
     return out
