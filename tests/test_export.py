@@ -232,8 +232,9 @@ def test_fastest_sentence_names_the_rows_within_drift_of_the_fastest():
         _rec("torch-eager", "torch-export", p50_ms=0.0240),  # 11% slower: not
     ]
     text = export_report.fastest_sentence("mlp", "cpu", recs)
-    assert "the fastest served path is onnx (torch-eager), 0.0216 ms p50" in text
-    assert text.endswith(", tied within 10% with onnx (tf-function).")
+    assert "the lowest served p50 is onnx (torch-eager)'s, 0.0216 ms p50" in text
+    assert text.endswith("one process each): onnx (tf-function).")
+    assert "fastest served" not in text and "tie" not in text  # one process per path: no verdict
 
 
 def test_fastest_sentence_when_nothing_was_served():

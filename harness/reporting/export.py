@@ -77,13 +77,15 @@ def table(recs: list[Record]) -> list[str]:
     return lines
 
 
-#: Rows whose batch-1 p50 is within this share of the fastest's are named with it (one process
+#: Rows whose batch-1 p50 is within this share of the lowest are unresolved against it (one process
 #: per row: closer than this is within run-to-run drift here, docs/measurement.md).
-TIE_SHARE = 0.10
+DRIFT_SHARE = 0.10
 
 
 def fastest_sentence(workload: str, device: str, recs: list[Record]) -> str:
-    """One sentence: the fastest served path at batch 1, beside the fastest in-process forward."""
+    """One sentence: the served path with the lowest batch-1 p50 and those it cannot be told from
+    (one process per path, no interval: within DRIFT_SHARE is unresolved), beside the fastest
+    in-process forward."""
     ok = [r for r in recs if r["status"] == "ok"]
     served = sorted((r for r in ok if r["export_path"] != IN_PROCESS), key=lambda r: r["p50_s"])
     inproc = sorted((r for r in ok if r["export_path"] == IN_PROCESS), key=lambda r: r["p50_s"])
@@ -91,13 +93,16 @@ def fastest_sentence(workload: str, device: str, recs: list[Record]) -> str:
         return f"`{workload}` on {device}: no served path ran to the end (see the table for why)."
     best = served[0]
     # One process per row: rows this close are within the machine's drift, so none is named alone.
-    close = [r for r in served[1:] if r["p50_s"] <= best["p50_s"] * (1 + TIE_SHARE)]
+    close = [r for r in served[1:] if r["p50_s"] <= best["p50_s"] * (1 + DRIFT_SHARE)]
     text = (
-        f"`{workload}` on {device}: the fastest served path is {row_label(best)}, "
+        f"`{workload}` on {device}: the lowest served p50 is {row_label(best)}'s, "
         f"{sig(best['p50_s'] * 1e3)} ms p50 and {sig(best['p99_s'] * 1e3)} ms p99 for one request"
     )
     if close:
-        text += f", tied within {TIE_SHARE:.0%} with {', '.join(row_label(r) for r in close)}"
+        text += (
+            f"; unresolved against it (within {DRIFT_SHARE:.0%}, what this machine drifts between processes, "
+            f"one process each): {', '.join(row_label(r) for r in close)}"
+        )
     if inproc:
         text += f" (fastest in-process forward: {row_label(inproc[0])}, {sig(inproc[0]['p50_s'] * 1e3)} ms p50)"
     return text + "."

@@ -17,6 +17,7 @@ from harness.reporting import (
     attention,
     export,
     fidelity,
+    findings,
     html,
     ops,
     overview,
@@ -102,9 +103,10 @@ def build(run_dirs: Path | list[Path], plot_dir: Path | None = None) -> str:
     ]
     colors = plots.palette(recs)
     out += _overview(recs, plot_dir)
-    findings = summary.sentences(recs)
-    if findings:
-        out += ["## Summary", "", *(f"- {line}" for line in findings), ""]
+    said = summary.sentences(recs)
+    if said:
+        out += ["## Summary", "", *(f"- {line}" for line in said), ""]
+    out += findings.section(recs, plot_dir)
     out += banner(recs)
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in sorted(recs, key=overview.setting_order):  # sections in the overview's column order

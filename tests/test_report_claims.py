@@ -1,0 +1,157 @@
+"""Every committed report's sentences against its own tables (issue 44: every sentence true).
+
+A reader believes each sentence of a report until one is wrong. These tests walk every committed
+``report.md`` and check what its prose claims against what its tables print:
+
+- every measured number in the Summary is one a table of the same report prints (the sentences
+  show the tables' values, not a second computation);
+- no sentence says "tie"/"tied" (a report has three outcomes: separated, same speed, unresolved);
+- every list of adapters "at the top" of a workload is the overview's whole top (none left out),
+  and every "fastest" is the overview's framed cell.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPORTS_DIR = Path(__file__).resolve().parent.parent / "reports"
+REPORTS = sorted(REPORTS_DIR.glob("**/report.md"))
+
+#: A measured number as sentences print it: 8.77, 1.55x, 13,892 (thousands), 23x. Counts ("4 of 6
+#: workloads", "60 cells"), levels and shares ("95%", "23%") and settings ("batch_size=16") are not.
+NUMBER = re.compile(r"(?<![\w.=\-/])(\d{1,3}(?:,\d{3})+|\d+\.\d+|\d+(?=x\b)|\d+(?= steps?\b))(?![\d%])")
+TIE = re.compile(r"\btie[sd]?\b", re.IGNORECASE)
+
+
+def sections(text: str) -> dict[str, list[str]]:
+    """``## heading`` -> its lines (the title's lines under "")."""
+    out: dict[str, list[str]] = {"": []}
+    current = ""
+    for line in text.splitlines():
+        if line.startswith("## "):
+            current = line[3:].strip()
+            out[current] = []
+        else:
+            out[current].append(line)
+    return out
+
+
+def table_text(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if line.lstrip().startswith("|"))
+
+
+def prose(lines: list[str]) -> list[str]:
+    """Sentence lines: not tables, headings, pictures or HTML."""
+    return [line for line in lines if line.strip() and not line.lstrip().startswith(("|", "#", "![", "<", "```"))]
+
+
+def numbers(sentence: str) -> list[str]:
+    # Names carry digits that are no measurement ("mlp (batch_size=16)", "repeat-01", "fp32").
+    sentence = re.sub(r"\([^()]*=[^()]*\)", "", sentence)
+    sentence = re.sub(r"`[^`]*`", "", sentence)
+    return NUMBER.findall(sentence)
+
+
+def in_tables(number: str, tables: str) -> bool:
+    return re.search(rf"(?<![\d.,]){re.escape(number)}(?![\d]|,\d)", tables) is not None
+
+
+def summary(text: str) -> list[str]:
+    return [line for line in sections(text).get("Summary", []) if line.startswith("- ")]
+
+
+@pytest.mark.parametrize("path", REPORTS, ids=lambda p: str(p.parent.relative_to(REPORTS_DIR)))
+def test_summary_numbers_are_printed_in_a_table(path: Path) -> None:
+    text = path.read_text()
+    tables = table_text(text)
+    missing = [(n, line[:120]) for line in summary(text) for n in numbers(line) if not in_tables(n, tables)]
+    assert not missing, f"{path}: Summary numbers no table prints: {missing}"
+
+
+@pytest.mark.parametrize("path", REPORTS, ids=lambda p: str(p.parent.relative_to(REPORTS_DIR)))
+def test_no_sentence_says_tie(path: Path) -> None:
+    text = path.read_text()
+    said = [line[:120] for line in text.splitlines() if TIE.search(line)]
+    assert not said, f"{path}: 'tie' is no outcome of this project's verdicts: {said}"
+
+
+def overview_marks(text: str) -> dict[str, dict[str, str]]:
+    """The overview table: workload column -> adapter -> its cell text."""
+    lines = [line for line in sections(text).get("Overview", []) if line.startswith("|")]
+    if len(lines) < 3:
+        return {}
+    cols = [c.strip() for c in lines[0].strip("|").split("|")]
+    out: dict[str, dict[str, str]] = {c: {} for c in cols[1:]}
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        for col, cell in zip(cols[1:], cells[1:], strict=True):
+            out[col][cells[0]] = cell
+    return out
+
+
+def split_top_level(text: str, seps: tuple[str, ...]) -> list[str]:
+    """``text`` split at any of ``seps`` outside parentheses."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        ch = text[i]
+        depth += (ch == "(") - (ch == ")")
+        sep = next((s for s in seps if depth == 0 and text.startswith(s, i)), None)
+        if sep:
+            parts.append(text[start:i])
+            i += len(sep)
+            start = i
+        else:
+            i += 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def claimed_tops(text: str) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """From the Summary's first sentence: workload -> adapters called fastest, and workload ->
+    adapters listed at the top (same speed or unresolved)."""
+    fastest: dict[str, set[str]] = {}
+    tops: dict[str, set[str]] = {}
+    for line in summary(text):
+        if not line.startswith("- On "):
+            continue
+        body = line.split(", ", 1)[1].rstrip(".")
+        head = ""
+        for clause in split_top_level(body, ("; ",)):
+            # "unresolved at the top (...): A and B on mlp; C on cnn": a head, then its entries.
+            head, listing = clause.split(": ", 1) if ": " in clause else (head, clause)
+            for entry in split_top_level(listing, (", ", " and ")) if "fastest" in head else [listing]:
+                if " on " not in entry:
+                    continue
+                names, workload = entry.rsplit(" on ", 1)
+                workload = re.sub(r"\s*\([\d.]+ ms/step.*\)$", "", workload).strip()
+                adapters = {re.sub(r" \([a-z-]+\)$", "", n) for n in split_top_level(names, (", ", " and "))}
+                (fastest if "fastest" in head else tops).setdefault(workload, set()).update(adapters)
+    return fastest, tops
+
+
+def test_top_lists_are_checked_on_the_default_run() -> None:
+    """The completeness test below reads the default run (guards the parser against silently
+    matching nothing)."""
+    text = (REPORTS_DIR / "2026-11-25-cpu-default" / "report.md").read_text()
+    fastest, tops = claimed_tops(text)
+    assert fastest == {"cnn": {"tf-function"}}
+    assert {"mlp", "rnn-caption", "mlp-wide", "rnn-decode", "transformer"} <= set(tops)
+    assert overview_marks(text)["mlp"]["jax-jit"].startswith("1.00")
+
+
+@pytest.mark.parametrize("path", REPORTS, ids=lambda p: str(p.parent.relative_to(REPORTS_DIR)))
+def test_top_lists_match_the_overview(path: Path) -> None:
+    text = path.read_text()
+    marks = overview_marks(text)
+    fastest, tops = claimed_tops(text)
+    for workload, cells in marks.items():
+        if workload not in fastest and workload not in tops:
+            continue
+        framed = {a for a, c in cells.items() if c.startswith("**")}
+        close = {a for a, c in cells.items() if "unresolved" in c or "same" in c or re.match(r"1\.00\b", c)}
+        assert fastest.get(workload, set()) == framed, f"{path}: {workload}: fastest {fastest.get(workload)}"
+        if workload in tops:
+            assert tops[workload] == close, f"{path}: {workload}: listed {tops[workload]}, overview {close}"
