@@ -34,19 +34,10 @@ from harness.running import executors, turns
 from harness.running.plan import PlanError, plan, twins
 from harness.running.progress import MatrixProgress
 from harness.running.rounds import Run
+from harness.stats.verdicts import wilson
 
 #: Targets from the project's issue: false differences at most, power at least.
 TARGETS = {0.0: ("false differences", "<= 5%"), 0.1: ("detected", ">= 80%"), 0.25: ("detected", ">= 99%")}
-
-
-def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson's 95% interval of a proportion."""
-    if n == 0:
-        return 0.0, 1.0
-    p = hits / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def effect(rec: dict[str, Any]) -> float:

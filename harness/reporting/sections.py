@@ -9,6 +9,7 @@ from typing import Any
 from tabulate import tabulate
 
 from harness import records
+from harness.reporting import calibration_note
 from harness.reporting.cells import missing_pairs, strategy
 from harness.reporting.formatting import DASH, row_label, sig
 from harness.reporting.workload_tables import ordered
@@ -221,6 +222,8 @@ def method(recs: list[dict[str, Any]]) -> str:
             "ones) are not cached."
         )
     lines += _resolution(ok) + _turns_left_out(ok)
+    if any((r.get("protocol") or {}).get("mode") == "turns" for r in ok):  # verdicts from processes taking turns
+        lines += calibration_note.lines(ok)
     if any((r.get("pass_steps") or 1) > 1 for r in ok):
         lines.append(
             "- † Steps of different sizes (variable-length batches): the steady window and every "

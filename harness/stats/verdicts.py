@@ -451,3 +451,13 @@ def cell_interval(levels: list[float], center: float, level: float = DEFAULT_LEV
     k = len(levels)
     half = float(t_quantile(level, k - 1)) * float(np.std(levels, ddof=1)) / math.sqrt(k)
     return center * math.exp(-half), center * math.exp(half)
+
+
+def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson's 95% interval of a proportion."""
+    if n == 0:
+        return 0.0, 1.0
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)

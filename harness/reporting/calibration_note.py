@@ -1,0 +1,89 @@
+"""The Method's calibration lines: what the committed calibrations (``make calibrate``, harness.calibrate)
+measured of the verdict rules on the machine type and device a run used, quoted from their JSON.
+
+A run's verdicts claim a false-separation rate and a power; a calibration measured both on a
+machine with identical twins and known slow-downs. The Method quotes each committed calibration
+of the same CPU model and device, with its own level, generations and repeats, so a reader sees
+how far the claim was checked where the run ran (and that it was not, where none matches).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from harness.stats.verdicts import wilson
+
+REPORTS = Path(__file__).resolve().parents[2] / "reports"
+
+
+def committed(folder: Path = REPORTS) -> list[tuple[Path, dict[str, Any]]]:
+    """Every ``calibration-<K>-generations.json`` under ``folder``, with its path."""
+    out = []
+    for path in sorted(folder.glob("*/calibration-*-generations.json")):
+        try:
+            out.append((path, json.loads(path.read_text())))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _rate(hits: int, n: int, noun: str) -> str:
+    low, high = wilson(hits, n)
+    return f"{hits} of {n} {noun} ({100 * hits / n:.0f}% [{100 * low:.0f}, {100 * high:.0f}])"
+
+
+def quote(path: Path, data: dict[str, Any]) -> str:
+    """One calibration as a Method line: its setting, false separations per pair and per group
+    (family-wise), and power at each known slow-down, each over the pairs it judged, with its
+    Wilson interval (as its own page counts them, harness.calibrate)."""
+    meta = data["meta"]
+    judged = [p for p in data["pairs"] if p.get("high") is not None and math.isfinite(p["high"])]
+    null = [p for p in judged if not p["effect"]]
+    fam = [g for g in data["groups"] if g.get("judged") and g.get("leader_twins")]
+    false_groups = _rate(sum(g["family_false"] for g in fam), len(fam), "groups")
+    parts = [
+        f"identical cells called different in {_rate(sum(p['different'] for p in null), len(null), 'pairs')}",
+        f"a cell identical to the leader marked different in {false_groups} (family-wise)",
+    ]
+    for effect in sorted({p["effect"] for p in judged if p["effect"]}):
+        hit = [p for p in judged if p["effect"] == effect]
+        parts.append(
+            f"a {effect:.0%} slow-down detected in {_rate(sum(p['right_way'] for p in hit), len(hit), 'pairs')}"
+        )
+    return (
+        f"- Calibration (`reports/{path.parent.name}`, {meta['machine']}, {meta['device']}, {meta['adapter']} on "
+        f"{meta['workload']} beside twins {meta['twins']}, {meta['rounds']} generations, "
+        f"{100 * meta['level']:.4g}%, {meta['repeats']} repeats): " + "; ".join(parts) + "."
+    )
+
+
+def _judged(data: dict[str, Any]) -> bool:
+    return any(p.get("high") is not None and math.isfinite(p["high"]) for p in data["pairs"])
+
+
+def lines(recs: list[dict[str, Any]], folder: Path = REPORTS) -> list[str]:
+    """The calibrations of the runs' CPU models and devices, or one line saying none matches."""
+    machines = {((r.get("fingerprint") or {}).get("cpu"), r.get("device")) for r in recs if r["status"] == "ok"}
+    found = [
+        (p, d)
+        for p, d in committed(folder)
+        if (d["meta"].get("machine"), d["meta"].get("device")) in machines and _judged(d)
+    ]
+    # per calibration folder, the judging closest to the run's own generations
+    gens = sorted(r.get("rounds_done") or 1 for r in recs if r["status"] == "ok")
+    typical = gens[len(gens) // 2] if gens else 1
+    best: dict[Path, tuple[Path, dict[str, Any]]] = {}
+    for p, d in found:
+        mine = best.get(p.parent)
+        if mine is None or abs(d["meta"]["rounds"] - typical) < abs(mine[1]["meta"]["rounds"] - typical):
+            best[p.parent] = (p, d)
+    found = [best[k] for k in sorted(best)]
+    if not found:
+        return [
+            "- Calibration: no committed calibration was measured on this CPU model and device; `make calibrate` "
+            "measures how often the rules call identical code different here (docs/measurement.md, Calibration)."
+        ]
+    return [quote(p, d) for p, d in found]

@@ -1,0 +1,62 @@
+"""The Method quotes the committed calibrations of the run's machine type (harness.reporting.calibration_note)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.reporting import calibration_note
+
+
+def _write(folder: Path, rounds: int, judged: bool = True) -> None:
+    high = 1.05 if judged else None
+    pairs = [
+        {"effect": 0.0, "high": high, "different": False, "right_way": False},
+        {"effect": 0.0, "high": high, "different": True, "right_way": False},
+        {"effect": 0.1, "high": high, "different": True, "right_way": True},
+    ]
+    meta = {
+        "adapter": "torch-eager,jax-jit",
+        "workload": "mlp",
+        "device": "cpu",
+        "repeats": 2,
+        "rounds": rounds,
+        "twins": "0%, 10%",
+        "level": 0.9706,
+        "machine": "AMD EPYC",
+    }
+    groups = [{"judged": judged, "leader_twins": 1, "family_false": False}]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"calibration-{rounds}-generations.json").write_text(
+        json.dumps({"meta": meta, "pairs": pairs, "groups": groups})
+    )
+
+
+def _recs(cpu: str = "AMD EPYC", rounds: int = 3) -> list[dict]:
+    return [{"status": "ok", "fingerprint": {"cpu": cpu}, "device": "cpu", "rounds_done": rounds}]
+
+
+def test_the_calibration_of_the_runs_machine_is_quoted_with_its_rates_and_intervals(tmp_path):
+    _write(tmp_path / "2026-11-25-calibration-mixed", 3)
+    _write(tmp_path / "2026-11-25-calibration-mixed", 2, judged=False)  # nothing judged: never quoted
+    (line,) = calibration_note.lines(_recs(), tmp_path)
+    assert line.startswith("- Calibration (`reports/2026-11-25-calibration-mixed`, AMD EPYC, cpu, torch-eager,jax-jit")
+    assert "3 generations, 97.06%, 2 repeats" in line
+    assert "identical cells called different in 1 of 2 pairs (50% [9, 91])" in line
+    assert "a 10% slow-down detected in 1 of 1 pairs (100% [21, 100])" in line
+    assert "0 of 1 groups" in line
+
+
+def test_of_several_judgings_the_one_closest_to_the_runs_generations(tmp_path):
+    for rounds in (3, 4):
+        _write(tmp_path / "cal", rounds)
+    (line,) = calibration_note.lines(_recs(rounds=4), tmp_path)
+    assert "4 generations" in line
+    (line,) = calibration_note.lines(_recs(rounds=3), tmp_path)
+    assert "3 generations" in line
+
+
+def test_another_machine_type_is_told_none_was_calibrated_there(tmp_path):
+    _write(tmp_path / "cal", 3)
+    (line,) = calibration_note.lines(_recs(cpu="Intel Xeon"), tmp_path)
+    assert "no committed calibration was measured on this CPU model" in line and "make calibrate" in line
