@@ -311,7 +311,7 @@ def test_attention_section_pairs_naive_and_fused_and_finds_the_crossover_per_ada
     md = "\n".join(attention.section(recs))
     assert "## Attention implementations" in md
     torch_row = next(line for line in md.splitlines() if line.startswith("| torch-eager"))
-    assert "| 4 " in torch_row and "| 2 " in torch_row and "2.00x" in torch_row and "sdpa" in torch_row
+    assert "| 4 " in torch_row and "| 2 " in torch_row and "2.00 [1.99, 2.01]" in torch_row and "sdpa" in torch_row
     tf_row = next(line for line in md.splitlines() if line.startswith("| tf-eager"))
     assert "skipped: no fused attention kernel in TensorFlow" in tf_row
     jax_row = next(line for line in md.splitlines() if line.startswith("| jax-jit"))

@@ -8,10 +8,10 @@ from tabulate import tabulate
 
 from harness.records import Record
 from harness.reporting.cells import strategy, tokens_per_s
-from harness.reporting.formatting import DASH, compiles_text, device_label, sig
+from harness.reporting.formatting import DASH, compiles_text, device_label, sig, verdict_text
 from harness.reporting.sweeps import crossovers
 from harness.reporting.workload_tables import live
-from harness.stats.verdicts import SAME, UNRESOLVED, outcome, separated
+from harness.stats.verdicts import PairVerdict, pair_verdict
 
 KINDS = ("naive", "fused")
 
@@ -44,16 +44,11 @@ def _cell(rec: Record | None) -> tuple[str, str, str]:
 
 
 def _ratio(naive: Record | None, fused: Record | None) -> str:
-    """naive time over fused time (above 1: fused is faster), ``(same speed)`` where the interval
-    lies within 1 +- 5%, ``(unresolved)`` where it neither does nor excludes 1."""
+    """naive time over fused time (above 1: fused is faster) with its interval and verdict, as every
+    table prints a pair (formatting.verdict_text)."""
     if not naive or not fused or naive["status"] != "ok" or fused["status"] != "ok":
         return DASH
-    text = f"{naive['median_s'] / fused['median_s']:.2f}x"
-    if "ci_low_s" in naive and "ci_low_s" in fused:
-        found = outcome(naive, fused)
-        if found in (SAME, UNRESOLVED):
-            text += f" ({found})"
-    return text
+    return verdict_text(pair_verdict(fused, naive))
 
 
 def section(recs: list[Record]) -> list[str]:
@@ -114,8 +109,9 @@ def _side_by_side(cells: list[Record]) -> list[str]:
     ]
     headers, rows = live(headers, rows)
     speedup = (
-        "Speed-up is naive time over fused time (above 1: the fused kernel is faster), `(same speed)` where the "
-        "paired interval lies within 1 ± 5%, `(unresolved)` where it neither does nor excludes 1. "
+        "Speed-up is naive time over fused time (above 1: the fused kernel is faster) with its interval, as "
+        "the workload tables print a pair: `same speed` where the interval lies within 1 ± 5%, `unresolved` "
+        "where it neither does nor excludes 1 (with why). "
         if "fused speed-up" in headers
         else "No cell of this run used the fused kernel (`--strategy all` or `--set attention=fused` runs them). "
     )
@@ -150,10 +146,14 @@ def _crossover_lengths(cells: list[Record]) -> list[str]:
                 for c in found
             )
         else:
-            faster = {_winner(both, v) for v in values} - {None}
-            where = f"no crossover over {field}={values[0]:g}..{values[-1]:g}" + (
-                f": {faster.pop()} faster where separated" if len(faster) == 1 else ": never separated"
-            )
+            won = {v: w for v in values if (w := _winner(both, v))}
+            where = f"no crossover over {field}={values[0]:g}..{values[-1]:g}"
+            if won:
+                kind = next(iter(won.values()))[0]
+                at = ", ".join(f"{v:g} ({verdict_text(w[1])})" for v, w in won.items())
+                where += f": {kind} faster where separated, at {field}={at}"
+            else:
+                where += ": never separated"
         rows.append([adapter, loop, device, where])
     if not rows:
         return []
@@ -165,10 +165,14 @@ def _crossover_lengths(cells: list[Record]) -> list[str]:
     return ["### Crossover along the sweep", "", intro, "", tabulate(rows, headers, tablefmt="github"), ""]
 
 
-def _winner(both: dict[str, list[Record]], value: float) -> str | None:
-    """The separated faster kernel at one swept value, or None (not separated, or a missing cell)."""
+def _winner(both: dict[str, list[Record]], value: float) -> tuple[str, PairVerdict] | None:
+    """The separated faster kernel at one swept value with the verdict of the slower's time over the
+    faster's, or None (not separated, or a missing cell)."""
     at = {k: next((r for r in rs if r["sweep"]["value"] == value), None) for k, rs in both.items()}
     naive, fused = at.get("naive"), at.get("fused")
-    if naive is None or fused is None or not separated(naive, fused):
+    if naive is None or fused is None:
         return None
-    return "naive" if naive["median_s"] < fused["median_s"] else "fused"
+    v = pair_verdict(fused, naive)  # time(naive) / time(fused)
+    if not v.separated:
+        return None
+    return ("fused", v) if v.point > 1 else ("naive", pair_verdict(naive, fused))
