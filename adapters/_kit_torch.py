@@ -7,6 +7,8 @@ stay cheap to import).
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Any
 
 from adapters._kit_common import shared_compile_cache
@@ -76,9 +78,15 @@ def torch_env(threads: int, device: str) -> dict[str, str]:
     small MLP's first compiled training step on the 2-core CI VM: 10.6 s with them off, 1.5 s
     with them warm). Under SHARED_COMPILE_CACHE (the test suite) or a run's cache of the cell
     (RUN_COMPILE_CACHE, empty for its first process) they are on, in that folder.
+    Triton's kernel cache (GPU) is not Inductor's to disable: it lives under Inductor's default
+    folder in /tmp and outlives a run, so it gets the cell's folder too, or where compiles are
+    cold an empty folder of its own per worker.
     ``threads`` and ``device`` change nothing: the signature is every ``*_env``'s."""
     folder = shared_compile_cache("inductor")
-    return {"TORCHINDUCTOR_CACHE_DIR": folder} if folder else {"TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
+    if folder:
+        return {"TORCHINDUCTOR_CACHE_DIR": folder, "TRITON_CACHE_DIR": os.path.join(folder, "triton")}
+    cold = tempfile.mkdtemp(prefix="dlcompare-triton-cold-")
+    return {"TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", "TRITON_CACHE_DIR": cold}
 
 
 def torch_peak_bytes(torch: Any, device: Any) -> int | None:

@@ -49,3 +49,24 @@ def test_kit_imports_no_framework(python):
     )
     out = subprocess.run([python, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_tritons_kernel_cache_is_the_cells_or_empty_and_never_inductors_default(monkeypatch, tmp_path):
+    """Triton's cache (GPU kernels) outlives a run under Inductor's default /tmp folder even with
+    Inductor's caches off: a worker gets the cell's folder, or an empty one of its own."""
+    import os
+
+    from adapters import _kit_common
+    from adapters._kit_torch import torch_env
+
+    monkeypatch.delenv(_kit_common.SHARED_COMPILE_CACHE, raising=False)
+    cold_a, cold_b = torch_env(1, "cuda"), torch_env(1, "cuda")
+    assert cold_a["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] == "1"
+    assert cold_a["TRITON_CACHE_DIR"] != cold_b["TRITON_CACHE_DIR"]
+    assert all(os.listdir(e["TRITON_CACHE_DIR"]) == [] for e in (cold_a, cold_b))
+    with _kit_common.compile_cache(str(tmp_path)):
+        warm = torch_env(1, "cuda")
+    assert warm["TRITON_CACHE_DIR"] == os.path.join(str(tmp_path), "inductor", "triton")
+    assert warm["TORCHINDUCTOR_CACHE_DIR"] == os.path.join(str(tmp_path), "inductor")
+    for e in (cold_a, cold_b):
+        os.rmdir(e["TRITON_CACHE_DIR"])
