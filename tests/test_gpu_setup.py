@@ -48,10 +48,19 @@ def stand_in_path(tmp_path: Path, driver: str) -> str:
 
 
 def no_driver_path(tmp_path: Path) -> str:
-    """PATH without any nvidia-smi (this machine's, where it has one, is left out)."""
+    """PATH without any nvidia-smi. Where this machine has one, its folder (``/usr/bin`` on a
+    standard driver install, beside ``make`` and ``sh``) is replaced by a folder of links to all
+    of its other programs."""
     real = shutil.which("nvidia-smi")
-    keep = [p for p in os.environ["PATH"].split(os.pathsep) if not real or Path(p) != Path(real).parent]
-    return os.pathsep.join(keep)
+    if real is None:
+        return os.environ["PATH"]
+    holder = Path(real).parent
+    shadow = tmp_path / "no-driver-bin"
+    shadow.mkdir(exist_ok=True)
+    for entry in holder.iterdir():
+        if entry.name != "nvidia-smi" and not (shadow / entry.name).exists():
+            (shadow / entry.name).symlink_to(entry)
+    return os.pathsep.join(str(shadow) if Path(p) == holder else p for p in os.environ["PATH"].split(os.pathsep))
 
 
 @pytest.fixture
@@ -474,3 +483,16 @@ def test_gpu_check_runs_without_a_gpu_and_says_what_it_would_verify(python, tmp_
         assert f"{prefix}{step.name}: {step.verifies}" in summary
     assert {"install.json", "ownership.txt", "doctor.txt"} <= {p.name for p in out.iterdir()}
     assert "0 paths owned twice" in (out / "ownership.txt").read_text()
+
+
+def test_the_no_driver_path_hides_nvidia_smi_and_keeps_every_other_program(tmp_path, monkeypatch):
+    """On a GPU machine nvidia-smi sits in /usr/bin beside make: hiding it must not hide make."""
+    bin_dir = tmp_path / "usr-bin"
+    bin_dir.mkdir()
+    for name in ("nvidia-smi", "make"):
+        (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    path = no_driver_path(tmp_path)
+    assert shutil.which("nvidia-smi", path=path) is None
+    assert shutil.which("make", path=path) == str(tmp_path / "no-driver-bin" / "make")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import itertools
+import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -43,6 +44,8 @@ def _torch(images, workers):
 
 
 def _keras(images, workers):
+    # Keras defaults to TensorFlow, absent from .venv on the GPU variants: pick the installed torch.
+    os.environ.setdefault("KERAS_BACKEND", "torch")
     import keras
 
     from adapters._keras_data import image_batches
