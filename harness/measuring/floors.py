@@ -267,6 +267,14 @@ def _run_library(library: str, device: str, shapes: list, threads: int, precisio
         return {"seconds": json.loads(out.read_text())}
 
 
+def _installed(library: str) -> bool:
+    """Whether ``library`` can be timed: in this environment, or in its own (TensorFlow's .venv-tf
+    on the GPU variants, harness.install.environments)."""
+    from harness.install.environments import family_python
+
+    return importlib.util.find_spec(library) is not None or family_python(library) is not None
+
+
 def kernel_floors(cells: list[dict[str, Any]], devices: list[str], threads: int, precision: str) -> dict[str, Any]:
     """Each cell's kernel floor (seconds per step, keyed by cell id; None where its workload
     states no kernels or nothing could time them), the library that was fastest per kernel
@@ -279,7 +287,7 @@ def kernel_floors(cells: list[dict[str, Any]], devices: list[str], threads: int,
     errors: dict[str, str] = {}
     for device in devices:
         for library in LIBRARIES:
-            if not shapes or importlib.util.find_spec(library) is None:
+            if not shapes or not _installed(library):
                 continue
             inputs = {"floors": library, "device": device, "threads": threads, "precision": precision}
             found = limits_cache.cached_each(
