@@ -108,6 +108,8 @@ def _peak_lines(machine: str, peaks: dict[str, Any]) -> list[str]:
             start, end = sig(peak["matmul_gflops_start"]), sig(peak["matmul_gflops_end"])
             when = f", the better of {start} at the run's start and {end} at its end"
         kind = PEAK_KIND.get(peak.get("precision", "fp32"), "float32")
+        if peak.get("bf16_emulated"):  # harness.measuring.peak: an emulated bfloat16 matmul is not timed
+            kind = f"float32 (bfloat16 not timed: emulated here, {peak['bf16_emulated']})"
         lines.append(
             f"- {where}: {kind} matmul {sig(peak['matmul_gflops'])} GFLOP/s ({source}{when}); "
             f"copy {sig(peak['copy_gbs'])} GB/s (read + write)"

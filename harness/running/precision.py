@@ -18,36 +18,17 @@ training step's loss, so a bf16 decode cell would time float32; it is skipped, f
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 import subprocess
-from pathlib import Path
 from typing import Any
 
+from harness.measuring.cpu_features import cpu_native_bf16
 from harness.measuring.gpu_util import cell_gpu
 from harness.records import Cell
 
-#: Where the CPU's flags are read; ``DLCOMPARE_CPUINFO`` names another file (a stand-in for tests,
-#: or a cluster node's cpuinfo saved beside the run).
-CPUINFO_ENV = "DLCOMPARE_CPUINFO"
-#: /proc/cpuinfo flags of bfloat16 arithmetic: x86 (AVX512-BF16, AMX-BF16), arm64 (FEAT_BF16).
-CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 #: The first NVIDIA compute capability with bfloat16 tensor-core arithmetic (Ampere).
 CUDA_BF16_CAPABILITY = (8, 0)
 FORCE_HINT = "force it with --force-precision (make bench FORCE=1) to time the emulation"
-
-
-def cpu_bf16(cpuinfo: str) -> tuple[bool, str]:
-    """(native, what says so) from the text of ``/proc/cpuinfo``."""
-    words: set[str] = set()
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip().lower() in ("flags", "features"):
-            words.update(value.split())
-    found = [f for f in CPU_BF16_FLAGS if f in words]
-    if found:
-        return True, f"the CPU has {', '.join(found)}"
-    return False, f"the CPU has no bfloat16 instructions ({' / '.join(CPU_BF16_FLAGS[:2])} not in /proc/cpuinfo flags)"
 
 
 def cuda_bf16(capability: tuple[int, int] | None, name: str = "the GPU") -> tuple[bool | None, str]:
@@ -96,11 +77,7 @@ def native(precision: str, device: str) -> tuple[bool | None, str]:
     if precision != "bf16":
         return True, f"{precision} is native everywhere"
     if device == "cpu":
-        path = Path(os.environ.get(CPUINFO_ENV, "/proc/cpuinfo"))
-        try:
-            return cpu_bf16(path.read_text())
-        except OSError:
-            return None, f"{path} is unreadable"
+        return cpu_native_bf16()
     return _cuda_native()
 
 
