@@ -10,7 +10,9 @@ a repeat is judged as a report judges it (harness.stats.verdicts). ``calibration
 (``--generations K`` judges the first K of each repeat again) gives, per
 true effect, how many pairs were called different (false differences for 0%, power otherwise),
 with a Wilson interval, against the targets: at most 5% false, at least 80% power at 10%, 99% at
-25%. The records of every repeat are kept, so the table can be recomputed.
+25%. A repeat in which a cell is flagged ``contended`` (other load through its kept turns) is
+judged apart, as a report does not rank such a cell. The records of every repeat are kept, so the
+table can be recomputed.
 """
 
 from __future__ import annotations
@@ -90,6 +92,22 @@ def judge(recs: list[dict[str, Any]], level: float) -> tuple[list[dict[str, Any]
     return out, group
 
 
+def contended(recs: list[dict[str, Any]]) -> bool:
+    """Whether a repeat had a cell its run flags ``contended`` (other load through its kept turns, the
+    cap on retakes reached): a report does not rank such a cell, so its pairs are judged apart."""
+    return any(r.get("contended") for r in recs if r["status"] == "ok")
+
+
+def turn_counts(recs: list[dict[str, Any]]) -> dict[str, int]:
+    """A repeat's turns over its cells and generations: kept, retaken for contention, kept under it."""
+    ok = [r for r in recs if r["status"] == "ok"]
+    return {
+        "kept": sum(len(r.get("turn_ids") or []) for r in ok),
+        "retaken": sum(r.get("turns_dropped") or 0 for r in ok),
+        "contended": sum(r.get("turns_contended") or 0 for r in ok),
+    }
+
+
 def group_table(groups: list[dict[str, Any]]) -> str:
     """Per repeat (a group of cells as a report's workload): false separations of identical cells."""
     n = sum(g.get("judged", True) for g in groups)
@@ -131,10 +149,26 @@ def table(pairs: list[dict[str, Any]]) -> str:
     return tabulate(rows, headers, tablefmt="github")
 
 
-def write(out: Path, pairs: list[dict[str, Any]], groups: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
+def _strict(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**p, "high": None} if not math.isfinite(p["high"]) else p for p in pairs]  # strict JSON
+
+
+def write(
+    out: Path,
+    pairs: list[dict[str, Any]],
+    groups: list[dict[str, Any]],
+    meta: dict[str, Any],
+    busy: list[dict[str, Any]] = (),
+) -> Path:
+    """``calibration-<K>-generations.md`` and ``.json``: the tables from the uncontended repeats,
+    then the contended ones (``busy``) apart, with their turn counts."""
     name = f"calibration-{meta['rounds']}-generations"
-    unjudged = [{**p, "high": None} if not math.isfinite(p["high"]) else p for p in pairs]  # strict JSON
-    data = {"meta": meta, "pairs": unjudged, "groups": groups}
+    data = {
+        "meta": meta,
+        "pairs": _strict(pairs),
+        "groups": groups,
+        "contended": [{**b, "pairs": _strict(b["pairs"])} for b in busy],
+    }
     (out / f"{name}.json").write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
     lines = [
         "# Calibration: identical twins and known slow-downs",
@@ -161,6 +195,25 @@ def write(out: Path, pairs: list[dict[str, Any]], groups: list[dict[str, Any]], 
         group_table(groups),
         "",
     ]
+    if busy:
+        busy_pairs = [{**p, "repeat": b["repeat"]} for b in busy for p in b["pairs"]]
+        counts = "; ".join(
+            f"repeat {b['repeat']}: {b['turns']['contended']} of {b['turns']['kept']} kept turns under contention, "
+            f"{b['turns']['retaken']} retaken"
+            for b in busy
+        )
+        lines += [
+            f"## Repeats under contention ({len(busy)}, judged apart)",
+            "",
+            "Other work loaded the machine through these repeats past the cap on retaken turns, so their "
+            "cells are flagged `contended`, which a report does not rank; they are not in the tables above. "
+            f"{counts}.",
+            "",
+            table(busy_pairs),
+            "",
+            group_table([{**b["group"], "repeat": b["repeat"]} for b in busy]),
+            "",
+        ]
     path = out / f"{name}.md"
     path.write_text("\n".join(lines))
     return path
@@ -227,16 +280,21 @@ def main(argv: list[str] | None = None) -> int:
     done = {"wall_min": math.nan, "rounds": args.rounds, "command": command}
     done.update(json.loads(ran.read_text()) if ran.is_file() else {})
     keep = args.generations or done["rounds"]
+    busy: list[dict[str, Any]] = []  # repeats with a contended cell, judged apart
     for i, run_dir in enumerate(sorted(out.glob("repeat-*")), start=1):
         recs = [r for r in records.load(run_dir / records.RESULTS) if int(r.get("round") or 1) <= keep]
         found, group = judge(recs, level)
+        if contended(recs):
+            busy.append({"repeat": i, "pairs": found, "group": group, "turns": turn_counts(recs)})
+            continue
         pairs += [{**p, "repeat": i} for p in found]
         groups.append({**group, "repeat": i})
     meta = {
         "adapter": args.framework,
         "workload": args.workload,
         "device": args.device,
-        "repeats": len(list(out.glob("repeat-*"))),
+        "repeats": len(groups),
+        "contended_repeats": [b["repeat"] for b in busy],
         "rounds": keep,
         "twins": ", ".join(f"{100 * f:g}%" for f in factors),
         "level": level,
@@ -244,5 +302,5 @@ def main(argv: list[str] | None = None) -> int:
         "wall_min": done["wall_min"],
         "command": done["command"],
     }
-    print(f"calibration: {write(out, pairs, groups, meta)}")
+    print(f"calibration: {write(out, pairs, groups, meta, busy)}")
     return 0

@@ -308,6 +308,32 @@ def test_calibration_counts_false_differences_and_power_by_true_effect():
     assert "| 2 | 1 | 50.0%" in rows[2].replace("  ", " ") or "50.0%" in rows[3]
 
 
+def test_a_calibration_judges_repeats_with_contended_cells_apart(tmp_path, monkeypatch):
+    """A report does not rank a contended cell; the calibration's tables leave such repeats out and
+    show them apart, with their turn counts."""
+    import json
+
+    from harness import calibrate
+
+    for i, busy in ((1, False), (2, True)):
+        recs = _turn_records("a", 1.0, noise=0.01, seed=i) + _turn_records("a~twin1", 1.0, noise=0.01, seed=10 + i)
+        for r in recs[3:]:
+            r["base_adapter"] = "a"
+        recs[0].update(contended=busy, turns_dropped=5 if busy else 0, turns_contended=4 if busy else 0)
+        folder = tmp_path / f"repeat-{i:02d}"
+        folder.mkdir()
+        (folder / records.RESULTS).write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (tmp_path / "calibration-run.json").write_text(json.dumps({"wall_min": 1.0, "rounds": 3, "command": "c"}))
+    assert calibrate.main(["--judge-only", "--out", str(tmp_path), "--framework", "a", "--level", "0.95"]) == 0
+    data = json.loads((tmp_path / "calibration-3-generations.json").read_text())
+    assert data["meta"]["repeats"] == 1 and data["meta"]["contended_repeats"] == [2]
+    assert {p["repeat"] for p in data["pairs"]} == {1}
+    assert data["contended"][0]["turns"] == {"kept": 120, "retaken": 5, "contended": 4}
+    text = (tmp_path / "calibration-3-generations.md").read_text()
+    assert "## Repeats under contention (1, judged apart)" in text
+    assert "repeat 2: 4 of 120 kept turns under contention, 5 retaken" in text
+
+
 def test_a_budget_counts_from_the_command_and_starts_a_round_only_if_it_fits(tmp_path):
     import psutil
 
