@@ -122,3 +122,12 @@ def test_plots_draw_an_interval_that_does_not_hold_its_estimate(tmp_path):
     series = {"torch-eager cpu": [(32, 0.0289, 0.034, 0.205, 1100.0), (64, 0.05, 0.04, 0.06, 1280.0)]}
     styles = {"torch-eager cpu": {"color": "C0", "linestyle": "-"}}
     assert plots.sweep(series, "batch_size", "mlp", tmp_path / "sweep.png", styles).is_file()
+
+
+def test_overview_column_titles_stack_one_setting_per_line():
+    """A wide grid's titles ran into each other (the transformer sequence-length sweep)."""
+    assert plots._stacked("transformer (attention=fused, lengths=fixed, max_len=32)") == (
+        "transformer\nattention=fused\nlengths=fixed\nmax_len=32"
+    )
+    assert plots._stacked("mlp (batch_size=16) / cpu") == "mlp\nbatch_size=16 / cpu"
+    assert plots._stacked("cnn") == "cnn"

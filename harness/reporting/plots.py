@@ -242,6 +242,16 @@ def sweep(
     return _save(fig, path)
 
 
+def _stacked(column: str) -> str:
+    """A column title one setting per line (``transformer (attention=fused, max_len=32)``), so the
+    titles of a wide grid do not run into each other."""
+    if " (" not in column or ")" not in column:
+        return column
+    name, rest = column.split(" (", 1)
+    inner, tail = rest.rsplit(")", 1)
+    return "\n".join([name, *inner.split(", ")]) + tail
+
+
 def overview(g: Grid, path: Path) -> Path:
     """The overview grid as a heatmap: colour is time over the
     column's fastest on a log scale, the number written in; the fastest framed, same speed dashed,
@@ -298,7 +308,10 @@ def overview(g: Grid, path: Path) -> Path:
                     ls="-" if cell.fastest else "--",
                 )
             )
-    labels = [f"{c}\nfastest {sig(s * 1e3)} ms/step" if s else c for c, s in zip(g.columns, g.fastest_s, strict=True)]
+    labels = [
+        f"{_stacked(c)}\nfastest {sig(s * 1e3)} ms/step" if s else _stacked(c)
+        for c, s in zip(g.columns, g.fastest_s, strict=True)
+    ]
     ax.set_xticks(range(cols), labels, fontsize=8)
     ax.xaxis.tick_top()
     ax.set_yticks(range(rows), g.rows, fontsize=9)
