@@ -40,8 +40,14 @@ class AdapterInfo:
         return self.unavailable is None
 
 
+class PluginError(RuntimeError):
+    """An adapter source outside this package that cannot be loaded: one line naming where it was
+    named (the entry point or DLCOMPARE_EXTRA_ADAPTERS) and why."""
+
+
 def discover() -> dict[str, AdapterInfo]:
-    """All adapters found in this package, by name, sorted by framework then name."""
+    """All adapters found in this package, by name, sorted by framework then name. Raises
+    PluginError for a plugin module that does not import or an adapter name defined twice."""
     found: dict[str, AdapterInfo] = {}
     sources = [
         (f"{__name__}.{m.name}", "built-in")
@@ -55,11 +61,16 @@ def discover() -> dict[str, AdapterInfo]:
         if name.strip():
             sources.append((name.strip(), "DLCOMPARE_EXTRA_ADAPTERS"))
     for name, source in sources:
-        module = importlib.import_module(name)
+        try:
+            module = importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - any failure of a plugin's import is the same error to its user
+            if source == "built-in":
+                raise
+            raise PluginError(f"{source} names {name!r}, which does not import: {type(exc).__name__}: {exc}") from exc
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if issubclass(cls, Adapter) and not inspect.isabstract(cls) and cls.__module__ == module.__name__:
                 if cls.name in found:
-                    raise RuntimeError(f"adapter name {cls.name!r} defined twice ({module.__name__})")
+                    raise PluginError(f"adapter name {cls.name!r} defined twice ({module.__name__}, from {source})")
                 reason = cls.unavailable_reason()
                 if reason and family_python(cls.framework):
                     reason = None  # installed in its family's environment (a GPU variant's .venv-tf), where it runs
@@ -67,4 +78,4 @@ def discover() -> dict[str, AdapterInfo]:
     return dict(sorted(found.items(), key=lambda kv: (kv[1].framework, kv[0])))
 
 
-__all__ = ["Adapter", "AdapterInfo", "DeviceUnavailable", "discover"]
+__all__ = ["Adapter", "AdapterInfo", "DeviceUnavailable", "PluginError", "discover"]

@@ -12,7 +12,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from adapters import discover
+from adapters import PluginError, discover
 from adapters.base import PRECISIONS
 from harness import env, export, records, session
 from harness.checks import conformance, doctor, fidelity
@@ -319,4 +319,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return calibrate.main(argv[1:])
     args = parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except PluginError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

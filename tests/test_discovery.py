@@ -76,3 +76,20 @@ def test_env_json_lists_every_adapters_framework_packages():
                 assert {re.sub(r"[-_.]+", "-", d).lower() for d in provided[module]} & listed, (info.name, module)
     assert "flax" in found or not adapters["flax-nnx"].available
     assert "PyYAML" in env.package_versions(["yaml"])  # the module's name is not the package's
+
+
+def test_a_plugin_that_does_not_import_is_one_line_and_exit_2(python, tmp_path):
+    """DLCOMPARE_EXTRA_ADAPTERS naming a module that does not import: one line naming the variable
+    and the module, exit 2, no traceback (it was a ModuleNotFoundError traceback, exit 1)."""
+    import os
+    import subprocess
+
+    from tests.conftest import REPO
+
+    env = dict(os.environ, DLCOMPARE_EXTRA_ADAPTERS="surely_no_such_plugin_xyz")
+    proc = subprocess.run([python, "-m", "harness", "list"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: DLCOMPARE_EXTRA_ADAPTERS names 'surely_no_such_plugin_xyz', which does not import: "
+        "ModuleNotFoundError: No module named 'surely_no_such_plugin_xyz'"
+    ]
