@@ -147,6 +147,8 @@ class Adapter(abc.ABC):
         """None if this adapter can run ``spec``, else the reason (the cell is skipped)."""
         if spec.family not in self.families:
             return f"{self.name} does not implement workload family {spec.family!r}"
+        if getattr(spec, "task", "train") != "train" and type(self).infer_step is Adapter.infer_step:
+            return f"{self.name} has no inference step (infer_step), which {spec.family!r} needs"
         if getattr(spec, "strategy", None) == "graph-loop" and getattr(spec, "task", "train") == "train":
             if self.graph_loop is None:
                 return f"{self.name} has no loop inside a graph for the caption decoder; graph-loop does not apply"

@@ -93,3 +93,17 @@ def test_a_plugin_that_does_not_import_is_one_line_and_exit_2(python, tmp_path):
         "error: DLCOMPARE_EXTRA_ADAPTERS names 'surely_no_such_plugin_xyz', which does not import: "
         "ModuleNotFoundError: No module named 'surely_no_such_plugin_xyz'"
     ]
+
+
+def test_an_adapter_without_an_inference_step_skips_decoding_with_its_reason():
+    """An adapter that lists an inference family but lacks ``infer_step`` is a skipped cell with
+    its reason, not a TypeError in the middle of a check."""
+    from workloads import get_workload
+
+    class NoDecode(FakeAdapter):
+        name, families = "no-decode", ("mlp", "rnn-decode")
+
+    adapter = object.__new__(NoDecode)  # supports() reads the class alone: no set-up needed
+    reason = adapter.supports(get_workload("rnn-decode"))
+    assert reason == "no-decode has no inference step (infer_step), which 'rnn-decode' needs"
+    assert adapter.supports(get_workload("mlp")) is None
