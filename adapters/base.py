@@ -148,7 +148,7 @@ class Adapter(abc.ABC):
         if spec.family not in self.families:
             return f"{self.name} does not implement workload family {spec.family!r}"
         if getattr(spec, "task", "train") != "train" and type(self).infer_step is Adapter.infer_step:
-            return f"{self.name} has no inference step (infer_step), which {spec.family!r} needs"
+            return f"{self.name} has no inference step (infer_step), which {spec.name} needs"
         if getattr(spec, "strategy", None) == "graph-loop" and getattr(spec, "task", "train") == "train":
             if self.graph_loop is None:
                 return f"{self.name} has no loop inside a graph for the caption decoder; graph-loop does not apply"

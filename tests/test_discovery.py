@@ -101,9 +101,9 @@ def test_an_adapter_without_an_inference_step_skips_decoding_with_its_reason():
     from workloads import get_workload
 
     class NoDecode(FakeAdapter):
-        name, families = "no-decode", ("mlp", "rnn-decode")
+        name, families = "no-decode", ("mlp", "rnn-caption")  # rnn-decode decodes the caption model
 
     adapter = object.__new__(NoDecode)  # supports() reads the class alone: no set-up needed
     reason = adapter.supports(get_workload("rnn-decode"))
-    assert reason == "no-decode has no inference step (infer_step), which 'rnn-decode' needs"
-    assert adapter.supports(get_workload("mlp")) is None
+    assert reason == "no-decode has no inference step (infer_step), which rnn-decode needs"
+    assert adapter.supports(get_workload("mlp")) is None and adapter.supports(get_workload("rnn-caption")) is None

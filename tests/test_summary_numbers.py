@@ -62,7 +62,7 @@ def test_framework_sentences_quote_the_within_frameworks_table(default_run):
         if paid:
             assert f"{min(steps):,}" == paid[1] and f"{max(steps):,}" == (paid[2] or paid[1]), line
     by_framework = {line.split(":")[0]: line for line in lines}
-    assert "(cnn, mlp, mlp-wide, transformer: 1.20x to 22.80x)" in by_framework["jax"]
+    assert "(cnn, mlp, mlp-wide, transformer: 1.20x to 22.8x)" in by_framework["jax"]
     assert "paid off after 55 to 3,777 steps" in by_framework["keras"]
     assert "paid off after 21 to 156 steps" in by_framework["tensorflow"]
 

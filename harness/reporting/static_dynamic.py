@@ -172,8 +172,8 @@ def speedup(dynamic: Record, static: Record) -> float:
 
 
 def speedup_text(value: float) -> str:
-    """A speed-up as "Within each framework" prints it: ``1.20x``, ``22.80x``."""
-    return f"{value:.2f}x"
+    """A speed-up as "Within each framework" prints it: ``1.20x``, ``22.8x`` (three figures)."""
+    return f"{value:.2f}x" if value < 10 else f"{value:.1f}x"
 
 
 def within_frameworks(groups: dict[tuple, list[Record]]) -> list[str]:
