@@ -173,7 +173,9 @@ def write(
     lines = [
         "# Calibration: identical twins and known slow-downs",
         "",
-        f"{meta['adapter']} on `{meta['workload']}` ({meta['device']}), {meta['repeats']} repeats, each a fresh run "
+        f"{meta['adapter']} on `{meta['workload']}` ({meta['device']}), {meta['repeats']} repeats"
+        + (f" (and {len(busy)} under contention, judged apart below)" if busy else "")
+        + ", each a fresh run "
         f"of the bench protocol with {meta['rounds']} generations (fresh processes per cell) taking turns; in each "
         f"repeat every adapter's cell runs beside twins of itself: {meta['twins']}, all of them in one group. "
         f"Judged at {100 * meta['level']:.4g}%. Machine: {meta['machine']}. "
@@ -274,11 +276,23 @@ def main(argv: list[str] | None = None) -> int:
         with MatrixProgress(len(todo)) as progress:
             executors.LocalExecutor(adapters).run(todo, run, results, progress)
     ran = out / "calibration-run.json"  # what the repeats took, kept for a later --judge-only
+    before = json.loads(ran.read_text()) if ran.is_file() else {}
     if not args.judge_only:
-        took = {"wall_min": (time.monotonic() - t0) / 60, "rounds": args.rounds, "command": command}
+        # A resumed calibration adds its minutes to those of the runs before it; the setting is recorded
+        # so a later --judge-only describes what ran, not its own defaults.
+        took = {
+            "wall_min": (time.monotonic() - t0) / 60 + before.get("wall_min", 0.0),
+            "rounds": args.rounds,
+            "command": command,
+            "setting": {"framework": args.framework, "workload": args.workload, "device": args.device,
+                        "twins": args.twins},
+        }  # fmt: skip
         ran.write_text(json.dumps(took) + "\n")
-    done = {"wall_min": math.nan, "rounds": args.rounds, "command": command}
-    done.update(json.loads(ran.read_text()) if ran.is_file() else {})
+        before = took
+    done = {"wall_min": math.nan, "rounds": args.rounds, "command": command, **before}
+    setting = {"framework": args.framework, "workload": args.workload, "device": args.device, "twins": args.twins}
+    setting.update(done.get("setting", {}))
+    factors = [float(f) for f in setting["twins"].split(",")]
     keep = args.generations or done["rounds"]
     busy: list[dict[str, Any]] = []  # repeats with a contended cell, judged apart
     for i, run_dir in enumerate(sorted(out.glob("repeat-*")), start=1):
@@ -290,9 +304,9 @@ def main(argv: list[str] | None = None) -> int:
         pairs += [{**p, "repeat": i} for p in found]
         groups.append({**group, "repeat": i})
     meta = {
-        "adapter": args.framework,
-        "workload": args.workload,
-        "device": args.device,
+        "adapter": setting["framework"],
+        "workload": setting["workload"],
+        "device": setting["device"],
         "repeats": len(groups),
         "contended_repeats": [b["repeat"] for b in busy],
         "rounds": keep,

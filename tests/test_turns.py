@@ -323,9 +323,14 @@ def test_a_calibration_judges_repeats_with_contended_cells_apart(tmp_path, monke
         folder = tmp_path / f"repeat-{i:02d}"
         folder.mkdir()
         (folder / records.RESULTS).write_text("".join(json.dumps(r) + "\n" for r in recs))
-    (tmp_path / "calibration-run.json").write_text(json.dumps({"wall_min": 1.0, "rounds": 3, "command": "c"}))
-    assert calibrate.main(["--judge-only", "--out", str(tmp_path), "--framework", "a", "--level", "0.95"]) == 0
+    setting = {"framework": "a", "workload": "mlp", "device": "cpu", "twins": "0"}
+    (tmp_path / "calibration-run.json").write_text(
+        json.dumps({"wall_min": 1.0, "rounds": 3, "command": "c", "setting": setting})
+    )
+    # judging again describes what ran (the setting recorded), not the command line's defaults
+    assert calibrate.main(["--judge-only", "--out", str(tmp_path), "--level", "0.95"]) == 0
     data = json.loads((tmp_path / "calibration-3-generations.json").read_text())
+    assert data["meta"]["adapter"] == "a" and data["meta"]["twins"] == "0%"
     assert data["meta"]["repeats"] == 1 and data["meta"]["contended_repeats"] == [2]
     assert {p["repeat"] for p in data["pairs"]} == {1}
     assert data["contended"][0]["turns"] == {"kept": 120, "retaken": 5, "contended": 4}
