@@ -259,7 +259,15 @@ def main(argv: list[str] | None = None) -> int:
         results = run_dir / records.RESULTS
         try:
             cells = plan(
-                adapters, args.framework, args.workload, args.device, [], "quick", env.default_threads(), run_dir.name
+                adapters,
+                args.framework,
+                args.workload,
+                args.device,
+                [],
+                "quick",
+                env.default_threads(),
+                run_dir.name,
+                strategy="default",  # the bench's default strategy: every strategy would multiply the cells
             )
         except PlanError as exc:
             print(f"error: {exc}")
