@@ -10,7 +10,6 @@ table's "vs its floor"), the steady recompiles. Each adapter named links the mod
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from harness.records import Record
@@ -35,13 +34,11 @@ def module_of(adapter: str) -> Path | None:
     return None
 
 
-def linked(rec: Record, base: Path | None) -> str:
-    """The adapter's name, linked to its module relative to the report's folder ``base``."""
+def linked(rec: Record) -> str:
+    """The adapter's name with the module that ran it (``jax-jit`` (`adapters/jax_jit.py`)), a path
+    from the repository's root, the same wherever the report is rebuilt."""
     module = module_of(rec["adapter"])
-    if module is None:
-        return name(rec)
-    target = os.path.relpath(module, base) if base is not None else f"adapters/{module.name}"
-    return f"[{name(rec)}]({target})"
+    return name(rec) if module is None else f"{name(rec)} (`adapters/{module.name}`)"
 
 
 def _framework(rec: Record) -> str:
@@ -77,15 +74,15 @@ def _reading(floor: str) -> str:
     return "the gap is not the arithmetic (the fastest library's kernels for this step are the same for both)"
 
 
-def line(key: tuple, fam: Family, base: Path | None) -> tuple[float, str]:
+def line(key: tuple, fam: Family) -> tuple[float, str]:
     """(the largest separated ratio, the workload's line)."""
     lead = fam.leader
-    head = f"**{what(key)}**: {linked(lead, base)} leads at {sig(lead['median_s'] * 1e3)} ms/step"
+    head = f"**{what(key)}**: {linked(lead)} leads at {sig(lead['median_s'] * 1e3)} ms/step"
     head += " (the fastest, separated from every other adapter)" if fam.fastest else ""
     others = best_of_each_framework(fam)
     if not others:
         return 0.0, head + "; no other framework ran."
-    parts = [f"{_framework(r)}'s best, {linked(r, base)}, {verdict_text(v)}" for r, v in others]
+    parts = [f"{_framework(r)}'s best, {linked(r)}, {verdict_text(v)}" for r, v in others]
     gaps = [(v.point, r) for r, v in others if v.outcome == SLOWER]
     text = f"{head}; " + "; ".join(parts)
     if not gaps:
@@ -96,10 +93,10 @@ def line(key: tuple, fam: Family, base: Path | None) -> tuple[float, str]:
     return worst, text
 
 
-def section(recs: list[Record], base: Path | None = None) -> list[str]:
+def section(recs: list[Record]) -> list[str]:
     """``## What this run found``: one line per workload with two frameworks or more, the
     largest separated gaps first, at most MAX_LINES; nothing where no workload has two."""
-    lines = [line(key, fam, base) for key, fam in families(recs).items()]
+    lines = [line(key, fam) for key, fam in families(recs).items()]
     lines = [ln for ln in lines if "no other framework ran" not in ln[1]]
     if not lines:
         return []
@@ -109,7 +106,7 @@ def section(recs: list[Record], base: Path | None = None) -> list[str]:
         "Frameworks against each other: per workload, the leader and each other framework's best adapter "
         "with its ratio to the leader as the workload's table prints it (the family-wise verdict); for the "
         "largest gap the run separated, what the run measured that explains it (the step over its floors, "
-        "recompiles). Each adapter links the module that ran."
+        "recompiles). Each adapter names the module that ran."
     )
     more = [f"{len(lines) - len(shown)} more workloads in their tables."] if len(lines) > len(shown) else []
     return ["## What this run found", "", intro, "", *(f"- {text}" for _, text in shown), *more, ""]

@@ -106,7 +106,7 @@ def build(run_dirs: Path | list[Path], plot_dir: Path | None = None) -> str:
     said = summary.sentences(recs)
     if said:
         out += ["## Summary", "", *(f"- {line}" for line in said), ""]
-    out += findings.section(recs, run_dirs[0])  # links relative to the run's folder, where its report lies
+    out += findings.section(recs)
     out += banner(recs)
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in sorted(recs, key=overview.setting_order):  # sections in the overview's column order
