@@ -34,7 +34,7 @@ def module_of(adapter: str) -> Path | None:
     return None
 
 
-def linked(rec: Record) -> str:
+def with_module(rec: Record) -> str:
     """The adapter's name with the module that ran it (``jax-jit`` (`adapters/jax_jit.py`)), a path
     from the repository's root, the same wherever the report is rebuilt."""
     module = module_of(rec["adapter"])
@@ -77,12 +77,12 @@ def _reading(floor: str) -> str:
 def line(key: tuple, fam: Family) -> tuple[float, str]:
     """(the largest separated ratio, the workload's line)."""
     lead = fam.leader
-    head = f"**{what(key)}**: {linked(lead)} leads at {sig(lead['median_s'] * 1e3)} ms/step"
+    head = f"**{what(key)}**: {with_module(lead)} leads at {sig(lead['median_s'] * 1e3)} ms/step"
     head += " (the fastest, separated from every other adapter)" if fam.fastest else ""
     others = best_of_each_framework(fam)
     if not others:
         return 0.0, head + "; no other framework ran."
-    parts = [f"{_framework(r)}'s best, {linked(r)}, {verdict_text(v)}" for r, v in others]
+    parts = [f"{_framework(r)}'s best, {with_module(r)}, {verdict_text(v)}" for r, v in others]
     gaps = [(v.point, r) for r, v in others if v.outcome == SLOWER]
     text = f"{head}; " + "; ".join(parts)
     if not gaps:
