@@ -206,7 +206,7 @@ class FaultGpuNoSync(Adapter):
 
 class FaultKillLate(FaultOk):
     """Dies (SIGKILL) in the middle of its turns: at the first step that follows a pause of its
-    steps (the cold window, block probe and dispatch floor run back to back; only the turns wait
+    steps (the cold window and block probe run back to back; only the turns wait
     between blocks for the other workers)."""
 
     name = "fault-kill-late"

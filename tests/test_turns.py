@@ -361,7 +361,24 @@ def test_a_budget_counts_from_the_command_and_starts_a_round_only_if_it_fits(tmp
         {"cell_id": "a|mlp|cpu", "round": 1, "wall_s": 40.0, "dispatch_floor_wall_s": 6.0},
         {"cell_id": "b|mlp|cpu", "round": 1, "wall_s": 25.0, "dispatch_floor_wall_s": 4.0},
     ]
-    assert turns.next_generation_s(first) == 30.0, "round 1 less the floors only round 1 measures"
+    assert turns.next_generation_s(first) == 30.0, "a generation less the floors it measured (once per cell)"
+
+
+def test_floors_still_to_time_are_estimated_from_each_cells_first_setup_and_cold_window(tmp_path):
+    results = tmp_path / "results.jsonl"
+    cells = [{"cell_id": f"{a}|mlp|cpu"} for a in "abc"]
+    base = {"schema_version": records.SCHEMA_VERSION, "workload": "mlp", "device_requested": "cpu", "status": "ok"}
+    for cell_id, k, extra in (
+        ("a|mlp|cpu", 1, {"setup_s": 2.0, "cold_times_s": [3.0, 1.0]}),
+        ("a|mlp|cpu", 2, {"setup_s": 1.0, "cold_times_s": [0.5]}),  # warm: not what a floor costs
+        ("b|mlp|cpu", 1, {"setup_s": 4.0, "cold_times_s": [4.0], "dispatch_floor_s": 1e-3}),  # has its floor
+        ("c|mlp|cpu", 1, {"setup_s": 1.0, "cold_times_s": [1.0], "dispatch_floor_error": "RuntimeError: x"}),
+        ("d|mlp|cpu", 1, {"setup_s": 9.0, "cold_times_s": [9.0]}),  # not among the cells asked about
+    ):
+        records.append(results, {**base, "cell_id": cell_id, "round": k, "adapter": cell_id[0], **extra})
+    assert turns.floors_measured(results) == {"b|mlp|cpu", "c|mlp|cpu"}, "a failed floor is not tried again"
+    assert turns.floors_s(results, cells) == 6.0
+    assert turns.floors_s(tmp_path / "none.jsonl", cells) == 0.0
 
 
 def test_a_budget_keeps_back_what_the_runs_start_took_for_its_closing():
@@ -424,3 +441,57 @@ def test_a_workload_cut_short_by_the_budget_says_so_at_its_section():
     assert report.generations_note([{**cell, "group_generations": [1, 2, 3]}]) == []
     (line, _) = report.generations_note([{**cell, "verdict_level": 0.95}])  # no budget: a cell failed
     assert "(see Status)" in line
+    assert "no dispatch floor was timed" in line, "the floors come with the last planned generation"
+    (line, _) = report.generations_note([{**cell, "dispatch_floor_s": 1e-3}])
+    assert "dispatch floor" not in line
+
+
+def _generations_run(monkeypatch, tmp_path, rounds: int, budget: turns.Budget) -> list[tuple[int, bool]]:
+    """(generation, floors asked) of each generation turns._run starts for one group of two cells
+    whose generations each take 100 s of the budget (each cell's first set-up and cold window, 30 s,
+    is the estimate of its floor's cost)."""
+    from harness.running.progress import MatrixProgress
+
+    tmp_path.mkdir()
+    results = tmp_path / "results.jsonl"
+    cells = [
+        {
+            "cell_id": f"{a}|mlp|cpu",
+            "adapter": a,
+            "workload": "mlp",
+            "run_id": "r",
+            "device_requested": "cpu",
+            "profile": "quick",
+        }
+        for a in "ab"
+    ]
+    started = []
+
+    def generation(part, k, *args):
+        floors = args[-1]
+        started.append((k, floors))
+        budget.t0 -= 100.0  # the generation's time passes
+        for c in part:
+            rec = {**c, "schema_version": records.SCHEMA_VERSION, "status": "ok", "round": k, "group": "g"}
+            rec.update(
+                wall_s=100.0, setup_s=10.0, cold_times_s=[20.0], **({"dispatch_floor_s": 1e-3} if floors else {})
+            )
+            records.append(results, rec)
+        return 1
+
+    monkeypatch.setattr(turns, "run_generation", generation)
+    monkeypatch.setattr(turns, "unsettled_groups", lambda recs, level: {"g": 1})
+    order = [(c, k) for k in range(1, rounds + 1) for c in cells]
+    turns._run(order, rounds, {}, results, 60.0, MatrixProgress(len(order), live=False), budget, 0.95)
+    return started
+
+
+def test_dispatch_floors_come_with_the_last_planned_generation_where_the_budget_holds_them(monkeypatch, tmp_path):
+    no_budget = _generations_run(monkeypatch, tmp_path / "a", 3, turns.Budget(None))
+    assert no_budget == [(1, False), (2, False), (3, True)], "the generations the verdicts need come first"
+    assert _generations_run(monkeypatch, tmp_path / "b", 1, turns.Budget(None)) == [(1, True)]
+    # 130 s left before generation 3: it fits (100 s), its floors (2 x 30 s) do not
+    tight = _generations_run(monkeypatch, tmp_path / "c", 3, turns.Budget(330.0, t0=time.monotonic()))
+    assert tight == [(1, False), (2, False), (3, False)]
+    ample = _generations_run(monkeypatch, tmp_path / "d", 3, turns.Budget(2000.0, t0=time.monotonic()))
+    assert ample[:3] == [(1, False), (2, False), (3, True)] and len(ample) == turns.MAX_GENERATIONS

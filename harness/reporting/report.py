@@ -82,11 +82,11 @@ def generations_note(group: list[dict[str, Any]]) -> list[str]:
         return []
     budgeted = ok[0].get("verdict_level", 0.95) > 0.95  # a budget's looks raise the level (Pocock)
     why = "the run's time budget ran out before the next one" if budgeted else "see Status"
-    return [
-        f"Generations: {ran} of the {planned} planned ({why})"
-        + ("; with fewer than 3, every pair stays `unresolved`." if ran < 3 else "."),
-        "",
-    ]
+    said = f"Generations: {ran} of the {planned} planned ({why})"
+    said += "; with fewer than 3, every pair stays `unresolved`" if ran < 3 else ""
+    if not any(r.get("dispatch_floor_s") or r.get("dispatch_floor_error") for r in ok):
+        said += "; no dispatch floor was timed (they come with a group's last planned generation)"
+    return [said + ".", ""]
 
 
 def build(run_dirs: Path | list[Path], plot_dir: Path | None = None) -> str:

@@ -250,7 +250,8 @@ def method(recs: list[dict[str, Any]]) -> str:
             "model's projections over all steps as one matmul each), each timed alone at the fastest "
             "library's speed on the device (NumPy's BLAS or PyTorch on CPU), summed; `kernels`: the cell is "
             "compute-bound. Dispatch floor: the same adapter running the same step structure on tiny tensors "
-            "(every width 1-3), in the cell's first round; `dispatch`: the cell is overhead-bound. 1.0x would "
+            "(every width 1-3), timed once per cell (alone, in the first round or at the end of its group's last "
+            "planned generation); `dispatch`: the cell is overhead-bound. 1.0x would "
             "be the floor itself."
         )
     if any(r.get("precision") == "bf16" for r in ok):

@@ -19,6 +19,11 @@ Memory: every worker of a generation is resident at once (its framework, model a
 a context each, with no preallocation). A group of more cells than ``resident_limit()`` allows runs
 as several sub-groups, each its own group.
 
+Dispatch floors (harness.running.worker.dispatch_floor, a second tiny instance of each adapter)
+are timed once per cell, at the finish of its group's last planned generation while the other
+workers wait, where the budget holds them beside it: the generations before are what the verdicts
+need, and in round 1 the floors took over a quarter of a slow group's start-up.
+
 Cells that cannot take turns run alone as before (harness.running.runner.run_cell): the idiomatic
 scripts of ``fidelity`` and image input pipelines (their loader workers would keep decoding while
 other cells take their turns).
@@ -67,7 +72,7 @@ GPU_WORKER_BYTES = 2 * 2**30
 #: Without a reply to a turn in this many seconds (or the cell's timeout, if shorter), a worker is hung.
 TURN_TIMEOUT_S = 120.0
 #: With a budget, the share of what is left that a generation's turns may take (the rest is
-#: start-up: imports, set-up, compiles).
+#: start-up: imports, set-up, compiles), down to a quarter of the profile's turn seconds.
 TURN_SHARE = 0.4
 #: Generations a group may get when a budget adds them to unsettled groups (looks at its verdicts).
 MAX_GENERATIONS = 4
@@ -185,9 +190,11 @@ def run_generation(
     first_turn: int,
     extra: Record,
     group: str | None = None,
+    floors: bool = False,
 ) -> int:
     """Generation ``k`` of one group (module docstring): every cell's worker started and warmed
-    up in turn, then turns, then each record (with ``extra`` fields) appended to ``results``.
+    up in turn, then turns, then each record (with ``extra`` fields) appended to ``results``; with
+    ``floors``, each cell whose dispatch floor no earlier record holds times it at its finish.
     A cell that is skipped, fails or hangs gets its record; the others go on. Returns the next
     free turn number. Every worker is ended on the way out, also on an interruption."""
     residents: list[Resident] = []
@@ -252,9 +259,10 @@ def run_generation(
             "other_cpu_cores": whole.other_cores,
             "steal_share": whole.steal,
         }
+        measured = floors_measured(results) if floors else set()
         while residents:
             r = residents.pop(0)
-            rec = r.finish(kept, timeout_s)
+            rec = r.finish(kept, timeout_s, floor=floors and r.cell["cell_id"] not in measured)
             done({**rec, **turn_fields} if rec["status"] == "ok" else rec)
         return turn
     finally:
@@ -272,18 +280,42 @@ def generation_s(results: Path, cells: list[Record]) -> float:
 
 
 def next_generation_s(recs: list[Record]) -> float:
-    """A further generation's time from these records of a group: its latest generation's longest
-    wall (the first worker lives through the whole generation); from the first generation alone,
-    less the dispatch floors only that one measures (``dispatch_floor_wall_s``, each worker's in
-    turn before the next starts). Its warm compiles are not counted on: an over-estimate."""
+    """A further generation's time from these records of a group, its dispatch floors left out:
+    its latest generation's longest wall (the first worker lives through the whole generation)
+    less the dispatch floors that generation measured (``dispatch_floor_wall_s``, each worker's
+    in turn at its finish). After the first generation its warm compiles are not counted on: an
+    over-estimate."""
     if not recs:
         return 0.0
     last = max(records_round(r) for r in recs)
     mine = [r for r in recs if records_round(r) == last]
     wall = max((r.get("wall_s") or 0.0 for r in mine), default=0.0)
-    if last == 1:
-        wall -= sum(r.get("dispatch_floor_wall_s") or 0.0 for r in mine)
+    wall -= sum(r.get("dispatch_floor_wall_s") or 0.0 for r in mine)
     return max(wall, 0.0)
+
+
+#: A record's fields that say its cell's dispatch floor was tried (a value, or why it failed).
+FLOOR_FIELDS = ("dispatch_floor_s", "dispatch_floor_error")
+
+
+def floors_measured(results: Path) -> set[str]:
+    """Cells of the run whose dispatch floor a record already holds (measured or failed)."""
+    done = records.load(results) if results.exists() else []
+    return {r["cell_id"] for r in done if any(f in r for f in FLOOR_FIELDS)}
+
+
+def floors_s(results: Path, cells: list[Record]) -> float:
+    """What timing the dispatch floors still missing among ``cells`` should take: each such cell's
+    set-up and cold window in its first process (a floor is a second, tiny instance of the
+    adapter, set up, compiled and timed the same way; the floors measured in the 2026-11-25
+    default run took 0.4-1.4x that). 0 where none is recorded."""
+    ids = {c["cell_id"] for c in cells} - floors_measured(results)
+    done = records.load(results) if results.exists() else []
+    return sum(
+        (r.get("setup_s") or 0.0) + sum(r.get("cold_times_s") or [])
+        for r in done
+        if r.get("cell_id") in ids and records_round(r) == 1
+    )
 
 
 def turn_seconds(cells: list[Record]) -> float:
@@ -358,18 +390,25 @@ def _run(
         cells = [c for c in cells if c["cell_id"] not in ended]
         if not cells:
             continue
-        if k > 1 and budget.left() < generation_s(results, cells):
+        cost = generation_s(results, cells)
+        if k > 1 and budget.left() < cost:
             for _ in cells:
                 progress.drop()
             continue
+        # The floors in the group's last planned generation, where they fit beside it: the
+        # generations before it are what the verdicts need.
+        floors = k >= rounds and budget.left() >= cost + floors_s(results, cells)
         parts = split(cells, resident_limit(cells[0]["device_requested"], worker_bytes=cells[0].get("worker_bytes")))
         for i, part in enumerate(parts):
             seconds = turn_seconds(part)
             if budget.total_s is not None:
-                seconds = min(seconds * 4, max(seconds / 4, budget.left() * TURN_SHARE / (1 + len(pending))))
+                # never more than the profile's turns: between-process spread dominates a verdict's
+                # error, so a budget's seconds buy generations, not longer ones (round 1 of mlp took
+                # 104 turns where later generations took 29)
+                seconds = min(seconds, max(seconds / 4, budget.left() * TURN_SHARE / (1 + len(pending))))
             group = group_of(part[0]) + (f"#part{i + 1}" if len(parts) > 1 else "")
             turn = run_generation(
-                part, k, adapters, results, timeout_s, progress, ended, Turns(seconds), turn, extra, group
+                part, k, adapters, results, timeout_s, progress, ended, Turns(seconds), turn, extra, group, floors
             )
     if budget.total_s is not None:
         more_generations(rounds, adapters, results, timeout_s, progress, budget, ended, turn, extra)
@@ -405,8 +444,9 @@ def more_generations(
         planned = [_cell_of(r) for r in cells.values()]
         progress.add(len(planned))
         seconds = turn_seconds(planned)
+        floors = budget.left() >= next_generation_s(mine) + floors_s(results, planned)
         turn = run_generation(
-            planned, k + 1, adapters, results, timeout_s, progress, ended, Turns(seconds), turn, extra, group
+            planned, k + 1, adapters, results, timeout_s, progress, ended, Turns(seconds), turn, extra, group, floors
         )
 
 

@@ -202,9 +202,10 @@ FLOOR_PROFILE = timing.Profile("floor", 5, 30, 2000, budget_s=0.3, target_rel_iq
 def dispatch_floor(cell: Cell, spec, device: str) -> dict[str, Any]:
     """The adapter's step time on ``spec.tiny()`` (harness.measuring.floors): a second adapter instance,
     set up and warmed up like the first (its compiles are not the cell's), its steady step time
-    as the cell's is taken. Measured in a cell's first round only, and not for a cell planned
-    with ``floors: False`` (a calibration's: it judges verdicts alone); a failure is recorded, not raised."""
-    if cell.get("round", 1) != 1 or cell.get("floors") is False:
+    as the cell's is taken. Once per cell: the caller says when (a cell timed alone in its first
+    round, a resident worker when its parent asks at finish). Not for a cell planned with
+    ``floors: False`` (a calibration's: it judges verdicts alone); a failure is recorded, not raised."""
+    if cell.get("floors") is False:
         return {}
     tiny = spec.tiny()
     if tiny is None:
@@ -313,7 +314,8 @@ def bench(cell: Cell) -> dict[str, Any]:
         record.update(pipeline_fields(s.adapter, s.spec, s.pipe, cpu, m, profile))
     # The floor is timed too (a second adapter instance, after the cell's own timing); the profiled
     # pass comes after every timed step, since the profiler perturbs timing.
-    record.update(dispatch_floor(cell, s.spec, s.device))
+    if cell.get("round", 1) == 1:
+        record.update(dispatch_floor(cell, s.spec, s.device))
     record.update(ops_profile(cell, s, record))
     return record
 

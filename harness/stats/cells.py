@@ -205,6 +205,8 @@ def combine(runs: list[Record], levels: tuple[dict[int, float], int | None] | No
     if len(runs) == 1:  # its interval, from the worker, covers the noise within one process
         return {**runs[0], **extra, "ci_kind": "steps"}
     record = {k: v for k, v in runs[0].items() if k not in ("ci_low_s", "ci_high_s", "ci_kind")} | extra
+    for r in runs:  # the one process that timed the dispatch floor (a group's last planned generation)
+        record.update({k: v for k, v in r.items() if k.startswith("dispatch_floor")})
     per_round = [r["step_times_s"] for r in runs]
     pooled = [t for times in per_round for t in times]
     medians = [step_time(r["step_times_s"], _batches(r)) for r in runs]
