@@ -43,7 +43,20 @@ PROFILE_OPS ?=
 ARGS ?=
 BENCH_ARGS = --framework $(FRAMEWORK) --device $(DEVICE) --workload $(BENCH_WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(BUDGET),--budget $(BUDGET)) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(if $(filter 1 yes true,$(PROFILE_OPS)),--profile-ops) $(ARGS)
 
-.PHONY: install bench export test test-fast lint list report sweep compare rerun fidelity doctor lock lock-check env calibrate clean-venv gpu-check
+.PHONY: install bench export test test-fast lint list report sweep compare rerun fidelity doctor lock lock-check lock-diff env calibrate clean-venv gpu-check
+
+# A GPU variant's locks install from the registry alone, whatever this machine's pip configuration
+# offers (a local torch-2.13.0+cpu wheel satisfies torch==2.13.0); the cpu variant uses it. Each
+# environment is then checked for the builds its lock resolved (harness/install/builds.py).
+ifeq ($(VARIANT),cpu)
+PIP_LOCK := $(PY) -m pip install
+else
+PIP_LOCK := PIP_CONFIG_FILE=/dev/null $(PY) -m pip install --isolated --index-url https://pypi.org/simple
+endif
+
+# What the machine needs (Python, venv, a C compiler and headers, disk) is checked before any
+# download (harness/install/prerequisites.py); CHECK_PREREQUISITES=0 skips it.
+CHECK_PREREQUISITES ?= 1
 
 # One set of environments holds one variant: switching variants recreates them (tensorflow-cpu and
 # tensorflow's CUDA build, for one, cannot share one). Each environment installs its own lock
@@ -51,16 +64,19 @@ BENCH_ARGS = --framework $(FRAMEWORK) --device $(DEVICE) --workload $(BENCH_WORK
 $(STAMP): pyproject.toml locks/$(VARIANT).txt $(foreach e,$(EXTRA_ENVS),locks/$(lastword $(subst :, ,$(e))).txt)
 	@if ls $(VENV)/.installed-* >/dev/null 2>&1 && [ ! -e $(STAMP) ]; then \
 		echo "install variant changed to $(VARIANT): recreating $(VENV) $(ALL_EXTRA)"; rm -rf $(VENV) $(ALL_EXTRA); fi
+	$(if $(filter 0 no false,$(CHECK_PREREQUISITES)),,$(PYTHON) -m harness.install.prerequisites $(VARIANT) $(VENV))
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r locks/$(VARIANT).txt
+	$(PIP_LOCK) --quiet -r locks/$(VARIANT).txt
 	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m harness.install.builds $(VARIANT) main
 	@for e in $(EXTRA_ENVS); do name=$${e%%:*}; lock=$${e#*:}; folder=$(VENV)-$$name; \
 		echo "environment $$name: $$folder from locks/$$lock.txt"; \
 		test -x $$folder/bin/python || $(PYTHON) -m venv $$folder || exit 1; \
 		$$folder/bin/python -m pip install --quiet --upgrade pip || exit 1; \
-		$$folder/bin/python -m pip install --quiet -r locks/$$lock.txt || exit 1; \
+		$(subst $(PY),$$folder/bin/python,$(PIP_LOCK)) --quiet -r locks/$$lock.txt || exit 1; \
 		$$folder/bin/python -m pip install --quiet --no-deps -e . || exit 1; \
+		$$folder/bin/python -m harness.install.builds $(VARIANT) $$name || exit 1; \
 		echo $(VARIANT) > $$folder/dlcompare-variant; done
 	$(PY) -m harness.install.environments --record $(VARIANT)
 	echo $(VARIANT) > $(VENV)/dlcompare-variant
@@ -108,11 +124,21 @@ lock: $(STAMP)
 lock-check: $(STAMP)
 	$(PY) -m harness.install.lock --check
 
+# What .venv holds that differs from its lock (a plugin's framework, and what it changed).
+lock-diff: $(STAMP)
+	$(PY) -m harness.install.builds diff $(VARIANT)
+
 # The first-GPU self-test: install, doctor with the CUDA libraries each framework maps, a
 # one-kernel smoke test per framework, the conformance checks on cuda, the CUDA tests and a
 # short mlp bench, into one folder (GPU_CHECK). On a machine without a GPU it says what it would verify.
 GPU_CHECK ?= reports/gpu-check-$(shell date +%Y%m%d-%H%M%S)
-gpu-check: $(STAMP)
+gpu-check:
+	@mkdir -p $(GPU_CHECK)
+	@$(MAKE) --no-print-directory install > $(GPU_CHECK)/install.log 2>&1 || { tail -n 20 $(GPU_CHECK)/install.log; \
+		printf '# make gpu-check: make install failed\n\nIt said: %s\n\nIts whole output: install.log\n' \
+			"$$(grep -m 1 '^error:' $(GPU_CHECK)/install.log || tail -n 1 $(GPU_CHECK)/install.log)" \
+			> $(GPU_CHECK)/summary.md; \
+		echo "gpu-check: make install failed: $(GPU_CHECK)/install.log"; exit 2; }
 	$(PY) -m harness.checks.gpu_check $(GPU_CHECK)
 
 # A named environment over .venv with other versions, for `--env NAME=.venv-NAME/bin/python`:

@@ -8,8 +8,8 @@ requires (its ``Requires-Dist``), its file and size, and the marker environment 
 for, so the lock's consistency is checked offline (``check``, run by the test suite).
 
 Where pip looks:
-- The GPU locks are resolved from the registry alone (``pip --isolated --index-url
-  https://pypi.org/simple``, plus an index the ``.in`` names): this machine's pip configuration
+- The GPU locks are resolved from the registry alone (``PIP_CONFIG_FILE=/dev/null pip --isolated
+  --index-url https://pypi.org/simple``, plus an index the ``.in`` names): this machine's pip configuration
   offers a local ``torch-2.13.0+cpu`` wheel without CUDA dependencies, which must not decide a
   CUDA lock.
 - The ``cpu`` lock is resolved with this machine's configuration, as its install here is (the
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import platform
 import re
 import subprocess
@@ -72,10 +73,18 @@ def reachable(url: str, timeout_s: float = 15) -> bool:
 
 
 def pip_command(name: str) -> list[str]:
-    """pip's dry-run install for a lock: the registry alone, or this machine's configuration."""
+    """pip's dry-run install for a lock: the registry alone (with ``pip_env``), or this machine's
+    configuration."""
     if name in MACHINE_CONFIG:
         return [sys.executable, "-m", "pip", "install"]
     return [sys.executable, "-m", "pip", "--isolated", "install", "--index-url", REGISTRY]
+
+
+def pip_env(name: str) -> dict[str, str] | None:
+    """The environment pip runs in for a lock: for the registry alone, no configuration file at
+    all (``--isolated`` still reads the machine's global files, /etc/pip.conf's find-links with
+    the local CPU torch among them); None: this process's."""
+    return None if name in MACHINE_CONFIG else {**os.environ, "PIP_CONFIG_FILE": os.devnull}
 
 
 def resolve(name: str, lines: list[str], cwd: Path) -> dict[str, Any]:
@@ -85,7 +94,7 @@ def resolve(name: str, lines: list[str], cwd: Path) -> dict[str, Any]:
         req, report = Path(tmp) / "req.in", Path(tmp) / "report.json"
         req.write_text("\n".join(lines) + "\n")
         cmd = [*pip_command(name), "--dry-run", "--ignore-installed", "--quiet", "--report", str(report)]
-        proc = subprocess.run([*cmd, "-r", str(req)], cwd=cwd, capture_output=True, text=True)
+        proc = subprocess.run([*cmd, "-r", str(req)], cwd=cwd, env=pip_env(name), capture_output=True, text=True)
         if proc.returncode != 0:
             errors = [ln for ln in proc.stderr.splitlines() if "is ignored" not in ln]
             raise RuntimeError("\n".join(errors[-12:]))
