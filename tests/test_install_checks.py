@@ -41,10 +41,8 @@ def test_this_machines_cpu_install_holds_what_its_lock_resolved():
 def test_the_real_cpu_torch_in_a_cuda13_environment_is_named_as_the_wrong_build():
     """What a plain ``pip install -r locks/cuda13.txt`` gives on this project's machines."""
     found = builds.problems(MAIN_CUDA13, builds.lock_pins("cuda13"), builds.installed_versions())
-    assert "torch 2.13.0+cpu is installed; locks/cuda13.txt resolved 2.13.0" in found[0] or any(
-        line.startswith("torch 2.13.0+cpu is installed; locks/cuda13.txt resolved 2.13.0") for line in found
-    )
-    assert "torch 2.13.0+cpu is a CPU build; this environment needs CUDA 13" in found
+    assert found[0] == "torch 2.13.0+cpu is a CPU build; this environment needs CUDA 13", "the most telling first"
+    assert "torch 2.13.0+cpu is installed; locks/cuda13.txt resolved 2.13.0" in found
     assert "jaxlib 0.10.2 needs jax-cuda13-plugin 0.10.2 for CUDA 13; jax-cuda13-plugin is not installed" in found
 
 

@@ -43,8 +43,8 @@ def normalize(name: str) -> str:
 
 
 def lock_pins(lock: str, root: Path = REPO) -> dict[str, str]:
-    """Name -> the version ``locks/LOCK`` resolved: its ``.meta.json``'s (which keeps a local label
-    such as ``+cpu``), else the pin in ``locks/LOCK.txt``."""
+    """Name -> the version ``locks/LOCK`` resolved: the pin in ``locks/LOCK.txt``, with the local
+    label its ``.meta.json`` keeps where the pin dropped it (``+cpu``: a local wheel's)."""
     pins = {}
     for line in (root / "locks" / f"{lock}.txt").read_text().splitlines():
         match = PIN.match(line.strip())
@@ -53,7 +53,8 @@ def lock_pins(lock: str, root: Path = REPO) -> dict[str, str]:
     meta = root / "locks" / f"{lock}.meta.json"
     if meta.is_file():
         for name, package in json.loads(meta.read_text()).get("packages", {}).items():
-            if normalize(name) in pins and package.get("version"):
+            # the pin drops a local wheel's label (lock.pin); a pin with a label of its own stands
+            if normalize(name) in pins and release(package.get("version") or "") == pins[normalize(name)]:
                 pins[normalize(name)] = package["version"]
     return pins
 
@@ -105,18 +106,24 @@ def problems(
     versions: Mapping[str, str],
     builds: Callable[[], Mapping[str, str | None]] = framework_builds,
 ) -> list[str]:
-    """What this environment holds that its lock or variant does not name, one line each."""
+    """What this environment holds that its lock or variant does not name, one line each, the
+    most telling first: a framework built for another device, another build of a pinned release,
+    another version, a pin not installed."""
     lock = f"locks/{environment.lock}.txt"
-    out = []
+    builds_wrong, labels, versions_wrong, missing = [], [], [], []
     for name, want in sorted(pins.items()):
         got = versions.get(name)
         if got is None:
-            out.append(f"{name} is not installed; {lock} pins {want}")
-        elif got != want and not (environment.cuda is None and release(got) == release(want)):
-            out.append(f"{name} {got} is installed; {lock} resolved {want}")
+            missing.append(f"{name} is not installed; {lock} pins {want}")
+        elif got != want and release(got) == release(want):
+            if environment.cuda is not None:
+                labels.append(f"{name} {got} is installed; {lock} resolved {want}")
+        elif got != want:
+            versions_wrong.append(f"{name} {got} is installed; {lock} resolved {want}")
     major = environment.cuda
+    out = builds_wrong
     if major is None:
-        return out
+        return labels + versions_wrong + missing
     for framework, cuda in builds().items():
         if cuda is None or cuda.split(".")[0] != str(major):
             got = "a CPU build" if cuda is None else f"a CUDA {cuda} build"
@@ -135,7 +142,7 @@ def problems(
             out.append(
                 f"{', '.join(others)} installed beside CUDA {major}'s jaxlib plugin: one CUDA major per environment"
             )
-    return out
+    return out + labels + versions_wrong + missing
 
 
 #: Distributions every environment holds besides its lock: the installer's and this project.

@@ -82,8 +82,9 @@ def pip_command(name: str) -> list[str]:
 
 def pip_env(name: str) -> dict[str, str] | None:
     """The environment pip runs in for a lock: for the registry alone, no configuration file at
-    all (``--isolated`` still reads the machine's global files, /etc/pip.conf's find-links with
-    the local CPU torch among them); None: this process's."""
+    all (``--isolated`` skips the environment's and the user's configuration, where this project's
+    machines offer the local CPU torch, but still reads the global files: another machine may
+    offer it there; here they cap torch's version); None: this process's."""
     return None if name in MACHINE_CONFIG else {**os.environ, "PIP_CONFIG_FILE": os.devnull}
 
 
@@ -355,6 +356,9 @@ def main(argv: list[str]) -> int:
                 print(f"  {dry_run(name)}; its stored metadata is consistent", flush=True)
             else:
                 print(f"  {lock(name)} -> locks/{name}.txt", flush=True)
+                from harness.install import wheel_files  # here: it imports this module
+
+                print(f"  {wheel_files.write(name)} -> locks/{name}.files.json", flush=True)
         except RuntimeError as exc:
             failed += 1
             what = "does not check out" if checking else "pip could not resolve it; the lock is unchanged"
