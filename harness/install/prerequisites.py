@@ -3,7 +3,7 @@
 ``python3 -m harness.install.prerequisites VARIANT [FOLDER]`` runs under the interpreter that will
 create the environments (the Makefile's ``PYTHON``), before any environment exists, so it uses
 the standard library only. Each missing piece is one line naming what to install; any of them
-stops ``make install`` (exit 2) before a 0.8 to 6.4 GiB download:
+stops ``make install`` (exit 2) before a 0.8 to 7.9 GiB download:
 
 - the Python the locks were resolved for (their ``.meta.json``'s marker environment: CPython 3.11);
 - ``venv`` able to install pip into a new environment (``ensurepip``: Debian's ``python3.11-venv``);
