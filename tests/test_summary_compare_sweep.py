@@ -122,7 +122,8 @@ def test_compile_cost_table_in_the_static_vs_dynamic_section():
     lines = static_dynamic.compile_costs({("mlp", ()): [eager, static]})
     assert lines[0] == "### What compiling costs"
     row = [c.strip() for c in lines[-2].splitlines()[-1].strip("|").split("|")]
-    assert row == ["jax-jit", "mlp", "cpu", "0.9 s", "5", "5", "torch-eager, 10", f"after {early:,} to {late:,} steps"]
+    counts = "counts not reported, 0.9 s"  # the record times its compiles but counts none
+    assert row == ["jax-jit", "mlp", "cpu", counts, "5", "5", "torch-eager, 10", f"after {early:,} to {late:,} steps"]
     tied = timed("jax-jit", 10.05, 0.3, n=21, graph="static", cold_times_s=[1.0] * 4, cold_s=4.0, compile_s=0.9)
     noisy = timed("torch-eager", 10.0, 0.3, n=21, seed=5, graph="dynamic", cold_times_s=[0.01] * 4, cold_s=0.04)
     lines = static_dynamic.compile_costs({("mlp", ()): [noisy, tied]})

@@ -50,16 +50,23 @@ def row_label(rec: dict[str, Any]) -> list[str]:
     return [rec["adapter"], rec["workload"], strategy(rec) or DASH, device_label(rec)]
 
 
+#: What a table prints for a trace or compile count the adapter's ``compile_stats`` left out (the
+#: record holds None): never 0, which would claim the framework counted none.
+NOT_REPORTED = "not reported"
+
+
 def compiles_text(rec: dict[str, Any]) -> str:
-    """Trace and compile counts during training, as the framework itself reports them."""
-    parts = []
-    if rec.get("traces") is not None:
-        parts.append(f"{rec['traces']} traces")
-    if rec.get("compiles") is not None:
-        parts.append(f"{rec['compiles']} compiles")
-    if rec.get("compile_s") is not None:
-        parts.append(f"{sig(rec['compile_s'])} s")
-    return ", ".join(parts) or DASH
+    """Trace and compile counts during training, as the framework itself reports them, and the
+    seconds it spent compiling: ``1 traces, 1 compiles, 0.25 s``. A count the adapter did not
+    report reads "not reported" (``1 traces, compiles not reported, 0.229 s``; with neither,
+    ``not reported``, or ``counts not reported, 0.9 s`` where it timed its compiles)."""
+    counts = {k: rec.get(k) for k in ("traces", "compiles")}
+    known = [f"{n} {k}" for k, n in counts.items() if n is not None]
+    missing = [k for k, n in counts.items() if n is None]
+    seconds = [f"{sig(rec['compile_s'])} s"] if rec.get("compile_s") is not None else []
+    if not known:
+        return ", ".join([f"counts {NOT_REPORTED}", *seconds]) if seconds else NOT_REPORTED
+    return ", ".join([*known, *(f"{k} {NOT_REPORTED}" for k in missing), *seconds])
 
 
 def machine_name(env: dict[str, Any]) -> str:

@@ -290,6 +290,7 @@ def method(recs: list[dict[str, Any]]) -> str:
         "emitted) over the steady median beside it.",
         "- `first step` includes tracing and compilation for static-graph adapters. `traces / compiles` "
         "are counted during training by the framework's own instrumentation (tf.function's tracing "
-        "count, jax.monitoring compile events); a dash means the adapter has none to report.",
+        "count, jax.monitoring compile events); `not reported` where the adapter's `compile_stats` leaves a "
+        "count out (an eager adapter's framework counts none), never 0.",
     ]
     return "\n".join(lines)

@@ -16,7 +16,15 @@ from tabulate import tabulate
 
 from harness.records import Record
 from harness.reporting.cells import axes, families, overlap, strategy, synced_step, tokens_per_s
-from harness.reporting.formatting import DASH, compiles_text, device_label, sig, status_text, verdict_text
+from harness.reporting.formatting import (
+    DASH,
+    NOT_REPORTED,
+    compiles_text,
+    device_label,
+    sig,
+    status_text,
+    verdict_text,
+)
 from harness.stats.verdicts import Family, PairVerdict, pair_verdict
 
 #: The most columns the main table may have; the rest go to the details table.
@@ -201,8 +209,9 @@ def _fastest(recs: list[Record]) -> dict[Any, Record]:
 
 
 def live(headers: list[str], body: list[list[str]]) -> tuple[list[str], list[list[str]]]:
-    """A table without its columns that hold a dash in every row (a column of dashes says nothing)."""
-    keep = [i for i in range(len(headers)) if any(row[i] != DASH for row in body)]
+    """A table without its columns that hold a dash, or "not reported", in every row (a column of
+    them says nothing: e.g. trace and compile counts where no cell's adapter reports any)."""
+    keep = [i for i in range(len(headers)) if any(row[i] not in (DASH, NOT_REPORTED) for row in body)]
     return [headers[i] for i in keep], [[row[i] for i in keep] for row in body]
 
 

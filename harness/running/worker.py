@@ -432,7 +432,8 @@ def pipeline_fields(adapter, spec, pipe: dict[str, Any], cpu, m: timing.Measurem
 def check(cell: Cell, steps: int, snapshot: int) -> dict[str, np.ndarray]:
     """Losses of ``steps`` steps, the parameters before the first and after each of the first
     ``snapshot`` steps (``param{t}:{name}``), the adapter's settings (JSON) and, for a static-graph
-    adapter that counts them, the traces and compiles of each step (``step_compiles``); for inference
+    adapter, which of traces and compiles it counts (``compile_keys``, possibly none) and, where it
+    counts any, the traces and compiles of each step (``step_compiles``); for inference
     workloads, the outputs of ``infer_step`` on every batch, stacked. A skip is returned as ``skipped``, a GPU the
     framework cannot use as ``device_failed``."""
     try:
@@ -447,7 +448,11 @@ def check(cell: Cell, steps: int, snapshot: int) -> dict[str, np.ndarray]:
     snaps = {f"param0:{k}": v for k, v in adapter.params().items()}
     # A static graph's traces and compiles in each step, read around the step alone (params()
     # between steps is the check's doing, not the step's): harness.checks.conformance checks them.
-    counted = cell.get("graph") == "static" and compile_count(adapter) is not None
+    # Which counts its compile_stats reports goes along (a count left out is "not reported", not 0;
+    # with none the check says so rather than passing).
+    static = cell.get("graph") == "static"
+    reported = [k for k in ("traces", "compiles") if k in adapter.compile_stats()] if static else []  # _counters order
+    counted = bool(reported)
     losses, compiled = [], []
     for step in range(steps):
         before = _counters(adapter) if counted else None
@@ -457,7 +462,9 @@ def check(cell: Cell, steps: int, snapshot: int) -> dict[str, np.ndarray]:
         if step < snapshot:
             snaps.update({f"param{step + 1}:{k}": v for k, v in adapter.params().items()})
     settings = np.asarray(json.dumps(writable(adapter.settings())))  # as a bench record keeps them
-    extra = {"step_compiles": np.asarray(compiled, dtype=np.int64)} if counted else {}
+    extra = {"compile_keys": np.asarray(reported, dtype=str)} if static else {}
+    if counted:
+        extra["step_compiles"] = np.asarray(compiled, dtype=np.int64)
     precision = np.asarray(cell.get("precision", "fp32"))  # harness.checks.conformance picks its allowance by it
     losses = np.asarray(losses, dtype=np.float64)
     return {"losses": losses, "settings": settings, "precision": precision, **snaps, **extra}

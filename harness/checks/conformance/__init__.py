@@ -19,11 +19,14 @@ Every name is re-exported here: ``from harness.checks import conformance`` then
 from __future__ import annotations
 
 from harness.checks.conformance.judging import (
+    COMPILE_COUNTS,
+    COMPILE_KEYS,
     RECOMPILE_CAUSES,
     Check,
     as_result,
     compile_check,
     evaluate,
+    reported_counts,
     step_shapes,
     trajectory_of,
     worst,
@@ -70,6 +73,8 @@ __all__ = [
     "CHECK_EXTRA",
     "CHECK_OVERRIDES",
     "CHECK_SIZES",
+    "COMPILE_COUNTS",
+    "COMPILE_KEYS",
     "FACTOR",
     "FLOAT32_RUNS",
     "FLOOR",
@@ -95,6 +100,7 @@ __all__ = [
     "precision_of",
     "relative_error",
     "report_lines",
+    "reported_counts",
     "run_adapter",
     "shadow",
     "spec_of",

@@ -2,7 +2,8 @@
 
 ``evaluate`` turns a check result (what a worker writes: losses and parameter snapshots, or
 decoded outputs) into named ``Check``s that pass or fail, with the allowances of
-``tolerance``; ``compile_check`` judges a static graph's compiles per input shape.
+``tolerance``; ``compile_check`` judges a static graph's compiles per input shape (or, where its
+adapter reports no counts, says so and skips: no pass on no evidence).
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ class Check:
     name: str
     passed: bool
     detail: str
+    skipped: bool = False
+    """Not judged for want of evidence (``detail`` says what is missing): never a pass (``passed``
+    is False), and not counted as a failure either."""
+
+    @property
+    def verdict(self) -> str:
+        """``PASS``, ``FAIL`` or ``SKIP``, as ``harness check`` prints it."""
+        return "SKIP" if self.skipped else "PASS" if self.passed else "FAIL"
 
 
 def _decode_checks(spec: Workload, result: dict[str, np.ndarray]) -> list[Check]:
@@ -119,8 +128,9 @@ def evaluate(spec: Workload, result: dict[str, np.ndarray]) -> list[Check]:
         detail += f"; not held per tensor, as no output depends on them: {', '.join(inert)}"
     passed = found.step_error <= allowed.step and tensors_ok
     checks.append(Check(f"parameter updates of the first {SNAPSHOT} steps", passed, detail))
-    if "step_compiles" in result:
-        checks.append(compile_check(spec, np.asarray(result["step_compiles"])))
+    if "step_compiles" in result or COMPILE_KEYS in result:  # a static graph: the worker names its counts
+        counts = result.get("step_compiles")
+        checks.append(compile_check(spec, None if counts is None else np.asarray(counts), reported_counts(result)))
     if not falls_checked(spec, precision):
         return checks
     first, last = float(losses[:5].mean()), float(losses[-5:].mean())
@@ -144,6 +154,21 @@ RECOMPILE_CAUSES = (
 )
 
 
+#: The counters of ``Adapter.compile_stats`` the compile check reads, in the order of ``step_compiles``.
+COMPILE_COUNTS = ("traces", "compiles")
+#: The key of a check result naming which of COMPILE_COUNTS a static-graph adapter reported (possibly none).
+COMPILE_KEYS = "compile_keys"
+
+
+def reported_counts(result: dict[str, np.ndarray]) -> tuple[str, ...]:
+    """Which of COMPILE_COUNTS the adapter behind ``result`` reported; both where the result does not say
+    (a result written with ``step_compiles`` alone)."""
+    if COMPILE_KEYS not in result:
+        return COMPILE_COUNTS
+    named = {str(k) for k in np.atleast_1d(result[COMPILE_KEYS])}
+    return tuple(k for k in COMPILE_COUNTS if k in named)
+
+
 def step_shapes(spec: Workload, steps: int) -> list[tuple]:
     """The input shapes (and dtypes) of each training step a check runs, in order."""
     data = spec.batches()
@@ -151,12 +176,25 @@ def step_shapes(spec: Workload, steps: int) -> list[tuple]:
     return [keys[t % len(keys)] for t in range(steps)]
 
 
-def compile_check(spec: Workload, step_compiles: np.ndarray) -> Check:
+def compile_check(
+    spec: Workload, step_compiles: np.ndarray | None, reported: tuple[str, ...] = COMPILE_COUNTS
+) -> Check:
     """A static graph compiles only in the first step of each distinct input shape, never
     later: in step 1 alone for mlp, cnn and the padded and graph-loop caption strategies, at each
     new caption length under exact (4 on the check's batches), at each new bucket under bucketed
     (3). ``step_compiles`` holds the (traces, compiles) accrued in each step; a first step may
-    hold several (eager ops compiled once, a forward and a backward graph)."""
+    hold several (eager ops compiled once, a forward and a backward graph). ``reported``: which
+    of the two the adapter's ``compile_stats`` reports; a count it leaves out reads "not
+    reported", never 0, and with neither (or no ``step_compiles``) the check is skipped, not
+    passed: nothing shows whether the graph compiled again."""
+    name = "compiles once per input shape"
+    if step_compiles is None or not reported:
+        detail = (
+            "traces and compiles not reported: compile_stats() returns neither 'traces' nor 'compiles', so "
+            "nothing shows whether this static graph compiles again for a shape it has compiled "
+            "(docs/adding-an-adapter.md, section 5)"
+        )
+        return Check(name, False, detail, skipped=True)
     shapes = step_shapes(spec, len(step_compiles))
     seen: set[tuple] = set()
     again: list[int] = []  # steps that compiled for a shape compiled before
@@ -164,17 +202,20 @@ def compile_check(spec: Workload, step_compiles: np.ndarray) -> Check:
         if key in seen and counts.sum() > 0:
             again.append(t + 1)
         seen.add(key)
-    traces, compiles = (int(n) for n in step_compiles.sum(axis=0))
+    totals = dict(zip(COMPILE_COUNTS, (int(n) for n in step_compiles.sum(axis=0)), strict=True))
+    missing = [k for k in COMPILE_COUNTS if k not in reported]
+    counted = ", ".join(f"{totals[k]} {k}" for k in reported) + f" over {len(step_compiles)} steps"
+    if missing:
+        counted += f" ({' and '.join(missing)} not reported)"
     first = sorted({t + 1 for t, key in enumerate(shapes) if shapes.index(key) == t})
-    counted = f"{traces} traces, {compiles} compiles over {len(step_compiles)} steps"
     plural = "s" if len(seen) > 1 else ""
     distinct = f"{len(seen)} distinct input shape{plural} (first at step{plural} {', '.join(map(str, first))})"
     if not again:
         detail = f"{counted}, none after the first step of each of {distinct}"
-        return Check("compiles once per input shape", True, detail)
+        return Check(name, True, detail)
     where = ", ".join(map(str, again[:5])) + (" ..." if len(again) > 5 else "")
     detail = (
         f"{counted} with {distinct}: step{'s' if len(again) > 1 else ''} {where} compiled again for a shape "
         f"already compiled. Likely cause: {RECOMPILE_CAUSES}"
     )
-    return Check("compiles once per input shape", False, detail)
+    return Check(name, False, detail)

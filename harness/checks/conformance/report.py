@@ -8,7 +8,8 @@ from harness.checks.conformance.variants import Variant, spec_of, variant_id
 
 
 def report_lines(info: AdapterInfo, results: dict[Variant, dict]) -> tuple[list[str], int]:
-    """Plain-word lines for ``harness check`` and the number of failed checks."""
+    """Plain-word lines for ``harness check`` and the number of failed checks; a check skipped for
+    want of evidence (``Check.skipped``, e.g. compile counts not reported) prints SKIP with its reason."""
     lines, failed = [], 0
     for variant, result in results.items():
         label = f"{info.name} / {variant_id(variant)}"
@@ -16,6 +17,6 @@ def report_lines(info: AdapterInfo, results: dict[Variant, dict]) -> tuple[list[
             lines.append(f"SKIP  {label}: {result['skipped']}")
             continue
         for check in evaluate(spec_of(variant), result):
-            failed += not check.passed
-            lines.append(f"{'PASS' if check.passed else 'FAIL'}  {label}: {check.name}: {check.detail}")
+            failed += check.verdict == "FAIL"
+            lines.append(f"{check.verdict}  {label}: {check.name}: {check.detail}")
     return lines, failed
