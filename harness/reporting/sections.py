@@ -250,9 +250,10 @@ def method(recs: list[dict[str, Any]]) -> str:
             "model's projections over all steps as one matmul each), each timed alone at the fastest "
             "library's speed on the device (NumPy's BLAS or PyTorch on CPU), summed; `kernels`: the cell is "
             "compute-bound. Dispatch floor: the same adapter running the same step structure on tiny tensors "
-            "(every width 1-3), timed once per cell (alone, in the first round or at the end of its group's last "
-            "planned generation); `dispatch`: the cell is overhead-bound. 1.0x would "
-            "be the floor itself."
+            "(every width 1-3), timed once per cell (alone, in the first round or in its group's last planned "
+            "generation, before the turns); `dispatch`: the cell is overhead-bound. 1.0x would "
+            "be the floor itself; below it, the floor (one short window of one process) read above the "
+            "cell's step (over all its turns): the two are that close."
         )
     if any(r.get("precision") == "bf16" for r in ok):
         lines.append(

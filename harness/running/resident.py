@@ -7,13 +7,12 @@ synced steps (each timed alone; about BLOCK_S, whole passes where steps differ i
 PIPED_EVERY-th turn, one pipelined block (issued back to back, one sync), and replies with the
 synced block's step time. ``finish``
 names the turns to keep (the parent leaves out turns taken under contention); the record is built
-from those alone. With ``"floor": true`` the worker first times its dispatch floor
-(harness.running.worker.dispatch_floor), alone: the parent asks once per cell, in its group's last
-generation, so that the floors' compiles do not delay the generations the verdicts need. End of
-file on the command pipe (the parent died) ends the worker silently.
+from those alone. A cell planned with ``dispatch_floor`` times its dispatch floor
+(harness.running.worker.dispatch_floor) before ``ready``, alone: the parent asks once per cell, in
+its group's last planned generation, so that the floors' compiles do not delay the generations
+the verdicts need. End of file on the command pipe (the parent died) ends the worker silently.
 
-Messages are JSON lines: commands ``{"cmd": "turn", "turn": T}``,
-``{"cmd": "finish", "keep": [T, ...], "floor": bool}``;
+Messages are JSON lines: commands ``{"cmd": "turn", "turn": T}``, ``{"cmd": "finish", "keep": [T, ...]}``;
 replies ``{"event": "ready", ...}``, ``{"event": "turn", "turn": T, "block_s": S, ...}``.
 """
 
@@ -119,6 +118,8 @@ def serve(cell: dict[str, Any], fd_in: int, fd_out: int) -> dict[str, Any] | Non
     load.stop(_children())
     steps = block_steps(probe(stepper, s.pass_steps), s.pass_steps)
     extra = {"cold_other_cores": load.other_cores, "cold_contended": load.contended}
+    if cell.get("dispatch_floor"):  # before ready: the other workers wait idle
+        extra.update(worker.dispatch_floor(cell, s.spec, s.device))
     sampler = UtilSampler(interval_s=0.01) if s.device == "cuda" else None
     turns: dict[int, dict[str, Any]] = {}
     reply.write(json.dumps({"event": "ready", "cold_s": sum(cold), "block_steps": steps}) + "\n")
@@ -128,8 +129,6 @@ def serve(cell: dict[str, Any], fd_in: int, fd_out: int) -> dict[str, Any] | Non
             turns[msg["turn"]] = taken = take_turn(stepper, s, steps, sampler, piped)
             reply.write(json.dumps({"event": "turn", "turn": msg["turn"], "block_s": taken["block_s"]}) + "\n")
         elif msg["cmd"] == "finish":
-            if msg.get("floor"):  # the other workers wait idle while one finishes: the floor runs alone
-                extra.update(worker.dispatch_floor(cell, s.spec, s.device))
             return record(cell, s, profile, sampler, cold, values, settled, turns, msg["keep"], steps, extra)
     return None
 
@@ -193,7 +192,7 @@ def record(
     extra: dict[str, Any],
 ) -> dict[str, Any]:
     """The cell's record from the kept turns (harness.running.worker.finish builds the rest) and
-    ``extra``, what the worker measured beside its turns (the cold window's load, its dispatch floor)."""
+    ``extra``, what the worker measured before its turns (the cold window's load, its dispatch floor)."""
     kept = [t for t in keep if t in turns]
     ok = [t for t in kept if turns[t]["block_s"] is not None]
     shown = ok[:: max(1, math.ceil(len(ok) * steps / MAX_RECORDED_STEPS))]  # whole turns, evenly spread

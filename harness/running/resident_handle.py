@@ -107,11 +107,10 @@ class Resident:
         msg = self._recv(timeout_s)
         return msg.get("block_s")
 
-    def finish(self, keep: list[int], timeout_s: float, floor: bool = False) -> Record:
-        """Ask for the record built from the kept turns (with its dispatch floor if ``floor``), and
-        end the worker."""
+    def finish(self, keep: list[int], timeout_s: float) -> Record:
+        """Ask for the record built from the kept turns, and end the worker."""
         try:
-            self._send({"cmd": "finish", "keep": keep, "floor": floor})
+            self._send({"cmd": "finish", "keep": keep})
             self.proc.wait(timeout=timeout_s)
         except (Gone, subprocess.TimeoutExpired) as exc:
             self.reason = "timeout writing its record" if isinstance(exc, subprocess.TimeoutExpired) else str(exc)
@@ -133,7 +132,7 @@ class Resident:
                 rec.setdefault("stderr_tail", tail)
         rec["wall_s"] = time.perf_counter() - self.t0
         if hasattr(self, "ready_s"):
-            rec["ready_s"] = self.ready_s  # start-up: import, set-up, cold window
+            rec["ready_s"] = self.ready_s  # start-up: import, set-up, cold window (and dispatch floor)
         self.close()
         return rec
 

@@ -20,9 +20,10 @@ a context each, with no preallocation). A group of more cells than ``resident_li
 as several sub-groups, each its own group.
 
 Dispatch floors (harness.running.worker.dispatch_floor, a second tiny instance of each adapter)
-are timed once per cell, at the finish of its group's last planned generation while the other
-workers wait, where the budget holds them beside it: the generations before are what the verdicts
-need, and in round 1 the floors took over a quarter of a slow group's start-up.
+are timed once per cell, by its worker in its group's last planned generation before it says
+``ready`` (the other workers wait idle), where the budget holds them beside it: the generations
+before are what the verdicts need, and in round 1 the floors took over a quarter of a slow
+group's start-up.
 
 Cells that cannot take turns run alone as before (harness.running.runner.run_cell): the idiomatic
 scripts of ``fidelity`` and image input pipelines (their loader workers would keep decoding while
@@ -194,7 +195,7 @@ def run_generation(
 ) -> int:
     """Generation ``k`` of one group (module docstring): every cell's worker started and warmed
     up in turn, then turns, then each record (with ``extra`` fields) appended to ``results``; with
-    ``floors``, each cell whose dispatch floor no earlier record holds times it at its finish.
+    ``floors``, each cell whose dispatch floor no earlier record holds times it before its turns.
     A cell that is skipped, fails or hangs gets its record; the others go on. Returns the next
     free turn number. Every worker is ended on the way out, also on an interruption."""
     residents: list[Resident] = []
@@ -215,9 +216,12 @@ def run_generation(
                 residents.remove(r)
                 done(r.record(f"{exc} during turn {turn}"))
 
+    measured = floors_measured(results) if floors else set()
     try:
         for cell in order:
             cell_k = {**cell, "round": k, **compile_cache(results, cell, k)}
+            if floors and cell["cell_id"] not in measured:
+                cell_k["dispatch_floor"] = True
             progress.start(cell, k)
             try:
                 reason = runner.skip_reason(adapters[records.base_adapter(cell)], cell_k)
@@ -259,10 +263,9 @@ def run_generation(
             "other_cpu_cores": whole.other_cores,
             "steal_share": whole.steal,
         }
-        measured = floors_measured(results) if floors else set()
         while residents:
             r = residents.pop(0)
-            rec = r.finish(kept, timeout_s, floor=floors and r.cell["cell_id"] not in measured)
+            rec = r.finish(kept, timeout_s)
             done({**rec, **turn_fields} if rec["status"] == "ok" else rec)
         return turn
     finally:
@@ -283,7 +286,7 @@ def next_generation_s(recs: list[Record]) -> float:
     """A further generation's time from these records of a group, its dispatch floors left out:
     its latest generation's longest wall (the first worker lives through the whole generation)
     less the dispatch floors that generation measured (``dispatch_floor_wall_s``, each worker's
-    in turn at its finish). After the first generation its warm compiles are not counted on: an
+    in turn before the next starts). After the first generation its warm compiles are not counted on: an
     over-estimate."""
     if not recs:
         return 0.0

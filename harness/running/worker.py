@@ -195,6 +195,18 @@ def compile_count(adapter) -> Callable[[], int] | None:
     return lambda: sum(_counters(adapter))
 
 
+#: Untimed steps before the dispatch floor's window, which may be 30 steps of well under a
+#: millisecond: the tiny instance's first steps after its set-up are not its steady ones.
+FLOOR_WAKE_S = 0.5
+
+
+def wake(stepper: timing.Stepper, seconds: float = FLOOR_WAKE_S) -> None:
+    """Synced steps, untimed, for ``seconds``: the machine and the framework's pools awake."""
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        stepper.one()
+
+
 #: The dispatch floor's timing: the tiny step is cheap, so a short window settles.
 FLOOR_PROFILE = timing.Profile("floor", 5, 30, 2000, budget_s=0.3, target_rel_iqr=0.05, rounds=1, timeout_s=600)
 
@@ -203,7 +215,7 @@ def dispatch_floor(cell: Cell, spec, device: str) -> dict[str, Any]:
     """The adapter's step time on ``spec.tiny()`` (harness.measuring.floors): a second adapter instance,
     set up and warmed up like the first (its compiles are not the cell's), its steady step time
     as the cell's is taken. Once per cell: the caller says when (a cell timed alone in its first
-    round, a resident worker when its parent asks at finish). Not for a cell planned with
+    round, a resident worker where its cell is planned with ``dispatch_floor``). Not for a cell planned with
     ``floors: False`` (a calibration's: it judges verdicts alone); a failure is recorded, not raised."""
     if cell.get("floors") is False:
         return {}
@@ -224,6 +236,7 @@ def dispatch_floor(cell: Cell, spec, device: str) -> dict[str, Any]:
         step, inputs, _, _ = feed(adapter, tiny, mode, batches)
         pass_steps = len(batches) if len({tiny.flops(b) for b in batches}) > 1 else 1  # as bench() decides
         chained = tiny.task == "train"
+        wake(timing.Stepper(step, adapter.sync, inputs))
         m = timing.measure(
             step,
             adapter.sync,
