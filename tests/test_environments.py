@@ -62,6 +62,7 @@ def test_two_versions_of_a_package_are_cells_of_one_run(python, tmp_path):
 # --- a GPU variant's family environments ----------------------------------------------------
 
 
+@pytest.mark.workers  # the doctor imports TensorFlow and torch in two environments' processes
 def test_a_recorded_family_environment_runs_its_frameworks_workers(tmp_path):
     """Two real environments laid out as `make install VARIANT=cuda13` lays them out (here both
     layered over this one, so both can import every framework): TensorFlow's workers, asked from
