@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from harness.install.variant import LOCK_NAMES, lock_environment
+from harness.install.variant import lock_environment, lock_names
 
 LOCKS = Path(__file__).resolve().parents[2] / "locks"
 PROJECT = "dlcompare"
@@ -340,10 +340,10 @@ def download_size(name: str, locks: Path = LOCKS) -> int:
 def main(argv: list[str]) -> int:
     checking = argv[:1] == ["--check"]
     names = argv[1:] if checking else argv
-    names = names or list(LOCK_NAMES)
-    bad = [n for n in names if n not in LOCK_NAMES]
-    if bad:
-        print(f"error: unknown lock {bad[0]!r}; valid: {', '.join(LOCK_NAMES)}", file=sys.stderr)
+    try:
+        names = lock_names(names)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     failed = 0
     for name in names:

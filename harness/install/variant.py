@@ -108,6 +108,15 @@ def installed() -> str | None:
     return marker.read_text().strip() if marker.is_file() else None
 
 
+def lock_names(given: list[str]) -> list[str]:
+    """The locks a command names (every lock where it names none); ValueError naming the first
+    unknown one and the valid ones."""
+    bad = [n for n in given if n not in LOCK_NAMES]
+    if bad:
+        raise ValueError(f"unknown lock {bad[0]!r}; valid: {', '.join(LOCK_NAMES)}")
+    return list(given) or list(LOCK_NAMES)
+
+
 def lock_environment(lock: str) -> Environment:
     """The environment a lock file installs (the first variant's, where several share it)."""
     for envs in ENVIRONMENTS.values():

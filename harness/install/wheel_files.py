@@ -502,12 +502,12 @@ def account(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from harness.install.variant import LOCK_NAMES
+    from harness.install.variant import lock_names
 
-    names = argv or list(LOCK_NAMES)
-    bad = [n for n in names if n not in LOCK_NAMES]
-    if bad:
-        print(f"error: unknown lock {bad[0]!r}; valid: {', '.join(LOCK_NAMES)}", file=sys.stderr)
+    try:
+        names = lock_names(argv)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     conflicting = 0
     for name in names:
