@@ -118,6 +118,7 @@ doctor: $(STAMP)
 # locks from the registry alone, not this machine's pip configuration).
 lock: $(STAMP)
 	$(PY) -m harness.install.lock
+	$(PY) -m harness.install.wheel_files
 
 # Each lock checked: its stored metadata consistent (every requirement pinned at a version it
 # accepts), and pip's dry-run install of the lock with every dependency resolving as pinned.

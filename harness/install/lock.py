@@ -356,9 +356,6 @@ def main(argv: list[str]) -> int:
                 print(f"  {dry_run(name)}; its stored metadata is consistent", flush=True)
             else:
                 print(f"  {lock(name)} -> locks/{name}.txt", flush=True)
-                from harness.install import wheel_files  # here: it imports this module
-
-                print(f"  {wheel_files.write(name)} -> locks/{name}.files.json", flush=True)
         except RuntimeError as exc:
             failed += 1
             what = "does not check out" if checking else "pip could not resolve it; the lock is unchanged"
