@@ -284,22 +284,16 @@ def main(argv: list[str] | None = None) -> int:
         with MatrixProgress(len(todo)) as progress:
             executors.LocalExecutor(adapters).run(todo, run, results, progress)
     ran = out / "calibration-run.json"  # what the repeats took, kept for a later --judge-only
+    given = {"framework": args.framework, "workload": args.workload, "device": args.device, "twins": args.twins}
     before = json.loads(ran.read_text()) if ran.is_file() else {}
     if not args.judge_only:
         # A resumed calibration adds its minutes to those of the runs before it; the setting is recorded
         # so a later --judge-only describes what ran, not its own defaults.
-        took = {
-            "wall_min": (time.monotonic() - t0) / 60 + before.get("wall_min", 0.0),
-            "rounds": args.rounds,
-            "command": command,
-            "setting": {"framework": args.framework, "workload": args.workload, "device": args.device,
-                        "twins": args.twins},
-        }  # fmt: skip
-        ran.write_text(json.dumps(took) + "\n")
-        before = took
+        minutes = (time.monotonic() - t0) / 60 + before.get("wall_min", 0.0)
+        before = {"wall_min": minutes, "rounds": args.rounds, "command": command, "setting": given}
+        ran.write_text(json.dumps(before) + "\n")
     done = {"wall_min": math.nan, "rounds": args.rounds, "command": command, **before}
-    setting = {"framework": args.framework, "workload": args.workload, "device": args.device, "twins": args.twins}
-    setting.update(done.get("setting", {}))
+    setting = {**given, **done.get("setting", {})}
     factors = [float(f) for f in setting["twins"].split(",")]
     keep = args.generations or done["rounds"]
     busy: list[dict[str, Any]] = []  # repeats with a contended cell, judged apart

@@ -31,31 +31,20 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from harness.install.lock import LOCKS, normalise, pins_of
 from harness.install.variant import ENVIRONMENTS, Environment
 
-REPO = Path(__file__).resolve().parents[2]
-PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
 
-
-def normalize(name: str) -> str:
-    """A distribution's name as PEP 503 compares it."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def lock_pins(lock: str, root: Path = REPO) -> dict[str, str]:
+def lock_pins(lock: str, locks: Path = LOCKS) -> dict[str, str]:
     """Name -> the version ``locks/LOCK`` resolved: the pin in ``locks/LOCK.txt``, with the local
     label its ``.meta.json`` keeps where the pin dropped it (``+cpu``: a local wheel's)."""
-    pins = {}
-    for line in (root / "locks" / f"{lock}.txt").read_text().splitlines():
-        match = PIN.match(line.strip())
-        if match:
-            pins[normalize(match[1])] = match[2]
-    meta = root / "locks" / f"{lock}.meta.json"
+    pins = pins_of(lock, locks)
+    meta = locks / f"{lock}.meta.json"
     if meta.is_file():
         for name, package in json.loads(meta.read_text()).get("packages", {}).items():
             # the pin drops a local wheel's label (lock.pin); a pin with a label of its own stands
-            if normalize(name) in pins and release(package.get("version") or "") == pins[normalize(name)]:
-                pins[normalize(name)] = package["version"]
+            if normalise(name) in pins and release(package.get("version") or "") == pins[normalise(name)]:
+                pins[normalise(name)] = package["version"]
     return pins
 
 
@@ -77,7 +66,7 @@ def other_builds(pins: Mapping[str, str], versions: Mapping[str, str]) -> list[s
 
 def installed_versions() -> dict[str, str]:
     """Name -> version of every distribution this interpreter sees."""
-    return {normalize(d.metadata["Name"]): d.version for d in metadata.distributions() if d.metadata["Name"]}
+    return {normalise(d.metadata["Name"]): d.version for d in metadata.distributions() if d.metadata["Name"]}
 
 
 def framework_builds() -> dict[str, str | None]:

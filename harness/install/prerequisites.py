@@ -22,28 +22,22 @@ import sysconfig
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.install.lock import LOCKS, download_size
 from harness.install.variant import ENVIRONMENTS
 
-REPO = Path(__file__).resolve().parents[2]
 #: This interpreter's ``Python.h`` (what its ``python3.X-dev`` package installs).
 HEADERS = Path(sysconfig.get_paths()["include"]) / "Python.h"
 SKIP_HINT = "make install CHECK_PREREQUISITES=0 installs without it"
 
 
-def lock_meta(lock: str, root: Path = REPO) -> dict:
-    path = root / "locks" / f"{lock}.meta.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
-def download_bytes(variant: str, root: Path = REPO) -> int:
+def download_bytes(variant: str, locks: Path = LOCKS) -> int:
     """What the variant's locks download (the registry's sizes in their ``.meta.json``)."""
-    metas = [lock_meta(e.lock, root) for e in ENVIRONMENTS[variant]]
-    return sum(p.get("size") or 0 for meta in metas for p in meta.get("packages", {}).values())
+    return sum(download_size(e.lock, locks) for e in ENVIRONMENTS[variant])
 
 
-def locked_python(variant: str, root: Path = REPO) -> str | None:
+def locked_python(variant: str, locks: Path = LOCKS) -> str | None:
     """The ``major.minor`` the variant's main lock was resolved for."""
-    meta = lock_meta(ENVIRONMENTS[variant][0].lock, root)
+    meta = json.loads((locks / f"{ENVIRONMENTS[variant][0].lock}.meta.json").read_text())
     return meta.get("marker_environment", {}).get("python_version")
 
 
@@ -55,11 +49,11 @@ def problems(
     has_module: Callable[[str], bool] = lambda name: importlib.util.find_spec(name) is not None,
     headers: Path = HEADERS,
     free_bytes: Callable[[Path], int] = lambda p: shutil.disk_usage(p).free,
-    root: Path = REPO,
+    locks: Path = LOCKS,
 ) -> list[str]:
     """What this machine lacks for ``make install VARIANT=variant`` into ``folder``, one line each."""
     out = []
-    want = locked_python(variant, root)
+    want = locked_python(variant, locks)
     if want and python != want:
         out.append(
             f"Python {want} is needed (locks/{ENVIRONMENTS[variant][0].lock}.txt was resolved for it), "
@@ -77,7 +71,7 @@ def problems(
             f"no Python headers ({headers}): torch-compile's kernels include them; "
             f"install python{python}-dev, or {SKIP_HINT}"
         )
-    need = 2 * download_bytes(variant, root)
+    need = 2 * download_bytes(variant, locks)
     free = free_bytes(_existing(folder))
     if free < need:
         out.append(

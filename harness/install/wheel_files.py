@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.install.lock import INDEX_OPTION, LOCKS, PROJECT, REGISTRY, normalise
+from harness.install.lock import INDEX_OPTION, LOCKS, PROJECT, REGISTRY, normalise, reachable
 
 TIMEOUT_S = 60
 SIMPLE_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
@@ -190,16 +190,15 @@ def file_reader(path: Path) -> tuple[Read, int]:
 
 
 def _open(request: urllib.request.Request | str):
-    for attempt in range(3):
+    """``urlopen``, tried again twice after a network error (an HTTP error is an answer: raised)."""
+    for attempt in range(2):
         try:
             return urllib.request.urlopen(request, timeout=TIMEOUT_S)
         except urllib.error.HTTPError:
             raise
         except OSError:
-            if attempt == 2:
-                raise
             time.sleep(2 * (attempt + 1))
-    raise AssertionError("unreachable")
+    return urllib.request.urlopen(request, timeout=TIMEOUT_S)
 
 
 def http_reader(url: str) -> tuple[Read, int]:
@@ -350,14 +349,6 @@ def local_wheel(name: str, filename: str, sources: tuple[list[Path], list[str]])
     return None
 
 
-def _reachable(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=15):
-            return True
-    except OSError:
-        return False
-
-
 # --- a lock's listing -----------------------------------------------------------------------------------------
 
 
@@ -369,7 +360,7 @@ def listing(lock: str, locks: Path = LOCKS, workers: int = 8) -> dict[str, Any]:
     extra_indexes = [m.group(2) for ln in inputs if (m := INDEX_OPTION.match(ln.strip()))]
     partial = meta.get("partial") or {}
     served = set(partial.get("served", []))
-    unreachable = [i for i in extra_indexes if not _reachable(i)] if extra_indexes else []
+    unreachable = [i for i in extra_indexes if not reachable(i)] if extra_indexes else []
     local = any(p.get("local") for d, p in meta["packages"].items() if d != PROJECT)
     sources = machine_sources() if local else ([], [])
     not_listed: dict[str, dict[str, Any]] = {}

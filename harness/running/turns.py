@@ -303,7 +303,10 @@ FLOOR_FIELDS = ("dispatch_floor_s", "dispatch_floor_error")
 
 def floors_measured(results: Path) -> set[str]:
     """Cells of the run whose dispatch floor a record already holds (measured or failed)."""
-    done = records.load(results) if results.exists() else []
+    return _floored(records.load(results) if results.exists() else [])
+
+
+def _floored(done: list[Record]) -> set[str]:
     return {r["cell_id"] for r in done if any(f in r for f in FLOOR_FIELDS)}
 
 
@@ -312,8 +315,8 @@ def floors_s(results: Path, cells: list[Record]) -> float:
     set-up and cold window in its first process (a floor is a second, tiny instance of the
     adapter, set up, compiled and timed the same way; the floors measured in the 2026-11-25
     default run took 0.4-1.4x that). 0 where none is recorded."""
-    ids = {c["cell_id"] for c in cells} - floors_measured(results)
     done = records.load(results) if results.exists() else []
+    ids = {c["cell_id"] for c in cells} - _floored(done)
     return sum(
         (r.get("setup_s") or 0.0) + sum(r.get("cold_times_s") or [])
         for r in done
