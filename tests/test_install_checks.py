@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from harness.install import builds
+from harness.install import builds, variant
 from harness.install.variant import ENVIRONMENTS, TF_ENV
 from tests.test_gpu_setup import REPO, no_driver_path, run_make
 
@@ -30,13 +30,21 @@ def test_a_locks_pins_carry_the_build_it_resolved():
     assert "tensorflow-cpu" in cpu, "names compare as PEP 503 normalises them"
 
 
+#: The variant make installed the suite's environment with (cpu where make recorded none).
+INSTALLED = variant.installed() or "cpu"
+#: The tests that use this machine's CPU torch as a GPU environment's wrong build need the cpu variant.
+CPU_BUILDS = pytest.mark.skipif(INSTALLED != "cpu", reason=f"the {INSTALLED} variant has no CPU torch to stand in")
+
+
 @pytest.mark.workers
-def test_this_machines_cpu_install_holds_what_its_lock_resolved():
-    """The suite's own environment, installed from the cpu lock by make: nothing to report."""
-    env = ENVIRONMENTS["cpu"][0]
-    assert builds.problems(env, builds.lock_pins("cpu"), builds.installed_versions()) == []
+def test_this_machines_install_holds_what_its_variants_lock_resolved():
+    """The suite's own environment as make installed it: nothing to report. On a GPU machine this
+    is the check of the real CUDA builds (torch's CUDA, jaxlib's plugin) against the variant."""
+    env = ENVIRONMENTS[INSTALLED][0]
+    assert builds.problems(env, builds.lock_pins(env.lock), builds.installed_versions()) == []
 
 
+@CPU_BUILDS
 @pytest.mark.workers
 def test_the_real_cpu_torch_in_a_cuda13_environment_is_named_as_the_wrong_build():
     """What a plain ``pip install -r locks/cuda13.txt`` gives on this project's machines."""
@@ -81,6 +89,7 @@ def test_the_builds_a_gpu_environment_needs_pass_and_any_other_major_is_named():
     ]
 
 
+@CPU_BUILDS
 @pytest.mark.workers
 def test_the_check_fails_make_with_one_line_naming_the_package_and_its_build():
     proc = subprocess.run(
@@ -137,10 +146,11 @@ def test_lock_diff_lists_what_a_plugins_install_changed():
 @pytest.mark.workers
 def test_lock_diff_on_this_machines_install_says_as_locked():
     proc = subprocess.run(
-        [sys.executable, "-m", "harness.install.builds", "diff", "cpu"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "harness.install.builds", "diff"], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[0].endswith("against locks/cpu.txt: as locked"), proc.stdout
+    lock = ENVIRONMENTS[INSTALLED][0].lock
+    assert proc.stdout.splitlines()[0].endswith(f"against locks/{lock}.txt: as locked"), proc.stdout
 
 
 def _prerequisites(tmp_path, **given):
