@@ -133,14 +133,21 @@ lock-diff: $(STAMP)
 # one-kernel smoke test per framework, the conformance checks on cuda, the CUDA tests and a
 # short mlp bench, into one folder (GPU_CHECK). On a machine without a GPU it says what it would verify.
 GPU_CHECK ?= reports/gpu-check-$(shell date +%Y%m%d-%H%M%S)
+GPU_CHECK_BUDGET ?= 10m
+# INSTALL=0: check the frameworks $(PYTHON) already holds (a GPU image's own) instead of installing the locks.
+INSTALL ?= 1
 gpu-check:
 	@mkdir -p $(GPU_CHECK)
+ifeq ($(filter 0 no false,$(INSTALL)),)
 	@$(MAKE) --no-print-directory install > $(GPU_CHECK)/install.log 2>&1 || { tail -n 20 $(GPU_CHECK)/install.log; \
 		printf '# make gpu-check: make install failed\n\nIt said: %s\n\nIts whole output: install.log\n' \
 			"$$(grep -m 1 '^error:' $(GPU_CHECK)/install.log || tail -n 1 $(GPU_CHECK)/install.log)" \
 			> $(GPU_CHECK)/summary.md; \
 		echo "gpu-check: make install failed: $(GPU_CHECK)/install.log"; exit 2; }
-	$(PY) -m harness.checks.gpu_check $(GPU_CHECK)
+	$(PY) -m harness.checks.gpu_check $(GPU_CHECK) --budget $(GPU_CHECK_BUDGET) $(ARGS)
+else
+	$(PYTHON) -m harness.checks.gpu_check $(GPU_CHECK) --budget $(GPU_CHECK_BUDGET) --no-install $(ARGS)
+endif
 
 # A named environment over .venv with other versions, for `--env NAME=.venv-NAME/bin/python`:
 # make env ENV_NAME=torch-2.12 PACKAGES="torch==2.12.0"

@@ -81,8 +81,9 @@ def forward_of(jax: Any, fn: Any, device: str) -> Forward:
 def export(path: str, spec: Workload, params: Params, device: str, directory: Path) -> Path:
     import jax
 
-    from adapters.kit import jax_place
+    from adapters.kit import jax_place, jax_precision
 
+    jax_precision(False)  # full float32 matmuls baked into the program, as the training cells' (no TF32)
     p = jax_place({k: jax.numpy.asarray(v) for k, v in params.items()}, jax.devices(device)[0])
     logits = logits_fn(jax, spec, for_onnx=path == "onnx")
     if path == "onnx":
@@ -118,5 +119,8 @@ def serve(path: str, artifact: Path, device: str, threads: int) -> Forward:
         return _export_onnx.serve(artifact, device, threads)
     import jax
 
+    from adapters.kit import jax_precision
+
+    jax_precision(False)
     exported = jax.export.deserialize(bytearray(artifact.read_bytes()))
     return forward_of(jax, jax.jit(exported.call), device)

@@ -30,10 +30,11 @@ def runtime_reason() -> str | None:
     return None
 
 
-def providers(device: str, available: list[str]) -> list[str]:
+def providers(device: str, available: list[str]) -> list[str | tuple[str, dict[str, str]]]:
     """The providers to ask for, in order, on ``device`` given the build's ``available`` ones.
     CPU cells run on the CPU provider alone, so they never touch a GPU; CUDA cells need the CUDA
-    provider (the CPU one is kept after it for the few ops CUDA lacks, as ORT's docs advise)."""
+    provider (the CPU one is kept after it for the few ops CUDA lacks, as ORT's docs advise), with
+    TF32 off (``use_tf32``, on by default): full float32, as every other served program."""
     if device == "cpu":
         return [CPU]
     if device == "cuda":
@@ -42,7 +43,7 @@ def providers(device: str, available: list[str]) -> list[str]:
                 f"onnxruntime has no {CUDA} (available: {', '.join(available) or 'none'}): "
                 "install onnxruntime-gpu (the cuda12 install variant: docs/export.md)"
             )
-        return [CUDA, CPU]
+        return [(CUDA, {"use_tf32": "0"}), CPU]
     raise ValueError(f"device {device!r} is not one of cpu, cuda")
 
 

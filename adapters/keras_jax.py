@@ -187,6 +187,9 @@ class KerasJax(Adapter):
         return out
 
     def sync(self, handle: Any) -> float:
+        # The whole state, not the loss alone: the step's fresh metric accumulators are dispatched
+        # after its loss (on an H200, sync() returned with them still queued: make gpu-check).
+        self._jax.block_until_ready(self._state)
         if handle.ndim:  # decoded tokens: mean caption length
             tokens = np.asarray(self._jax.block_until_ready(handle))
             return float((tokens != PAD).sum()) / len(tokens)

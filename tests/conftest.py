@@ -50,7 +50,8 @@ DEVICES = ["cpu", "cuda"] if variant.detect().driver else ["cpu"]
 #: An NVIDIA driver on this machine, and whether make installed CPU builds here (the cpu variant,
 #: or an environment make did not install): tests that assume either are gated on them.
 GPU_HERE = shutil.which("nvidia-smi") is not None
-CPU_BUILDS = variant.installed() in (None, "cpu")
+# Frameworks make did not install are CPU builds only where no GPU is here (a GPU image's own are not).
+CPU_BUILDS = variant.installed() == "cpu" or (variant.installed() is None and not GPU_HERE)
 # Conformance worker processes, two at a time, each with half the cores: each runs every variant
 # of one adapter on one device and is mostly framework import and compilation, so two overlap
 # well; two workers of every core's threads would each wait at OpenMP barriers for threads the

@@ -98,7 +98,7 @@ def test_export_reasons_name_what_is_missing():
 def test_onnx_runtime_provider_choice():
     cpu, cuda = _export_onnx.CPU, _export_onnx.CUDA
     assert _export_onnx.providers("cpu", [cuda, cpu]) == [cpu]  # a CPU cell never touches the GPU
-    assert _export_onnx.providers("cuda", [cuda, cpu]) == [cuda, cpu]
+    assert _export_onnx.providers("cuda", [cuda, cpu]) == [(cuda, {"use_tf32": "0"}), cpu]  # full float32
     with pytest.raises(DeviceUnavailable, match="onnxruntime has no CUDAExecutionProvider.*onnxruntime-gpu"):
         _export_onnx.providers("cuda", ["AzureExecutionProvider", cpu])
     with pytest.raises(ValueError, match="'tpu'"):

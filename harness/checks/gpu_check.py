@@ -7,16 +7,22 @@ each framework's one-step smoke test on cuda with the CUDA libraries its worker 
 conformance checks on cuda, the CUDA tests, one short mlp bench on cuda and the driver's compute
 cache. On a machine without an NVIDIA GPU the GPU steps are not run: their lines say what they
 would verify, and the exit status covers the steps that ran.
+
+``--no-install`` (``make gpu-check INSTALL=0``) checks the frameworks this interpreter already holds
+(a GPU image's own, say) instead of make's environments: the install step then lists what it found
+and is marked "not checked", since no lock put it there.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from adapters import discover
@@ -27,13 +33,16 @@ from harness.running.runner import REPO
 
 STEP_TIMEOUT_S = 3600
 BENCH_BUDGET = "10m"
+#: The distributions the install step lists where no make install put them (``--no-install``).
+FRAMEWORK_DISTRIBUTIONS = ("torch", "jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "flax", "keras",
+                           "tensorflow", "tensorflow-cpu", "onnxruntime", "onnxruntime-gpu")  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Step:
     name: str
     verifies: str
-    run: Callable[[Path], tuple[bool, str]]  # OUT -> (passed, what it found, one line)
+    run: Callable[[Path], tuple[bool | None, str]]  # OUT -> (passed, or None: not checked; what it found)
     gpu_only: bool = True
 
 
@@ -43,8 +52,8 @@ def _command(out: Path, name: str, args: list[str]) -> tuple[bool, str]:
     try:
         proc = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        log.write_text(f"$ python {' '.join(args)}\nno end within {STEP_TIMEOUT_S} s\n")
-        return False, f"timed out after {STEP_TIMEOUT_S} s ({log.name})"
+        log.write_text(f"$ python {' '.join(args)}\nno end within {STEP_TIMEOUT_S:g} s\n")
+        return False, f"timed out after {STEP_TIMEOUT_S:g} s ({log.name})"
     log.write_text(f"$ python {' '.join(args)}\n(exit {proc.returncode})\n{proc.stdout}\n{proc.stderr}")
     last = (proc.stdout.strip().splitlines() or proc.stderr.strip().splitlines() or [""])[-1]
     return proc.returncode == 0, f"exit {proc.returncode}: {last[:200]} ({log.name})"
@@ -76,6 +85,27 @@ def check_install(out: Path) -> tuple[bool, str]:
     return ok, what + (f"; missing: {', '.join(missing)}" if missing else "")
 
 
+def frameworks_here() -> dict[str, str]:
+    """The framework distributions this interpreter holds, name -> version."""
+    found = {}
+    for name in FRAMEWORK_DISTRIBUTIONS:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def check_preinstalled(out: Path) -> tuple[None, str]:
+    """The install step under ``--no-install``: what this interpreter holds, not checked against a lock."""
+    found = frameworks_here()
+    (out / "install.json").write_text(
+        json.dumps({"installed_by": "not make (INSTALL=0)", "python": sys.executable, "frameworks": found}, indent=1)
+    )
+    listed = ", ".join(f"{k} {v}" for k, v in found.items()) or "no framework"
+    return None, f"not checked (INSTALL=0): {sys.executable} {sys.version.split()[0]} holds {listed}"
+
+
 def check_ownership(out: Path) -> tuple[bool, str]:
     shared, lines = 0, []
     for name, python in _pythons().items():
@@ -90,21 +120,28 @@ def check_ownership(out: Path) -> tuple[bool, str]:
     return shared == 0, "; ".join(ln for ln in lines if not ln.startswith("  ")) + " (ownership.txt)"
 
 
-def check_doctor(out: Path) -> tuple[bool, str]:
+def check_doctor(out: Path, installed_only: bool = False) -> tuple[bool, str]:
+    """``installed_only`` (``--no-install``): a framework this interpreter lacks is listed, not failed."""
     found = doctor.diagnose(discover(), env.default_threads())
     (out / "doctor.txt").write_text(doctor.render(found) + "\n")
-    bad = [r["adapter"] for r in found["frameworks"] if not r["next_step"].startswith("ok")]
-    return not bad, (f"not ok: {', '.join(bad)}" if bad else "every framework build ok") + " (doctor.txt)"
+    rows = found["frameworks"]
+    absent = [r["adapter"] for r in rows if installed_only and r["next_step"].startswith("not installed")]
+    bad = [r["adapter"] for r in rows if not r["next_step"].startswith("ok") and r["adapter"] not in absent]
+    what = f"not ok: {', '.join(bad)}" if bad else "every framework build ok"
+    return not bad, what + (f"; not installed here: {', '.join(absent)}" if absent else "") + " (doctor.txt)"
 
 
-def check_libraries(out: Path) -> tuple[bool, str]:
-    rows = doctor.library_maps(discover(), env.default_threads())
+def check_libraries(out: Path, installed_only: bool = False) -> tuple[bool, str]:
+    """``installed_only`` (``--no-install``): only the frameworks this interpreter holds take the step."""
+    adapters = discover()
+    absent = sorted({a.framework for a in adapters.values() if installed_only and not a.available})
+    names = [n for n, a in adapters.items() if a.framework not in absent]
+    rows = doctor.library_maps(adapters, env.default_threads(), names)
     (out / "libraries.json").write_text(json.dumps(rows, indent=1))
     (out / "libraries.txt").write_text(doctor.render_maps(rows) + "\n")
     bad = [f"{r['adapter']}: {r['verdict']}" for r in rows if r["verdict"] != "ok"]
-    return not bad, (
-        "; ".join(bad) if bad else f"{len(rows)} framework builds, one CUDA major each"
-    ) + " (libraries.txt)"
+    what = "; ".join(bad) if bad else f"{len(rows)} framework builds, one CUDA major each"
+    return not bad, what + (f"; not installed here: {', '.join(absent)}" if absent else "") + " (libraries.txt)"
 
 
 def compute_cache_bytes() -> int:
@@ -125,6 +162,28 @@ def check_compute_cache(out: Path) -> tuple[bool, str]:
     size = compute_cache_bytes()
     (out / "compute-cache.txt").write_text(f"compute cache: {size / 2**20:.0f} MiB\n" + "\n".join(firsts) + "\n")
     return True, f"{size / 2**20:.0f} MiB cached; first steps per cell in compute-cache.txt"
+
+
+def steps(budget: str = BENCH_BUDGET, install: bool = True) -> tuple[Step, ...]:
+    """The steps in order; ``budget`` is the bench's, ``install`` False for ``--no-install``."""
+    if install:
+        replaced = {"bench": _bench(budget)}
+    else:
+        replaced = {
+            "install": check_preinstalled,
+            "doctor": lambda out: check_doctor(out, installed_only=True),
+            "libraries": lambda out: check_libraries(out, installed_only=True),
+            "bench": _bench(budget),
+        }
+    return tuple(
+        Step(s.name, s.verifies.replace(BENCH_BUDGET, budget), replaced.get(s.name, s.run), s.gpu_only) for s in STEPS
+    )
+
+
+def _bench(budget: str) -> Callable[[Path], tuple[bool, str]]:
+    args = ["-m", "harness", "bench", "--framework", "all", "--device", "cuda", "--workload", "mlp"]
+    args += ["--profile", "quick", "--budget", budget]
+    return lambda out: _command(out, "bench", [*args, "--out", str(out), "--run-id", "bench"])
 
 
 STEPS = (
@@ -169,29 +228,7 @@ STEPS = (
     Step(
         "bench",
         f"make bench DEVICE=cuda WORKLOAD=mlp (budget {BENCH_BUDGET}) runs every adapter on the GPU to a report",
-        lambda out: _command(
-            out,
-            "bench",
-            [
-                "-m",
-                "harness",
-                "bench",
-                "--framework",
-                "all",
-                "--device",
-                "cuda",
-                "--workload",
-                "mlp",
-                "--profile",
-                "quick",
-                "--budget",
-                BENCH_BUDGET,
-                "--out",
-                str(out),
-                "--run-id",
-                "bench",
-            ],
-        ),  # fmt: skip
+        _bench(BENCH_BUDGET),
     ),
     Step(
         "compute-cache",
@@ -202,11 +239,16 @@ STEPS = (
 )
 
 
-def run(out: Path, gpu: bool) -> int:
-    """Run the steps into ``out``; 0 when every step that ran passed."""
+def run(out: Path, gpu: bool, budget: str = BENCH_BUDGET, install: bool = True) -> int:
+    """Run the steps into ``out``; 0 when every step that ran passed (one not checked counts as neither).
+    ``summary.md`` is rewritten after every step, so a run stopped part-way keeps the steps it finished."""
     out.mkdir(parents=True, exist_ok=True)
-    lines, failed = [], 0
-    for step in STEPS:
+    gpus = env.gpus()
+    head = f"# make gpu-check: {', '.join(g['name'] for g in gpus) or 'no NVIDIA GPU on this machine'}\n\n"
+    if not gpu:
+        head += "No GPU here: the steps marked 'would verify' need one and did not run.\n\n"
+    lines, failed, planned = [], 0, steps(budget, install)
+    for i, step in enumerate(planned):
         if step.gpu_only and not gpu:
             line = f"- would verify {step.name}: {step.verifies}"
         else:
@@ -215,24 +257,27 @@ def run(out: Path, gpu: bool) -> int:
                 ok, found = step.run(out)
             except Exception as exc:  # noqa: BLE001 - a broken step is a finding, the others still run
                 ok, found = False, f"{type(exc).__name__}: {exc}"
-            failed += not ok
-            line = f"- {'ok' if ok else 'FAILED'} {step.name}: {step.verifies}. Found: {found}"
+            failed += ok is False
+            word = "not checked" if ok is None else "ok" if ok else "FAILED"
+            line = f"- {word} {step.name}: {step.verifies}. Found: {found}"
         print(line, flush=True)
         lines.append(line)
-    gpus = env.gpus()
-    head = f"# make gpu-check: {', '.join(g['name'] for g in gpus) or 'no NVIDIA GPU on this machine'}\n\n"
-    if not gpu:
-        head += "No GPU here: the steps marked 'would verify' need one and did not run.\n\n"
-    (out / "summary.md").write_text(head + "\n".join(lines) + "\n")
+        unreached = [f"- not reached {s.name}: {s.verifies}" for s in planned[i + 1 :]]
+        (out / "summary.md").write_text(head + "\n".join(lines + unreached) + "\n")
     print(f"gpu-check: {failed} steps failed; {out / 'summary.md'}")
     return 1 if failed else 0
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m harness.checks.gpu_check OUT_FOLDER", file=sys.stderr)
-        return 2
-    return run(Path(argv[0]), variant.detect().driver is not None)
+    global STEP_TIMEOUT_S  # noqa: PLW0603 - one setting for every command step of this process
+    parser = argparse.ArgumentParser(prog="python -m harness.checks.gpu_check", description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="the folder every step writes into")
+    parser.add_argument("--budget", default=BENCH_BUDGET, help=f"the mlp bench's budget (default {BENCH_BUDGET})")
+    parser.add_argument("--no-install", action="store_true", help="check this interpreter's own frameworks")
+    parser.add_argument("--step-timeout", type=float, default=STEP_TIMEOUT_S, help="seconds each command step may run")
+    args = parser.parse_args(argv)
+    STEP_TIMEOUT_S = args.step_timeout
+    return run(args.out, variant.detect().driver is not None, args.budget, not args.no_install)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,68 @@
+"""make gpu-check's own logic: the steps it plans (INSTALL=0, the bench's budget) and a summary that
+survives a run stopped part-way. The whole check on a machine without a GPU is in test_gpu_setup."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.checks import gpu_check
+
+
+def test_no_install_lists_this_interpreters_frameworks_and_judges_neither_way(tmp_path):
+    ok, found = gpu_check.check_preinstalled(tmp_path)
+    assert ok is None  # no lock put them there: "not checked", neither ok nor failed
+    assert found.startswith(f"not checked (INSTALL=0): {sys.executable}")
+    written = json.loads((tmp_path / "install.json").read_text())
+    assert written["python"] == sys.executable and written["frameworks"] == gpu_check.frameworks_here()
+    assert "torch" in written["frameworks"]  # this suite's environment holds torch
+
+
+def test_the_steps_carry_the_benchs_budget_and_the_no_install_checks():
+    made = {s.name: s for s in gpu_check.steps("2m", install=True)}
+    image = {s.name: s for s in gpu_check.steps("2m", install=False)}
+    assert list(made) == list(image) == [s.name for s in gpu_check.STEPS]
+    assert "(budget 2m)" in made["bench"].verifies and gpu_check.BENCH_BUDGET not in made["bench"].verifies
+    assert made["install"].run is gpu_check.check_install
+    assert image["install"].run is gpu_check.check_preinstalled
+    assert image["doctor"].run is not gpu_check.check_doctor  # absent frameworks listed, not failed
+    assert [s.gpu_only for s in made.values()] == [s.gpu_only for s in image.values()]
+
+
+def test_the_summary_is_written_after_every_step_so_a_stopped_run_keeps_what_it_finished(tmp_path, monkeypatch):
+    seen = []
+
+    def first(out: Path) -> tuple[bool, str]:
+        return True, "fine"
+
+    def second(out: Path) -> tuple[bool, str]:
+        seen.append((out / "summary.md").read_text())  # what a run stopped here would leave
+        raise KeyboardInterrupt  # the run is killed part-way
+
+    steps = (
+        gpu_check.Step("first", "does one thing", first, gpu_only=False),
+        gpu_check.Step("second", "does another", second, gpu_only=False),
+    )
+    monkeypatch.setattr(gpu_check, "steps", lambda budget, install: steps)
+    with pytest.raises(KeyboardInterrupt):
+        gpu_check.run(tmp_path, gpu=False)
+    (summary,) = seen
+    assert "- ok first: does one thing. Found: fine" in summary
+    assert "- not reached second: does another" in summary
+
+
+def test_a_step_not_checked_counts_as_neither_passed_nor_failed(tmp_path, monkeypatch):
+    steps = (
+        gpu_check.Step("install", "is in place", lambda out: (None, "not checked (INSTALL=0)"), gpu_only=False),
+        gpu_check.Step("doctor", "is healthy", lambda out: (False, "not ok: x"), gpu_only=False),
+    )
+    monkeypatch.setattr(gpu_check, "steps", lambda budget, install: steps)
+    assert gpu_check.run(tmp_path, gpu=False) == 1
+    summary = (tmp_path / "summary.md").read_text()
+    assert "- not checked install: is in place. Found: not checked (INSTALL=0)" in summary
+    assert "- FAILED doctor: is healthy. Found: not ok: x" in summary
+    monkeypatch.setattr(gpu_check, "steps", lambda budget, install: steps[:1])
+    assert gpu_check.run(tmp_path, gpu=False) == 0
