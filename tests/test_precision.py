@@ -163,3 +163,54 @@ def test_an_adapter_without_a_bf16_mechanism_is_skipped_not_run_in_float32():
 
     assert NoMixedPrecision().precision_reason("bf16") == "torch-eager has no bf16 mechanism (it runs fp32, tf32)"
     assert TORCH.cls().precision_reason("bf16") is None and NoMixedPrecision().precision_reason("fp32") is None
+
+
+#: Each framework's own TF32 switch, read inside the worker after ``setup``: True on, False off.
+TF32_READERS = {
+    "torch": "import torch; b = torch.backends; m, c = b.cuda.matmul.fp32_precision, b.cudnn.conv.fp32_precision\n"
+    "flag = {('tf32', 'tf32'): True, ('ieee', 'ieee'): False}.get((m, c), (m, c))",
+    "jax": "import jax; p = jax.config.jax_default_matmul_precision\n"
+    "flag = {'tensorfloat32': True, 'highest': False}.get(p, p)",
+    "tensorflow": "import tensorflow as tf; flag = tf.config.experimental.tensor_float_32_execution_enabled()",
+}
+
+
+def _tf32_backend(info) -> str:
+    """The framework whose switch an adapter sets: Keras's and Flax's are their backend's."""
+    env = info.cls.worker_env(1, "cpu")
+    return {"keras": env.get("KERAS_BACKEND", "tensorflow"), "flax": "jax"}.get(info.framework, info.framework)
+
+
+@pytest.mark.frameworks
+def test_tf32_is_on_for_precision_tf32_and_off_for_fp32_in_every_adapter():
+    """Options(precision=...) through each adapter's setup, then the framework's own switch read in
+    its worker environment: fp32 turns TF32 off (also after tf32 turned it on in that process)."""
+    from harness.running import runner
+
+    groups: dict[tuple, list[str]] = {}
+    for name, info in discover().items():
+        if info.available and "tf32" in info.cls.precisions:
+            env = tuple(sorted(info.cls.worker_env(1, "cpu").items()))
+            groups.setdefault((runner.interpreter(info, {}), env), []).append(name)
+    assert {_tf32_backend(discover()[n]) for names in groups.values() for n in names} >= {"torch", "jax"}
+    found = {}
+    for (python, env), names in groups.items():
+        script = ["import json; from adapters import discover; from adapters.base import Options",
+                  "from workloads import get_workload; spec = get_workload('mlp'); found = {}"]  # fmt: skip
+        for name in names:
+            reader = TF32_READERS[_tf32_backend(discover()[name])].replace("\n", "\n    ")
+            script += [
+                "for p in ('fp32', 'tf32', 'fp32'):",
+                f"    a = discover()[{name!r}].cls()",
+                "    a.setup(spec, spec.init_params(), 'cpu', Options(threads=1, precision=p))",
+                f"    {reader}",
+                f"    found.setdefault({name!r}, []).append(flag)",
+            ]
+        script.append("print(json.dumps(found))")
+        proc = subprocess.run(
+            [python, "-c", "\n".join(script)], cwd=REPO, env=dict(os.environ, **dict(env)),
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        found.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert found and all(flags == [False, True, False] for flags in found.values()), found
