@@ -36,7 +36,9 @@ def tf_build_info() -> dict[str, Any]:
     error = None
     if cuda and not gpus:
         error = "TensorFlow's CUDA build found no usable GPU; its log (stderr) names what it could not load"
-    return {"cuda": cuda, "cudnn": build.get("cudnn_version"), "gpus": names, "error": error}
+    # The GPU code the wheel ships ("sm_89", "compute_90" PTX): harness.running.kernel_jit reads it.
+    archs = list(build.get("cuda_compute_capabilities") or []) if cuda else []
+    return {"cuda": cuda, "cudnn": build.get("cudnn_version"), "gpus": names, "error": error, "kernel_archs": archs}
 
 
 def tf_resolve_device(device: str, framework: str = "tensorflow") -> str:

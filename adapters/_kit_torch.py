@@ -22,6 +22,7 @@ def torch_build_info() -> dict[str, Any]:
     info: dict[str, Any] = {"cuda": torch.version.cuda, "cudnn": None, "gpus": [], "error": None}
     if torch.version.cuda is None:
         return info
+    info["kernel_archs"] = torch.cuda.get_arch_list()  # the GPU code the wheel ships (harness.running.kernel_jit)
     try:
         torch.cuda.init()  # raises with torch's own reason (driver too old, no device, ...)
         info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]

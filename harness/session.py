@@ -36,7 +36,7 @@ from harness.install import environments, variant
 from harness.measuring import floors, peak, timing
 from harness.reporting import report
 from harness.reporting.hardware import physics_violations
-from harness.running import devices, executors, runner
+from harness.running import devices, executors, kernel_jit, runner
 from harness.running.executors import Executor
 from harness.running.plan import PlanError, plan, twins
 from harness.running.progress import MatrixProgress
@@ -167,6 +167,7 @@ class Session:
         print("asking each framework for its build (doctor) ...", flush=True)
         envs = {c["env"]: c["python"] for c in cells if c.get("env")}
         info["doctor"] = doctor.diagnose(self.adapters, threads, sorted({records.base_adapter(c) for c in cells}), envs)
+        info["kernel_jit"] = _warm_up(self.adapters, cells, info["doctor"])
         print("measuring device peaks (matmul, copy) ...", flush=True)
         info["peaks"] = runner.measure_peaks(_peak_devices(cells, info), threads, info["precision"])
         print("measuring kernel floors (each step's matmuls and convolutions alone) ...", flush=True)
@@ -329,6 +330,14 @@ def executor_of(args: argparse.Namespace, run_dir: Path, adapters: Adapters) -> 
         share_nodes=args.share_nodes,
     )
     return executors.executor(args.executor, run_dir, adapters, slurm, args.ray_address, args.ray_cpus_per_cell)
+
+
+def _warm_up(adapters: Mapping[str, AdapterInfo], cells: list[records.Cell], found: dict[str, Any]) -> list[dict]:
+    """The kernel JIT warm-ups (harness.running.kernel_jit) of the frameworks whose build ships
+    only PTX for this GPU, before any GPU cell; [] where none needs one."""
+    needs = kernel_jit.needs_of(found["frameworks"])
+    gpu_cells = [c for c in cells if c["device_requested"] != "cpu"]
+    return kernel_jit.warm_up(adapters, gpu_cells, needs) if needs and gpu_cells else []
 
 
 def _peak_devices(cells: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:

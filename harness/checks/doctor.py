@@ -21,7 +21,7 @@ from adapters import AdapterInfo
 from harness import env
 from harness.install import variant
 from harness.records import Cell
-from harness.running import runner
+from harness.running import kernel_jit, precision, runner
 
 PROBE_TIMEOUT_S = 300
 
@@ -63,8 +63,9 @@ def build_text(build: dict[str, Any]) -> str:
     return f"CUDA {build['cuda']}" + (f", cuDNN {build['cudnn']}" if build.get("cudnn") else "")
 
 
-def next_step(result: dict[str, Any], machine: variant.Choice) -> str:
-    """What the user should do about one framework on this machine ("ok" when nothing)."""
+def next_step(result: dict[str, Any], machine: variant.Choice, need: dict[str, Any] | None = None) -> str:
+    """What the user should do about one framework on this machine ("ok" when nothing); ``need``:
+    what the driver must JIT for this GPU (harness.running.kernel_jit.needed), if anything."""
     if "error" in result:
         return result["error"]
     build = result.get("build") or {}
@@ -78,6 +79,9 @@ def next_step(result: dict[str, Any], machine: variant.Choice) -> str:
             return f"CPU-only; {machine.reason}: update the driver for GPU builds"
         return f"CPU-only build on a GPU machine: {variant.INSTALL_HINT.format(variant=machine.variant)}"
     if build.get("gpus"):
+        if need:
+            trouble = kernel_jit.problem(need, build.get("cuda"), machine.driver)
+            return trouble or f"ok ({kernel_jit.summary(need)} at first use, before timing)"
         return "ok"
     if not gpu_here:
         return "ok (CUDA build, no GPU here: runs on the CPU)"
@@ -93,12 +97,14 @@ def diagnose(
     """The doctor's findings as data (what env.json keeps): machine, variants and one row per
     framework build, in this environment and in each named one (``envs``: name -> python)."""
     machine = variant.detect()
+    capability = precision.query_compute_cap()[0] if machine.driver else None
     chosen = [(info, env) for info in representatives(adapters, names) for env in [None, *(envs or {})]]
     with ThreadPoolExecutor(max_workers=max(1, len(chosen))) as pool:  # the imports overlap
         results = list(pool.map(lambda job: probe(job[0], threads, (envs or {}).get(job[1])), chosen))
     rows = []
     for (info, env_name), result in zip(chosen, results, strict=True):
         build = result.get("build") or {}
+        need = kernel_jit.needed(build.get("kernel_archs") or [], capability) if capability else None
         rows.append(
             {
                 "framework": info.framework,
@@ -107,7 +113,8 @@ def diagnose(
                 "versions": result.get("versions", {}),
                 "build": build_text(build) if "error" not in result else "-",
                 "gpus": build.get("gpus", []),
-                "next_step": next_step(result, machine),
+                "next_step": next_step(result, machine, need),
+                "kernel_jit": need,
             }
         )
     return {

@@ -3,6 +3,7 @@ folder with everything a maintainer needs to see what broke.
 
 Steps, in order, each writing its own file into OUT and one line of ``summary.md``: the install
 (every environment of the variant in place), no file owned twice in any environment, the doctor,
+the kernel JIT warm-up of builds that ship only PTX for this GPU (harness.running.kernel_jit),
 each framework's one-step smoke test on cuda with the CUDA libraries its worker mapped, the
 conformance checks on cuda, the CUDA tests, one short mlp bench on cuda and the driver's compute
 cache. On a machine without an NVIDIA GPU the GPU steps are not run: their lines say what they
@@ -29,6 +30,7 @@ from adapters import discover
 from harness import env, records
 from harness.checks import doctor
 from harness.install import environments, variant
+from harness.running import kernel_jit
 from harness.running.runner import REPO
 
 STEP_TIMEOUT_S = 3600
@@ -124,6 +126,7 @@ def check_doctor(out: Path, installed_only: bool = False) -> tuple[bool, str]:
     """``installed_only`` (``--no-install``): a framework this interpreter lacks is listed, not failed."""
     found = doctor.diagnose(discover(), env.default_threads())
     (out / "doctor.txt").write_text(doctor.render(found) + "\n")
+    (out / "doctor.json").write_text(json.dumps(found, indent=1))  # the kernel-jit step reads it
     rows = found["frameworks"]
     absent = [r["adapter"] for r in rows if installed_only and r["next_step"].startswith("not installed")]
     bad = [r["adapter"] for r in rows if not r["next_step"].startswith("ok") and r["adapter"] not in absent]
@@ -142,6 +145,28 @@ def check_libraries(out: Path, installed_only: bool = False) -> tuple[bool, str]
     bad = [f"{r['adapter']}: {r['verdict']}" for r in rows if r["verdict"] != "ok"]
     what = "; ".join(bad) if bad else f"{len(rows)} framework builds, one CUDA major each"
     return not bad, what + (f"; not installed here: {', '.join(absent)}" if absent else "") + " (libraries.txt)"
+
+
+def check_kernel_jit(out: Path) -> tuple[bool, str]:
+    """Each framework build that ships only PTX for this GPU: one untimed mlp and cnn step each
+    (harness.running.kernel_jit), before any step below has a timeout of minutes."""
+    doctor_json = out / "doctor.json"
+    adapters = discover()
+    found = json.loads(doctor_json.read_text()) if doctor_json.is_file() else doctor.diagnose(adapters, 1)
+    needs = kernel_jit.needs_of(found["frameworks"])
+    cells = [
+        {"adapter": a.name, "framework": a.framework, "graph": a.graph, "device_requested": "cuda"}
+        | {"threads": env.default_threads(), "workload": w, "overrides": [], "precision": "fp32"}
+        for a in adapters.values()
+        for w in ("mlp", "cnn")
+        if a.available
+    ]
+    warmed = kernel_jit.warm_up(adapters, cells, needs)
+    (out / "kernel-jit.json").write_text(json.dumps({"needs": needs, "warmed": warmed}, indent=1))
+    if not warmed:
+        return True, "no framework build here needs the driver to JIT its kernels for this GPU (kernel-jit.json)"
+    what = [f"{w['framework']}: {w['what']}, {w['status']} in {w['seconds']:.0f} s" for w in warmed]
+    return all(w["status"] == "ok" for w in warmed), "; ".join(what) + " (kernel-jit.json)"
 
 
 def compute_cache_bytes() -> int:
@@ -205,6 +230,13 @@ STEPS = (
         "every framework build is the one this machine needs, on a GPU a CUDA build that sees it (make doctor)",
         check_doctor,
         gpu_only=False,
+    ),
+    Step(
+        "kernel-jit",
+        "a framework build that ships only PTX for this GPU (TensorFlow 2.21 on sm_90: newest SASS sm_89) has "
+        "the driver compile its kernels before any timed or time-limited step: one untimed mlp and cnn step, "
+        f"up to {kernel_jit.WARM_UP_TIMEOUT_S // 60} minutes, kept in the compute cache",
+        check_kernel_jit,
     ),
     Step(
         "libraries",

@@ -63,16 +63,14 @@ def hardware(recs: list[dict[str, Any]], envs: dict[str, dict[str, Any]]) -> lis
         pct = f"{r['gflops'] / peak:.1%}" if peak else DASH
         best = f"{r['gflops_max_step'] / peak:.1%}" if peak else DASH
         rows.append([*row_label(r), sig(r["flops_per_step"] / 1e9), sig(r["gflops"]), pct, best])
-    if not rows and not lines:
+    jit = [line for env in envs.values() for line in kernel_jit_lines(env.get("kernel_jit") or [])]
+    if not rows and not lines and not jit:
         return []
-    out = [
-        "## How close to the hardware",
-        "",
-        "Measured peaks (at the run's start and, in runs since 2026-11-23, at its end):",
-        "",
-        *lines,
-        "",
-    ]
+    out = ["## How close to the hardware", ""]
+    if lines or rows:
+        out += ["Measured peaks (at the run's start and, in runs since 2026-11-23, at its end):", "", *lines, ""]
+    if jit:
+        out += ["Kernels compiled by the driver before timing (the build ships only PTX for this GPU):", "", *jit, ""]
     if rows:
         headers = ["adapter", "workload", "strategy", "device", "GFLOP per step", "GFLOP/s", "% of peak", "best step"]
         out += [
@@ -88,6 +86,25 @@ def hardware(recs: list[dict[str, Any]], envs: dict[str, dict[str, Any]]) -> lis
     elif rows:
         out += [f"Physics check: no step exceeds {PEAK_SLACK:.0%} of the measured peak.", ""]
     return out
+
+
+def kernel_jit_lines(warmed: list[dict[str, Any]]) -> list[str]:
+    """One line per kernel JIT warm-up a run did before timing (harness.running.kernel_jit)."""
+    lines = []
+    for w in warmed:
+        head = f"- **{w['framework']}** ({w['adapter']}): {w['what']}."
+        if w["status"] == "ok":
+            lines.append(
+                f"{head} It did so before timing, in {w['seconds']:.0f} s: one untimed step of "
+                f"{', '.join(w['workloads'])}, process start included. The driver's compute cache kept the "
+                "result for the timed cells, so no cold window holds the compile."
+            )
+        else:
+            lines.append(
+                f"{head} The warm-up failed ({w['reason']}), so the first step of each of its cells "
+                "may hold the compile."
+            )
+    return lines
 
 
 #: What the peak's matmul ran in, by the run's precision (harness.measuring.peak).
