@@ -422,6 +422,69 @@ def test_pairs_not_separated_get_no_break_even():
     assert breakeven.break_even_text(one[1], one[0]) == "unresolved"
 
 
+def _fast_pair(seed: int = 13) -> tuple[dict, dict]:
+    """A static cell twice as fast in steady state as its eager base, three processes each."""
+    rng = np.random.default_rng(seed)
+    effects = np.array([0.0, math.log(0.5), 0.0, 0.0])
+    recs = group_records(simulate(rng, 4, 3, reps=1, effects=effects, process=0.03)[0], cold_times_s=[0.5])
+    return recs[1], recs[0]
+
+
+def test_the_break_even_range_spans_every_pairing_of_process_cold_windows_and_the_steady_interval():
+    static, base = _fast_pair()
+    base = {**base, "round_cold_times_s": [[0.002] * 4, [0.004] * 4]}  # eager: no compile, two processes
+    quick, slow = [0.2] + [0.001] * 3, [0.6] + [0.001] * 3  # one process compiled three times as long
+    static = {**static, "round_cold_times_s": [quick, slow], "round_cold_contended": [False, False]}
+    _, low, high = verdicts.relative(base, static)
+    expected = [
+        breakeven.break_even(
+            {**static, "cold_times_s": mine, "round_cold_times_s": [], "median_s": base["median_s"] * ratio},
+            {**base, "cold_times_s": theirs, "round_cold_times_s": []},
+        )
+        for mine in (quick, slow)
+        for theirs in base["round_cold_times_s"]
+        for ratio in (low, high)
+    ]
+    assert breakeven.break_even_range(static, base) == (min(expected), max(expected))
+    # wider than the mean window alone gives: the processes' compile spread is in the range
+    mean_only = [breakeven.break_even({**static, "median_s": base["median_s"] * ratio}, base) for ratio in (low, high)]
+    early, late = breakeven.break_even_range(static, base)
+    assert early < min(mean_only) and late > max(mean_only)
+
+
+def test_a_cold_window_under_other_load_is_left_out_of_the_range_and_the_table_says_so():
+    from harness.reporting.static_dynamic import payoff
+
+    static, base = _fast_pair()
+    base = {**base, "round_cold_times_s": [[0.002] * 4]}
+    quiet, loaded = [0.2] + [0.001] * 3, [5.0] + [0.001] * 3
+    alone = {**static, "round_cold_times_s": [quiet], "round_cold_contended": [False]}
+    mixed = {**static, "round_cold_times_s": [quiet, loaded], "round_cold_contended": [False, True]}
+    assert breakeven.process_windows(mixed) == ([quiet], 1, False)
+    assert breakeven.break_even_range(mixed, base) == breakeven.break_even_range(alone, base)
+    assert breakeven.cold_load_note(mixed, base) == "1 of a1's cold windows left out for other load"
+    assert payoff(mixed, base).endswith("(1 of a1's cold windows left out for other load)")
+    busy = {**static, "round_cold_times_s": [loaded], "round_cold_contended": [True]}
+    assert breakeven.process_windows(busy) == ([loaded], 0, True)  # nothing quiet: kept, and said
+    assert breakeven.cold_load_note(busy, base) == "a1's cold window ran under other load"
+    assert breakeven.break_even_range(busy, base)[0] > breakeven.break_even_range(alone, base)[1]
+    # records before the per-process flag: round 1's own flag marks the first window
+    old = {**static, "round_cold_times_s": [loaded, quiet], "cold_contended": True}
+    old.pop("round_cold_contended", None)
+    assert breakeven.process_windows(old) == ([quiet], 1, False)
+
+
+def test_combining_processes_keeps_each_cold_windows_load_flag():
+    runs = [
+        {"status": "ok", "round": g, "step_times_s": [1e-3, 1.1e-3], "median_s": 1e-3, "batch_size": 32}
+        | {"cold_times_s": [0.1 * g], "cold_s": 0.1 * g, "cold_contended": g == 2}
+        for g in (1, 2, 3)
+    ]
+    rec = cells.combine(runs)
+    assert rec["round_cold_times_s"] == [[0.1], [0.2], pytest.approx([0.3])]
+    assert rec["round_cold_contended"] == [False, True, False]
+
+
 def test_a_pair_the_run_cannot_judge_is_unresolved_everywhere_in_the_report():
     """One process per cell: the tables, the overview, the summary and compare say "unresolved"
     (with the reason where there is room), never "same speed" or a fastest, however far apart the

@@ -20,6 +20,25 @@ def cold_window(rec: Record) -> list[float]:
     return [float(v) for v in np.mean([w[:n] for w in windows], axis=0)]
 
 
+def process_windows(rec: Record) -> tuple[list[list[float]], int, bool]:
+    """Each process's cold window for the break-even range: those that ran without other load,
+    how many were left out for load, and whether every one had load (then all are kept, and the
+    caller says so). A record without per-process windows gives its own."""
+    windows = [list(w) for w in rec.get("round_cold_times_s") or [] if w] or [list(rec["cold_times_s"])]
+    loaded = list(rec.get("round_cold_contended") or [])
+    if len(loaded) != len(windows):  # records before 2026-11-26 kept round 1's flag alone (the first window)
+        loaded = [bool(rec.get("cold_contended"))] + [False] * (len(windows) - 1)
+    quiet = [w for w, busy in zip(windows, loaded, strict=True) if not busy]
+    if not quiet:
+        return windows, 0, True
+    return quiet, len(windows) - len(quiet), False
+
+
+def _alone(rec: Record, window: list[float], median_s: float) -> Record:
+    """``rec`` as if one process with cold ``window`` and steady ``median_s`` had made it."""
+    return {**rec, "cold_times_s": window, "round_cold_times_s": [], "median_s": median_s}
+
+
 def cumulative_s(rec: Record, steps: int) -> float:
     """Seconds to train ``steps`` batches from a cold start: the measured cold window (``cold_window``),
     then the steady median per step beyond it."""
@@ -79,17 +98,35 @@ def break_even_text(static: Record, base: Record) -> str:
 
 
 def break_even_range(static: Record, base: Record) -> tuple[int, int] | None:
-    """Where compiling pays off against ``base``: the break-even step at both ends of the
-    interval of the steady-time ratio. None unless ``static``'s steady step is faster and
-    separated from ``base``'s: steady times not separated give no break-even."""
+    """Where compiling pays off against ``base``, with both spreads: the earliest and latest
+    break-even over every pairing of the two cells' processes' cold windows (``process_windows``:
+    those under other load left out where quiet ones remain), at the ends of the interval of the
+    steady-time ratio. None unless ``static``'s steady step is faster and separated from
+    ``base``'s: steady times not separated give no break-even."""
     if static["median_s"] >= base["median_s"] or not separated(static, base):
         return None
     _, low, high = relative(base, static)  # time(static) / time(base), wholly below 1 here
-    early = break_even({**static, "median_s": base["median_s"] * low}, base)
-    late = break_even({**static, "median_s": base["median_s"] * high}, base)
-    if early is None or late is None:
+    found = []
+    for mine in process_windows(static)[0]:
+        for theirs in process_windows(base)[0]:
+            other = _alone(base, theirs, base["median_s"])
+            for ratio in (low, high):
+                found.append(break_even(_alone(static, mine, base["median_s"] * ratio), other))
+    if None in found:
         return None
-    return early, late
+    return min(found), max(found)
+
+
+def cold_load_note(static: Record, base: Record) -> str:
+    """What other load did to the cold windows behind ``break_even_range``, in words ("" if nothing)."""
+    notes = []
+    for rec in (static, base):
+        _, left_out, all_busy = process_windows(rec)
+        if all_busy:
+            notes.append(f"{rec['adapter']}'s cold window ran under other load")
+        elif left_out:
+            notes.append(f"{left_out} of {rec['adapter']}'s cold windows left out for other load")
+    return "; ".join(notes)
 
 
 def steps_text(span: tuple[int, int]) -> str:

@@ -6,7 +6,14 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from harness.records import Record
-from harness.reporting.breakeven import break_even_range, break_even_text, cumulative_s, steady_outcome, steps_text
+from harness.reporting.breakeven import (
+    break_even_range,
+    break_even_text,
+    cold_load_note,
+    cumulative_s,
+    steady_outcome,
+    steps_text,
+)
 from harness.reporting.cells import axes, comparable, name, strategy, what
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig
 from harness.stats.verdicts import SAME, UNRESOLVED
@@ -31,8 +38,8 @@ def payoff(static: Record, base: Record) -> str:
         return "the same steady speed within 5%: no break-even"
     span = break_even_range(static, base)
     if span is not None:
-        busy = [r["adapter"] for r in (static, base) if r.get("cold_contended")]
-        return f"after {steps_text(span)} steps" + (f" (cold window contended: {', '.join(busy)})" if busy else "")
+        note = cold_load_note(static, base)
+        return f"after {steps_text(span)} steps" + (f" ({note})" if note else "")
     return "never (slower steady step)" if static["median_s"] > base["median_s"] else "no cold window recorded"
 
 
@@ -69,11 +76,13 @@ def compile_costs(groups: dict[tuple, list[Record]]) -> list[str]:
     intro = (
         "What each static-graph cell pays to trace and compile (its loop strategy with the shortest cold "
         "start), and the step count from a cold start after which it has spent no more time in total than "
-        "the fastest dynamic-graph cell of the same workload and device: a range from the two ends of the "
-        "interval of their steady-time ratio (harness.stats.verdicts), the cold window averaged over every "
-        "process that compiled cold (round 1 where later rounds start from its compiler cache). Pairs whose "
-        "steady steps are the same speed within 5% get no break-even, pairs the run cannot tell apart say "
-        "`unresolved`; a cold window that ran beside other CPU load is marked `cold window contended`; cells that "
+        "the fastest dynamic-graph cell of the same workload and device. It is a range, the earliest to the "
+        "latest break-even over the two ends of the interval of their steady-time ratio "
+        "(harness.stats.verdicts) and every pairing of the two cells' processes' cold windows (every process "
+        "that compiled cold: round 1 where later rounds start from its compiler cache). A cold window that ran "
+        "beside other CPU load is left out where a quiet one remains, and the cell says so; where all of a "
+        "cell's did, they are kept and the cell says that. Pairs whose steady steps are the same speed within "
+        "5% get no break-even, and pairs the run cannot tell apart say `unresolved`. Cells that "
         "ran beside other CPU load in their turns (`contended`) are left out. Traces and compiles are the "
         "framework's own counts, `not reported` where the adapter's `compile_stats` leaves one out."
     )

@@ -198,6 +198,7 @@ def combine(runs: list[Record], levels: tuple[dict[int, float], int | None] | No
     cold = [r for r in runs if not r.get("warm_compiles")]  # processes that compiled cold
     if cold and all(r.get("cold_times_s") for r in cold):
         extra["round_cold_times_s"] = [r["cold_times_s"] for r in cold]
+        extra["round_cold_contended"] = [bool(r.get("cold_contended")) for r in cold]  # break-even leaves these out
     if all(r.get("turn_ids") is not None for r in runs):  # resident workers: each generation's turns
         extra["round_turns"] = {
             round_of(r): [len(r["turn_ids"]), r.get("turns_dropped") or 0, r.get("turns_contended") or 0] for r in runs
