@@ -49,7 +49,7 @@ def _max_pool_as_reshape(jax: Any, h: Any) -> Any:
 def logits_fn(jax: Any, spec: Workload, for_onnx: bool = False) -> Any:
     """``logits(p, x)``: jax-jit's model code (adapters/jax_jit.py) without the loss; ``for_onnx``:
     its pooling written as jax2onnx converts it (the same values, ``_max_pool_as_reshape``)."""
-    from adapters.jax_jit import _dense
+    from adapters._jax_layers import dense as _dense
 
     lax = jax.lax
     pool = _max_pool_as_reshape if for_onnx else _max_pool

@@ -3,7 +3,7 @@ a ``tf.Module`` whose ``serve`` is a ``tf.function`` with an input signature (re
 ``tf.saved_model.load``), and ONNX through tf2onnx (``tf2onnx.convert.from_function``), served
 by ONNX Runtime.
 
-The forward is tf-function's own model code (adapters/tf_function.py: ``_dense`` and the conv
+The forward is tf-function's own model code (adapters/_tf_layers.py's ``dense`` and tf_function.py's conv
 blocks of its loss) over ``tf.Variable``s, so the saved graph is the one tf-function trains.
 """
 
@@ -32,7 +32,7 @@ def converter_reason() -> str | None:
 
 def logits_fn(tf: Any, spec: Workload, v: dict[str, Any]) -> Any:
     """The forward of ``spec`` over variables ``v`` (canonical names): NHWC or flat inputs."""
-    from adapters.tf_function import _dense
+    from adapters._tf_layers import dense as _dense
 
     def logits(x):
         if spec.family == "mlp":

@@ -27,9 +27,9 @@ EXAMPLE_BATCH = 2
 
 def served_module(torch: Any, spec: Workload, params: Params, device: str) -> Any:
     """torch-eager's model of ``spec`` from canonical ``params``, taking NHWC, in eval mode."""
-    from adapters.torch_eager import _build
+    from adapters._torch_model import build
 
-    inner = _build(torch, spec, lambda fn, dynamic=False: fn)
+    inner = build(torch, spec, lambda fn, dynamic=False: fn)
     inner.load_canonical(params)
     nhwc = spec.family == "cnn"
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from adapters.base import Options
+from adapters.base import Options, threads_env  # noqa: F401 - kit's threads_env is base's
 from workloads.optim import ADAM_BETA2, ADAM_EPS
 
 # --------------------------------------------------------------------------- worker environments
@@ -55,11 +55,6 @@ def compile_cache(folder: str | None) -> Iterator[None]:
         yield
     finally:
         del os.environ[RUN_COMPILE_CACHE]
-
-
-def threads_env(threads: int) -> dict[str, str]:
-    """OpenMP/MKL pool sizes: the base of every adapter's ``worker_env``."""
-    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
 # ------------------------------------------------------------------ canonical layouts, optimisers

@@ -52,6 +52,11 @@ IN_PROCESS = "in-process"
 Forward = Callable[[Any], Any]
 
 
+def threads_env(threads: int) -> dict[str, str]:
+    """OpenMP/MKL pool sizes: the base of every adapter's ``worker_env`` (``kit.threads_env``)."""
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
 @dataclass(frozen=True)
 class Options:
     """Run settings every adapter applies the same way."""
@@ -139,8 +144,6 @@ class Adapter(abc.ABC):
         """Environment for the worker process, applied before the framework is imported:
         thread-pool sizes and backend/platform selection that a framework reads only at
         start-up. ``device`` is the cell's requested device ("cpu", "cuda" or "auto")."""
-        from adapters.kit import threads_env
-
         return threads_env(threads)
 
     def supports(self, spec: Workload) -> str | None:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from adapters import _export_jax, _grain_data, _jax_transformer, kit
+from adapters._jax_layers import dense as _dense
 from adapters.base import Adapter, Forward, Options
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
@@ -197,14 +198,6 @@ def _attention_setting(spec: Workload) -> dict[str, str]:
 def _f32(logits):
     """Logits as float32 for the cross-entropy: the loss in float32 under --precision bf16."""
     return logits.astype("float32")
-
-
-def _dense(jax, p: Params, h, prefix: str, n_layers: int):
-    for i in range(n_layers):
-        h = h @ p[f"{prefix}{i}/kernel"] + p[f"{prefix}{i}/bias"]
-        if i < n_layers - 1:
-            h = jax.nn.relu(h)
-    return h
 
 
 def _gru(jax, jnp, p: Params, h, token, hidden: int):

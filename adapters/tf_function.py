@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from adapters import _export_tf, _tf_data, _tf_transformer, kit
+from adapters._tf_layers import dense as _dense
 from adapters.base import Adapter, Forward, Options
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ADAMW_WEIGHT_DECAY, decays
@@ -257,14 +258,6 @@ def _optimizer_kernel(optimizer: str) -> str:
 def _widen(batch: Batch) -> Batch:
     """Integer arrays as int64 (see the module docstring); others as they are."""
     return {k: v.astype(np.int64) if v.dtype.kind in "iu" else v for k, v in batch.items()}
-
-
-def _dense(tf, v, h, n_layers: int):
-    for i in range(n_layers):
-        h = tf.matmul(h, v[f"dense{i}/kernel"]) + v[f"dense{i}/bias"]
-        if i < n_layers - 1:
-            h = tf.nn.relu(h)
-    return h
 
 
 def _gru(tf, v, h, token, hidden: int):

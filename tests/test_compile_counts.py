@@ -18,7 +18,7 @@ from harness.checks import conformance
 from harness.reporting import static_dynamic
 from harness.reporting.formatting import NOT_REPORTED, compiles_text
 from harness.reporting.workload_tables import workload_table
-from harness.running import worker
+from harness.running import cell_work, worker
 from tests.fakes import record
 from tests.test_summary_compare_sweep import timed
 from tests.test_workload_tables import workload_section
@@ -91,7 +91,7 @@ def info(cls: type[Adapter]) -> AdapterInfo:
 
 def checked(cls: type[Adapter], monkeypatch: pytest.MonkeyPatch) -> dict[str, np.ndarray]:
     """What ``harness check``'s worker writes for ``cls`` on the mlp variant, run in this process."""
-    monkeypatch.setattr(worker, "discover", lambda: {cls.name: info(cls)})
+    monkeypatch.setattr(cell_work, "discover", lambda: {cls.name: info(cls)})  # prepare() discovers there
     cell = conformance.check_cell(info(cls), MLP) | {"threads": 1}
     return worker.check(cell, conformance.check_steps(conformance.spec_of(MLP)), conformance.SNAPSHOT)
 

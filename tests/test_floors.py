@@ -76,13 +76,13 @@ def test_the_session_cache_measures_only_kernels_no_earlier_run_measured(tmp_pat
 def test_a_calibration_cell_measures_no_dispatch_floor():
     from types import SimpleNamespace
 
-    from harness.running import worker
+    from harness.running import cell_work
 
     def tiny():
         raise AssertionError("a cell planned without floors never builds the floor's workload")
 
     spec = SimpleNamespace(tiny=tiny)
-    assert worker.dispatch_floor({"round": 1, "floors": False}, spec, "cpu") == {}
+    assert cell_work.dispatch_floor({"round": 1, "floors": False}, spec, "cpu") == {}
     # (which generation times a bench cell's floor is its caller's choice: test_turns, test_cli)
 
 

@@ -6,6 +6,7 @@ the profilers wrote here (torch.profiler's Chrome trace, JAX's trace.json, TF's 
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
@@ -16,7 +17,7 @@ import pytest
 from harness.measuring import profilers
 from harness.measuring.breakdown import Event, breakdown
 from harness.reporting import ops
-from harness.running import worker
+from harness.running import cell_work, worker
 from harness.stats import taxonomy
 
 SAMPLES = Path(__file__).parent / "profiles"
@@ -188,8 +189,8 @@ def test_the_profiler_is_picked_by_what_the_adapter_requires():
 
 def test_a_default_run_gets_no_profiled_pass():
     rec = {"status": "ok", "median_s": 0.001}
-    assert worker.ops_profile({"cell_id": "x", "round": 1}, None, rec) == {}
-    assert worker.ops_profile({"cell_id": "x", "round": 2, "profile_ops": "/run"}, None, rec) == {}
+    assert cell_work.ops_profile({"cell_id": "x", "round": 1}, None, rec) == {}
+    assert cell_work.ops_profile({"cell_id": "x", "round": 2, "profile_ops": "/run"}, None, rec) == {}
 
 
 def test_a_trace_folder_name_holds_no_path_separator():
@@ -227,22 +228,40 @@ def _profile(uncovered: float, ops_per_step: float) -> dict:
 
 
 def test_the_report_section_says_where_each_mode_spends_its_step():
+    # profiled 2 ms each; unprofiled 1.7 and 1.2 ms: the profiler's own cost 0.3 ms and 0.8 ms, at
+    # most each one's uncovered time (0.8 and 0.2 ms), is taken out of uncovered
     recs = [
-        _rec("torch-eager", "torch", "dynamic", _profile(0.4, 43)),
-        _rec("torch-compile", "torch", "static", _profile(0.1, 9)),
+        _rec("torch-eager", "torch", "dynamic", {**_profile(0.4, 43), "unprofiled_step_s": 0.0017}),
+        _rec("torch-compile", "torch", "static", {**_profile(0.1, 9), "unprofiled_step_s": 0.0012}),
         _rec("tf-eager", "tensorflow", "dynamic", {"status": "skipped", "reason": "RuntimeError: no profiler"}),
         {**_rec("jax-jit", "jax", "static", {}), "ops_profile": None},
     ]
     text = "\n".join(ops.section(recs))
     assert "## Where the time goes" in text
-    assert "torch-eager launches 43 ops per step and 40% of its profiled step is uncovered" in text
-    assert "torch-compile launches 9, 10% uncovered" in text
-    # the profiled gap is never called the modes' difference: the profiler's own cost is in it
-    assert "profiled step holds 0.6 ms more outside any op, the profiler's own cost included" in text
+    assert (
+        "torch-eager launches 43 ops per step and 25% (0.5 ms) of its profiled step is uncovered, "
+        "15% (0.3 ms) profiler overhead; torch-compile launches 9, 0% (0 ms) uncovered, 10% (0.2 ms) profiler overhead"
+    ) in text
+    # the profiled gap is never called the modes' difference without the unprofiled one beside it
+    assert "profiled step holds 0.5 ms more outside any op, its profiler overhead apart" in text
+    assert "(unprofiled, the whole steps differ by 0.5 ms)" in text
     assert "more per step outside any op" not in text
     assert "**tf-eager**: no breakdown (RuntimeError: no profiler)" in text
     assert "[torch-eager](traces/x/trace.json.gz)" in text
     assert "jax-jit" not in text  # not profiled: not in the section
+    row = next(line for line in text.splitlines() if line.startswith("| torch-eager"))
+    header = next(line for line in text.splitlines() if line.startswith("| adapter") and "ops/step" in line)
+    cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in row.split("|")], strict=True))
+    assert (cells["matmul/conv"], cells["uncovered"], cells["profiler overhead"]) == ("60%", "25%", "15%")
+
+
+def test_the_profilers_own_cost_is_its_own_bar_and_never_more_than_the_uncovered_time():
+    rec = _rec("jax-eager", "jax", "dynamic", {**_profile(0.1, 100), "unprofiled_step_s": 0.001})
+    split = ops.split_seconds(rec)  # 1 ms of overhead by the steps, 0.2 ms uncovered: capped
+    assert split[ops.PROFILER] == pytest.approx(0.0002) and split[taxonomy.UNCOVERED] == 0.0
+    assert sum(split.values()) == pytest.approx(0.002)  # still sums to the profiled step
+    faster = _rec("jax-jit", "jax", "static", {**_profile(0.1, 9), "unprofiled_step_s": 0.003})
+    assert ops.split_seconds(faster)[ops.PROFILER] == 0.0  # profiled no slower: nothing to take out
 
 
 def test_the_unprofiled_step_beside_the_profiled_one_is_the_same_rounds():
@@ -277,7 +296,7 @@ def test_the_sum_rule_on_a_real_profiled_cell(tmp_path):
     from harness.running.plan import plan
 
     cell = plan(discover(), "torch-eager", "mlp", "cpu", [], "quick", 1, "t")[0]
-    s = worker.start(cell)
+    s = cell_work.start(cell)
     for i in range(3):  # warm: the first steps allocate
         s.adapter.sync(s.step(s.inputs[i % len(s.inputs)]))
     found = profilers.profile_cell(("torch",), s.step, s.adapter.sync, s.inputs, tmp_path / "t", tmp_path, 0.01)
@@ -325,9 +344,9 @@ def test_xla_control_flow_is_a_scope_its_body_ops_count():
 def test_a_one_shot_cell_times_its_floor_before_its_profiled_pass(monkeypatch):
     # The dispatch floor is a timing: the profiler must not run before it (it perturbs timing).
     calls = []
-    fields = {f.name: None for f in worker.dataclasses.fields(worker.Started)}
+    fields = {f.name: None for f in dataclasses.fields(cell_work.Started)}
     adapter = type("Adapter", (), {"sync": None})()
-    started = worker.Started(**{**fields, "adapter": adapter, "pass_steps": 1, "chained": True})
+    started = cell_work.Started(**{**fields, "adapter": adapter, "pass_steps": 1, "chained": True})
     monkeypatch.setattr(worker, "start", lambda cell: started)
     monkeypatch.setattr(worker.timing, "measure", lambda *a, **k: None)
     monkeypatch.setattr(worker, "compile_count", lambda adapter: None)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads.spec import Params
+from workloads.arrays import Params
 
 ADAM_BETA1 = 0.9
 ADAM_BETA2 = 0.999

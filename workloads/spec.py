@@ -17,9 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-Params = dict[str, np.ndarray]
-Batch = dict[str, np.ndarray]
-
+from workloads.arrays import Batch, Params
 
 Kernel = tuple  # ("matmul", m, k, n) or ("conv3x3", b, h, w, cin, cout, role): see Workload.kernels
 

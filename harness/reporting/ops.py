@@ -21,6 +21,22 @@ from harness.reporting.cells import strategy
 from harness.reporting.formatting import DASH, device_label, sig, slug
 from harness.stats import taxonomy
 
+#: The profiler's own cost, apart from *uncovered* (``split_seconds``).
+PROFILER = "profiler overhead"
+
+
+def split_seconds(r: Record) -> dict[str, float]:
+    """The profiled step by category (seconds per step), the profiler's own cost apart: the
+    profiled step's median over the unprofiled one's (same process and round), at most the
+    uncovered time, taken out of *uncovered*, where the profiler's cost lands."""
+    p = r["ops_profile"]
+    seconds = {c: p["seconds"].get(c, 0.0) for c in taxonomy.CATEGORIES}
+    unprofiled = p.get("unprofiled_step_s") or r["median_s"]
+    overhead = min(max(0.0, p["profiled_step_s"] - unprofiled), seconds[taxonomy.UNCOVERED])
+    seconds[taxonomy.UNCOVERED] -= overhead
+    seconds[PROFILER] = overhead
+    return seconds
+
 
 def profiled(recs: list[Record]) -> list[Record]:
     """The ok records that carry a profiled pass (ok or skipped)."""
@@ -43,8 +59,10 @@ def section(recs: list[Record], plot_dir: Path | None = None) -> list[str]:
         "mapped into one taxonomy (harness.stats.taxonomy). On a CPU each instant of a step goes to the "
         "innermost op running (split evenly where ops of several threads overlap); on a GPU to the kernels. "
         "*uncovered* is the rest of the step's wall time (Python, dispatch, gaps, waiting): the categories "
-        "sum to the profiled step. The profiled step is shown beside the unprofiled one: the profiler's own "
-        "overhead lands in *uncovered*. Ops/step counts the ops the framework launched (not nested in another).",
+        "sum to the profiled step. The profiled step is shown beside the unprofiled one. The profiler's own "
+        "cost lands outside any op, so its estimate (the profiled step's median over the unprofiled one's, "
+        "at most the uncovered time) is taken out of *uncovered* and shown as *profiler overhead*, its own "
+        "column and bar. Ops/step counts the ops the framework launched (not nested in another).",
         "",
     ]
     for (workload, strat, data, device), group in groups.items():
@@ -52,7 +70,8 @@ def section(recs: list[Record], plot_dir: Path | None = None) -> list[str]:
         title = f"### {workload}" + (f" ({strat})" if strat else "") + (f", {data}" if data != "resident" else "")
         out += [f"{title}, {device}", ""]
         if plot_dir is not None:
-            path = plots.ops_breakdown(group, plot_dir / f"{slug(workload, strat, data, device)}-ops.png")
+            split = [(r, split_seconds(r)) for r in _ok(group)]
+            path = plots.ops_breakdown(split, plot_dir / f"{slug(workload, strat, data, device)}-ops.png")
             if path is not None:
                 out += [f"![{workload}: where the step's time goes]({path.name})", ""]
         out += [shares_table(group), "", top_ops_table(group), ""]
@@ -77,7 +96,9 @@ def shares_table(group: list[Record]) -> str:
     """Per adapter: profiled and unprofiled step, ops per step, each category's share (the
     categories no adapter of the group used left out), device busy share, and the trace."""
     ok = _ok(group)
-    used = [c for c in taxonomy.CATEGORIES if any(r["ops_profile"]["shares"].get(c) for r in ok)]
+    split = {id(r): split_seconds(r) for r in ok}
+    order = [*taxonomy.CATEGORIES, PROFILER]
+    used = [c for c in order if any(split[id(r)][c] for r in ok)]
     gpu = any("device_busy_share" in r["ops_profile"] for r in ok)
     headers = ["adapter", "profiled ms/step", "unprofiled ms/step", "ops/step", *used]
     headers += ["device busy", "mean kernel gap (µs)"] if gpu else []
@@ -87,7 +108,8 @@ def shares_table(group: list[Record]) -> str:
         # The unprofiled step of the same process and round: another round's may differ by drift.
         unprofiled = p.get("unprofiled_step_s") or r["median_s"]
         row = [r["adapter"], sig(p["profiled_step_s"] * 1e3), sig(unprofiled * 1e3), sig(p["ops_per_step"])]
-        row += [_pct(p["shares"].get(c, 0.0)) for c in used]
+        total = sum(split[id(r)].values())
+        row += [_pct(split[id(r)][c] / total if total else 0.0) for c in used]
         if gpu:
             row += [_pct(p.get("device_busy_share")), sig((p.get("kernel_gap_s") or 0) * 1e6)]
         rows.append(row)
@@ -108,7 +130,8 @@ def top_ops_table(group: list[Record]) -> str:
 
 def pair_sentences(group: list[Record]) -> list[str]:
     """One sentence per framework with a dynamic and a static adapter in the group: ops launched
-    per step and the uncovered share of each, and which spends more of its step outside any op."""
+    per step, the uncovered and profiler-overhead shares of each (``split_seconds``, as the table
+    prints them), and which spends more of its step outside any op."""
     out = []
     by_framework: dict[str, dict[str, list[Record]]] = {}
     for r in _ok(group):
@@ -116,25 +139,31 @@ def pair_sentences(group: list[Record]) -> list[str]:
     for framework, graphs in sorted(by_framework.items()):
         for dyn in graphs.get("dynamic", []):
             for sta in graphs.get("static", []):
-                d, s = dyn["ops_profile"], sta["ops_profile"]
-                du, su = d["shares"][taxonomy.UNCOVERED], s["shares"][taxonomy.UNCOVERED]
-                gap = (du * d["step_s"] - su * s["step_s"]) * 1e3
-                # The profiler's own cost lands in uncovered time, so the gap is set beside the unprofiled steps'.
-                whole = (d.get("unprofiled_step_s") or dyn["median_s"]) - (
-                    s.get("unprofiled_step_s") or sta["median_s"]
+                d, s = split_seconds(dyn), split_seconds(sta)
+                gap = (d[taxonomy.UNCOVERED] - s[taxonomy.UNCOVERED]) * 1e3
+                whole = (dyn["ops_profile"].get("unprofiled_step_s") or dyn["median_s"]) - (
+                    sta["ops_profile"].get("unprofiled_step_s") or sta["median_s"]
                 )
                 out.append(
-                    f"{framework}: {dyn['adapter']} launches {sig(d['ops_per_step'])} ops per step and {_pct(du)} "
-                    f"of its profiled step is uncovered ({sig(du * d['step_s'] * 1e3)} ms); {sta['adapter']} "
-                    f"launches {sig(s['ops_per_step'])}, {_pct(su)} uncovered ({sig(su * s['step_s'] * 1e3)} ms)"
+                    f"{framework}: {dyn['adapter']} launches {sig(dyn['ops_profile']['ops_per_step'])} ops per step "
+                    f"and {_share_ms(d, taxonomy.UNCOVERED)} of its profiled step is uncovered, "
+                    f"{_share_ms(d, PROFILER)} profiler overhead; {sta['adapter']} launches "
+                    f"{sig(sta['ops_profile']['ops_per_step'])}, {_share_ms(s, taxonomy.UNCOVERED)} uncovered, "
+                    f"{_share_ms(s, PROFILER)} profiler overhead"
                     + (
-                        f": the dynamic mode's profiled step holds {sig(gap)} ms more outside any op, the profiler's "
-                        f"own cost included (unprofiled, the whole steps differ by {sig(whole * 1e3)} ms)."
+                        f": the dynamic mode's profiled step holds {sig(gap)} ms more outside any op, its profiler "
+                        f"overhead apart (unprofiled, the whole steps differ by {sig(whole * 1e3)} ms)."
                         if gap > 0
                         else "."
                     )
                 )
     return out
+
+
+def _share_ms(seconds: dict[str, float], category: str) -> str:
+    """``25% (0.5 ms)``: a category's share of the profiled step and its time, as the table reads."""
+    total = sum(seconds.values())
+    return f"{_pct(seconds[category] / total if total else 0.0)} ({sig(seconds[category] * 1e3)} ms)"
 
 
 #: A share at or above this is "mostly" one thing, for floor_disagreements.

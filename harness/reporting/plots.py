@@ -331,19 +331,25 @@ def overview(g: Grid, path: Path) -> Path:
     return _save(fig, path)
 
 
-def ops_breakdown(recs: list[Record], path: Path) -> Path | None:
+#: The profiler's own cost in the breakdown bars (harness.reporting.ops.split_seconds): hatched grey.
+PROFILER_COLOUR = "#bbbbbb"
+
+
+def ops_breakdown(split: list[tuple[Record, dict[str, float]]], path: Path) -> Path | None:
     """A stacked bar per adapter: its profiled step (ms) split by op category (harness.stats.taxonomy),
-    each category in its one colour, ``uncovered`` last; None without a profiled pass."""
-    ok = [r for r in recs if (r.get("ops_profile") or {}).get("status") == "ok"]
-    if not ok:
+    each category in its one colour, ``uncovered`` then the profiler's own cost (hatched) last;
+    ``split``: each profiled record with its seconds per category (harness.reporting.ops); None if empty."""
+    if not split:
         return None
+    ok = [r for r, _ in split]
     fig, ax = plt.subplots(figsize=(8.5, 0.42 * len(ok) + 2.0))
     left = [0.0] * len(ok)
-    for category in taxonomy.CATEGORIES:
-        widths = [r["ops_profile"]["seconds"].get(category, 0.0) * 1e3 for r in ok]
+    for category in [*taxonomy.CATEGORIES, *[c for c in split[0][1] if c not in taxonomy.COLOURS]]:
+        widths = [seconds.get(category, 0.0) * 1e3 for _, seconds in split]
         if not any(widths):
             continue
-        ax.barh(range(len(ok)), widths, left=left, color=taxonomy.COLOURS[category], label=category)
+        colour, hatch = taxonomy.COLOURS.get(category, PROFILER_COLOUR), "" if category in taxonomy.COLOURS else "//"
+        ax.barh(range(len(ok)), widths, left=left, color=colour, hatch=hatch, label=category)
         left = [a + b for a, b in zip(left, widths, strict=True)]
     ax.set_yticks(range(len(ok)), [_label(r) for r in ok])
     ax.invert_yaxis()

@@ -8,7 +8,7 @@ PIPED_EVERY-th turn, one pipelined block (issued back to back, one sync), and re
 synced block's step time. ``finish``
 names the turns to keep (the parent leaves out turns taken under contention); the record is built
 from those alone. A cell planned with ``dispatch_floor`` times its dispatch floor
-(harness.running.worker.dispatch_floor) before ``ready``, alone: the parent asks once per cell, in
+(harness.running.cell_work.dispatch_floor) before ``ready``, alone: the parent asks once per cell, in
 its group's last planned generation, so that the floors' compiles do not delay the generations
 the verdicts need. End of file on the command pipe (the parent died) ends the worker silently.
 
@@ -32,7 +32,7 @@ from harness.measuring import timing
 from harness.measuring.contention import MachineLoad
 from harness.measuring.gpu_util import UtilSampler
 from harness.records import new_record
-from harness.running import worker
+from harness.running import cell_work
 from harness.stats.steps import step_time
 
 #: Most steps in one block, whatever the step time (a tiny step would otherwise ask for millions).
@@ -104,14 +104,14 @@ def serve(cell: dict[str, Any], fd_in: int, fd_out: int) -> dict[str, Any] | Non
     profile = timing.PROFILES[cell["profile"]]
     reply = os.fdopen(fd_out, "w", buffering=1)
     try:
-        s = worker.start(cell)
-    except worker.Skip as exc:
+        s = cell_work.start(cell)
+    except cell_work.Skip as exc:
         return new_record(cell, "skipped", str(exc))
-    except worker.DeviceFailure as exc:
+    except cell_work.DeviceFailure as exc:
         return new_record(cell, "failed", str(exc))
     slowdown = float(cell.get("slowdown") or 0.0)
     step = slowed(s.step, s.adapter.sync, slowdown) if slowdown else s.step
-    stepper = timing.Stepper(step, s.adapter.sync, s.inputs, compiles=worker.compile_count(s.adapter))
+    stepper = timing.Stepper(step, s.adapter.sync, s.inputs, compiles=cell_work.compile_count(s.adapter))
     load = MachineLoad(own_children=True)  # the cold window runs alone: all but this worker's family is other load
     load.start(_children())
     cold, values, settled = stepper.cold_window(profile)
@@ -119,7 +119,7 @@ def serve(cell: dict[str, Any], fd_in: int, fd_out: int) -> dict[str, Any] | Non
     steps = block_steps(probe(stepper, s.pass_steps), s.pass_steps)
     extra = {"cold_other_cores": load.other_cores, "cold_contended": load.contended}
     if cell.get("dispatch_floor"):  # before ready: the other workers wait idle
-        extra.update(worker.dispatch_floor(cell, s.spec, s.device))
+        extra.update(cell_work.dispatch_floor(cell, s.spec, s.device))
     sampler = UtilSampler(interval_s=0.01) if s.device == "cuda" else None
     turns: dict[int, dict[str, Any]] = {}
     reply.write(json.dumps({"event": "ready", "cold_s": sum(cold), "block_steps": steps}) + "\n")
@@ -134,7 +134,7 @@ def serve(cell: dict[str, Any], fd_in: int, fd_out: int) -> dict[str, Any] | Non
 
 
 def take_turn(
-    stepper: timing.Stepper, s: worker.Started, steps: int, sampler: UtilSampler | None, piped: bool = True
+    stepper: timing.Stepper, s: cell_work.Started, steps: int, sampler: UtilSampler | None, piped: bool = True
 ) -> dict[str, Any]:
     """One turn: ``steps`` synced steps, then (if ``piped``) a pipelined block of as many; a step or
     block during which the adapter compiled is kept apart. ``block_s`` is None when every synced
@@ -180,7 +180,7 @@ def _children() -> list[int]:
 
 def record(
     cell: dict[str, Any],
-    s: worker.Started,
+    s: cell_work.Started,
     profile: timing.Profile,
     sampler: UtilSampler | None,
     cold: list[float],
@@ -191,7 +191,7 @@ def record(
     steps: int,
     extra: dict[str, Any],
 ) -> dict[str, Any]:
-    """The cell's record from the kept turns (harness.running.worker.finish builds the rest) and
+    """The cell's record from the kept turns (harness.running.cell_work.finish builds the rest) and
     ``extra``, what the worker measured before its turns (the cold window's load, its dispatch floor)."""
     kept = [t for t in keep if t in turns]
     ok = [t for t in kept if turns[t]["block_s"] is not None]
@@ -208,7 +208,7 @@ def record(
         block_times_s=[turns[t]["piped_s"] for t in kept if turns[t].get("piped_s") is not None],
         block_recompiles=sum("piped_s" in turns[t] and turns[t]["piped_s"] is None for t in kept),
     )
-    rec = worker.finish(cell, s, m, profile, sampler)
+    rec = cell_work.finish(cell, s, m, profile, sampler)
     if rec["status"] != "ok":
         return rec
     rec["protocol"] = {**rec["protocol"], "mode": "turns", "block_steps": steps, "piped_every": PIPED_EVERY}
@@ -220,5 +220,5 @@ def record(
         **extra,
     )
     # At finish the other workers of the generation wait idle: the profiled pass runs alone.
-    rec.update(worker.ops_profile(cell, s, rec))
+    rec.update(cell_work.ops_profile(cell, s, rec))
     return rec

@@ -19,7 +19,7 @@ Memory: every worker of a generation is resident at once (its framework, model a
 a context each, with no preallocation). A group of more cells than ``resident_limit()`` allows runs
 as several sub-groups, each its own group.
 
-Dispatch floors (harness.running.worker.dispatch_floor, a second tiny instance of each adapter)
+Dispatch floors (harness.running.cell_work.dispatch_floor, a second tiny instance of each adapter)
 are timed once per cell, by its worker in its group's last planned generation before it says
 ``ready`` (the other workers wait idle), where the budget holds them beside it: the generations
 before are what the verdicts need, and in round 1 the floors took over a quarter of a slow
