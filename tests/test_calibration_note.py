@@ -60,3 +60,11 @@ def test_another_machine_type_is_told_none_was_calibrated_there(tmp_path):
     _write(tmp_path / "cal", 3)
     (line,) = calibration_note.lines(_recs(cpu="Intel Xeon"), tmp_path)
     assert "no committed calibration was measured on this CPU model" in line and "make calibrate" in line
+
+
+def test_a_rate_below_ten_percent_keeps_a_decimal_so_2_of_540_does_not_read_0():
+    from harness.reporting.calibration_note import _rate
+
+    assert _rate(2, 540, "pairs") == "2 of 540 pairs (0.4% [0.1, 1.3])"
+    assert _rate(0, 12, "groups") == "0 of 12 groups (0.0% [0.0, 24.3])"
+    assert _rate(1, 2, "pairs") == "1 of 2 pairs (50% [9, 91])"

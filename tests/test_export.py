@@ -218,23 +218,42 @@ def test_report_has_the_section_the_table_the_plot_and_the_fastest_served_path(t
     assert all(line.count("|") - 1 <= 10 for line in table)
     assert table[1].startswith("| onnx (torch-eager) |")  # fastest first
     assert (
-        "`mlp` on cpu: the lowest served p50 is onnx (torch-eager)'s, 0.03 ms p50 and 0.06 ms p99 for one request "
-        "(fastest in-process forward: jax-jit in-process, 0.05 ms p50)." in text
+        "- `mlp` on cpu: ONNX Runtime serves one request in 0.03 ms p50 (0.06 ms p99); the fastest in-process "
+        "forward, jax-jit in-process, is slower at 0.05 ms. The lowest other served path: torch-export (torch-eager), "
+        "0.1 ms.\n" in text
     )
     assert "- tf-saved-model (tf-function): failed: why not" in text
     assert (tmp_path / "export-mlp-cpu.png").is_file() and (tmp_path / "report.html").is_file()
 
 
-def test_fastest_sentence_names_the_rows_within_drift_of_the_fastest():
+def test_the_headline_is_onnx_runtime_against_in_process_with_the_exporters_as_detail():
     recs = [
         _rec("torch-eager", "onnx", p50_ms=0.0216),
-        _rec("tf-function", "onnx", p50_ms=0.0235),  # 8.8% slower: within drift, named beside it
-        _rec("torch-eager", "torch-export", p50_ms=0.0240),  # 11% slower: not
+        _rec("tf-function", "onnx", p50_ms=0.0235),  # 8.8% slower: the same runtime, within drift
+        _rec("torch-eager", "torch-export", p50_ms=0.0240),
+        _rec("torch-eager", IN_PROCESS, p50_ms=0.0614),
     ]
     text = export_report.fastest_sentence("mlp", "cpu", recs)
-    assert "the lowest served p50 is onnx (torch-eager)'s, 0.0216 ms p50" in text
-    assert text.endswith("one process each): onnx (tf-function).")
+    assert text == (
+        "`mlp` on cpu: ONNX Runtime serves one request in 0.0216 ms p50 (0.0432 ms p99); the fastest in-process "
+        "forward, torch-eager in-process, is slower at 0.0614 ms. Its graphs from 2 exporters (torch-eager, "
+        "tf-function) serve in 0.0216-0.0235 ms, unresolved against each other (within 10%, one process each). "
+        "The lowest other served path: torch-export (torch-eager), 0.024 ms."
+    )
     assert "fastest served" not in text and "tie" not in text  # one process per path: no verdict
+
+
+def test_without_onnx_the_lowest_served_path_leads_and_rows_within_drift_are_named_beside_it():
+    recs = [
+        _rec("torch-eager", "torch-export", p50_ms=0.0216),
+        _rec("tf-function", "tf-saved-model", p50_ms=0.0235),  # within drift: named beside it
+        _rec("jax-jit", "jax-export", p50_ms=0.0240),  # 11% slower: not
+        _rec("jax-jit", IN_PROCESS, p50_ms=0.0230),  # within drift of the served one: unresolved
+    ]
+    text = export_report.fastest_sentence("mlp", "cpu", recs)
+    assert text.startswith("`mlp` on cpu: the lowest served p50 is torch-export (torch-eager)'s, 0.0216 ms")
+    assert "unresolved against the fastest in-process forward, jax-jit in-process (0.023 ms)." in text
+    assert text.endswith("one process each): tf-saved-model (tf-function).")
 
 
 def test_fastest_sentence_when_nothing_was_served():
@@ -319,5 +338,6 @@ def test_in_process_rows_skips_and_the_cnn_layout(exported):
     assert cnn["status"] == "ok", cnn["reason"]  # NHWC in, as the workload's data, through torch's NCHW graph
     jax_cnn = exported[("cnn", "jax-jit", "onnx")]  # jax2onnx's conv and pooling, through ONNX Runtime
     assert jax_cnn["status"] == "ok" and jax_cnn["parity_error"] <= jax_cnn["parity_allowed"], jax_cnn["reason"]
-    assert "## Export and serve: mlp (cpu)" in exported["report"] and "the lowest served p50 is" in exported["report"]
+    assert "## Export and serve: mlp (cpu)" in exported["report"]
+    assert "`mlp` on cpu: ONNX Runtime serves one request in" in exported["report"]  # the headline
     json.dumps(cnn, allow_nan=False)  # records stay strict JSON

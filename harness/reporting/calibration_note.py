@@ -31,8 +31,10 @@ def committed(folder: Path = REPORTS) -> list[tuple[Path, dict[str, Any]]]:
 
 
 def _rate(hits: int, n: int, noun: str) -> str:
+    """``2 of 540 pairs (0.4% [0.1, 1.3])``: one decimal below 10%, where a whole percent would read 0."""
     low, high = wilson(hits, n)
-    return f"{hits} of {n} {noun} ({100 * hits / n:.0f}% [{100 * low:.0f}, {100 * high:.0f}])"
+    digits = 1 if hits / n < 0.1 else 0
+    return f"{hits} of {n} {noun} ({100 * hits / n:.{digits}f}% [{100 * low:.{digits}f}, {100 * high:.{digits}f}])"
 
 
 def quote(path: Path, data: dict[str, Any]) -> str:

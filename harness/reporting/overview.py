@@ -1,5 +1,6 @@
 """The overview that opens a report: adapter x column (workload, with device and setting where a
-run has several), each cell's steady time over the fastest cell of its column.
+run has several), each cell's steady time over the fastest cell of its column: the ratio the
+workload's table prints (its verdict's point), never a second computation.
 
 One grid feeds both the picture (plots.overview) and the compact markdown table beneath it, so
 the two can never disagree. A column's leader is chosen among cells a verdict may use
@@ -75,7 +76,8 @@ def _cell(recs: list[Record], fastest: Record | None, fams: dict[tuple, Family])
         best = best_per_adapter(usable)[0]
         fam = fams.get(axes(best))
         found = None if fam is None else {id(r): v for r, v in fam.rivals}.get(id(best))
-        ratio = best["median_s"] / fastest["median_s"] if fastest else None
+        # The ratio the workload's table prints (the verdict's point), not a second computation.
+        ratio = found.point if found else best["median_s"] / fastest["median_s"] if fastest else None
         is_fastest = best is fastest and fam is not None and fam.fastest
         same, unresolved = (found.outcome == SAME, found.outcome == UNRESOLVED) if found else (False, False)
         return Cell("ok", ratio, is_fastest, same, strategy(best), unresolved)
@@ -151,8 +153,9 @@ def table(g: Grid) -> str:
 def caption(g: Grid, has_data_modes: bool) -> str:
     """What the picture and the table show, in one paragraph."""
     text = (
-        "Each cell is the adapter's steady step time (synced, median; its best loop strategy, the fastest "
-        "steady step, in brackets) over the fastest cell of the column: 1.00 framed is the fastest, separated from "
+        "Each cell is the adapter's steady step time (synced; its best loop strategy, the fastest steady step, in "
+        "brackets) over the fastest cell of the column, the same ratio the workload's table prints (the verdict's "
+        "point estimate; the median's ratio where a pair is not judged): 1.00 framed is the fastest, separated from "
         "every other cell of the column (Holm over the column's pairs); `same`: the same speed as the fastest, the "
         "ratio's whole interval within 1 +- 5% (dashed frame); `unresolved`: neither (the interval is too wide, or "
         "too few processes to judge; the workload's table prints it); unmarked: separated, slower. Colours "
