@@ -172,6 +172,7 @@ def family_of(levels: np.ndarray, level: float = 0.95) -> list[verdicts.Family]:
     return out
 
 
+@pytest.mark.slow  # seconds of simulation in the test process: make test runs it, test-fast leaves it out
 def test_ten_identical_cells_mark_none_different_from_the_fastest_in_most_groups():
     """Family-wise: in groups of 10 identical cells, at most 5% show any cell separated from the
     leader (the per-pair rule marked one in 38% of groups), and the leader is never named fastest."""
