@@ -106,12 +106,13 @@ def break_even_range(static: Record, base: Record) -> tuple[int, int] | None:
     if static["median_s"] >= base["median_s"] or not separated(static, base):
         return None
     _, low, high = relative(base, static)  # time(static) / time(base), wholly below 1 here
-    found = []
-    for mine in process_windows(static)[0]:
-        for theirs in process_windows(base)[0]:
-            other = _alone(base, theirs, base["median_s"])
-            for ratio in (low, high):
-                found.append(break_even(_alone(static, mine, base["median_s"] * ratio), other))
+    others = [_alone(base, theirs, base["median_s"]) for theirs in process_windows(base)[0]]
+    found = [
+        break_even(_alone(static, mine, base["median_s"] * ratio), other)
+        for mine in process_windows(static)[0]
+        for other in others
+        for ratio in (low, high)
+    ]
     if None in found:
         return None
     return min(found), max(found)
