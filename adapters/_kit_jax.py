@@ -18,6 +18,8 @@ from adapters.base import pick_device
 
 #: XLA's default GPU autotuning level, stated explicitly so every cell records what it ran with.
 GPU_AUTOTUNE_LEVEL = 4
+#: Seconds of XLA compile from which a run's cache of a cell (harness.running.turns) keeps an executable.
+RUN_CACHE_MIN_COMPILE_S = 0.1
 
 
 def jax_env(threads: int, device: str) -> dict[str, str]:
@@ -35,9 +37,13 @@ def jax_env(threads: int, device: str) -> dict[str, str]:
     folder = shared_compile_cache("jax")
     if folder:
         env.update(JAX_ENABLE_COMPILATION_CACHE="true", JAX_COMPILATION_CACHE_DIR=folder)
-        # the suite's compiles are small, all cached; a run caches only those of 1 s or more (JAX's
-        # default): jax-eager's hundreds of per-op compiles are not written in its cold first round
-        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0" if suite_compile_cache() else "1"
+        # the suite's compiles are small, all cached; a run caches those of RUN_CACHE_MIN_COMPILE_S
+        # or more: a jitted step's compiles (rnn-caption's, one per length, take 0.5-2 s on a 2-core
+        # VM, under JAX's default 1 s), not jax-eager's hundreds of per-op ones, whose writing would
+        # lengthen the cold first process's window
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = (
+            "0" if suite_compile_cache() else str(RUN_CACHE_MIN_COMPILE_S)
+        )
     if device in ("cpu", "cuda"):
         env["JAX_PLATFORMS"] = device
     if device != "cpu":

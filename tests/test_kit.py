@@ -70,3 +70,17 @@ def test_tritons_kernel_cache_is_the_cells_or_empty_and_never_inductors_default(
     assert warm["TORCHINDUCTOR_CACHE_DIR"] == os.path.join(str(tmp_path), "inductor")
     for e in (cold_a, cold_b):
         os.rmdir(e["TRITON_CACHE_DIR"])
+
+
+def test_a_runs_jax_cache_keeps_a_jitted_steps_compiles_not_eager_ops(monkeypatch, tmp_path):
+    """rnn-caption's per-length compiles take 0.5-2 s on the 2-core VM: JAX's default 1 s floor left
+    them out of a run's cache, and every later process compiled them again."""
+    from adapters import _kit_common
+    from adapters._kit_jax import RUN_CACHE_MIN_COMPILE_S, jax_env
+
+    monkeypatch.delenv(_kit_common.SHARED_COMPILE_CACHE, raising=False)
+    assert jax_env(1, "cpu")["JAX_ENABLE_COMPILATION_CACHE"] == "false"  # no run cache: cold
+    with _kit_common.compile_cache(str(tmp_path)):
+        env = jax_env(1, "cpu")
+    assert env["JAX_ENABLE_COMPILATION_CACHE"] == "true" and env["JAX_COMPILATION_CACHE_DIR"].startswith(str(tmp_path))
+    assert float(env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]) == RUN_CACHE_MIN_COMPILE_S < 0.5

@@ -42,6 +42,31 @@ def test_the_probe_sizes_blocks_from_steps_timed_now():
     )
 
 
+def test_blocks_of_whole_passes_are_sized_from_the_cold_windows_last_pass_without_another():
+    from harness.measuring import timing
+
+    ticks = iter(range(10**6))
+    stepper = timing.Stepper(lambda b: b, lambda h: 1.0, [0, 1, 2], clock=lambda: next(ticks) * 0.001)
+    cold = [5.0, 0.9, 0.2, 0.3, 0.4]  # a compile, then the last pass of three steps
+    assert resident.sizing_step(stepper, 3, cold) == pytest.approx(0.3) and stepper.step == 0
+    assert resident.sizing_step(stepper, 1, cold) == pytest.approx(0.001) and stepper.step >= resident.MIN_BLOCK_STEPS
+
+
+def test_pipelined_blocks_come_from_the_first_process_against_its_own_synced_blocks():
+    from harness.stats.cells import combine
+    from tests.fakes import as_rounds, record
+
+    runs = as_rounds(record("jax-jit", batch_size=32), drift=(1.0, 1.0, 1.0))
+    runs[0].update(pipelined_s=0.8e-3, synced_block_s=1.0e-3, pipelined_gflops_max=5.0)
+    runs[1].update(pipelined_s=None, synced_block_s=None, pipelined_gflops_max=None)
+    runs[2].update(pipelined_s=None)
+    rec = combine(runs)
+    assert rec["round_pipelined_s"] == [0.8e-3] and rec["pipelined_s"] == 0.8e-3
+    assert rec["synced_block_s"] == 1.0e-3 and rec["pipelined_gflops_max"] == 5.0
+    assert rec["pipelined_samples_per_s"] == pytest.approx(32 / 0.8e-3)
+    assert combine([runs[1], runs[2]])["pipelined_s"] is None
+
+
 def test_a_pipelined_block_is_taken_only_in_the_turns_asked_and_the_synced_blocks_stay_whole():
     from types import SimpleNamespace
 

@@ -96,9 +96,11 @@ def input_pipeline(recs: list[dict[str, Any]]) -> list[str]:
     return ["## Input pipeline", "", intro, "", tabulate(rows, headers, tablefmt="github", disable_numparse=True), ""]
 
 
-def _piped(every: int) -> str:
-    """How often a turn held a pipelined block (harness.running.resident.PIPED_EVERY)."""
-    return "a" if every == 1 else f"every {({2: 'second', 3: 'third'}).get(every, f'{every}th')} turn a"
+def _piped(every: int, first_process: bool = False) -> str:
+    """How often a turn held a pipelined block (harness.running.resident.PIPED_EVERY), and in which
+    processes (a cell's first only, since the records say ``piped_first_process``)."""
+    often = "a" if every == 1 else f"every {({2: 'second', 3: 'third'}).get(every, f'{every}th')} turn a"
+    return f"in each cell's first process, {often}" if first_process else often
 
 
 def _protocol_line(p: dict[str, Any]) -> str:
@@ -111,8 +113,9 @@ def _protocol_line(p: dict[str, Any]) -> str:
             f"without compiling (at most {p['max_cold_passes']}). Then it waited while the others warmed up, "
             "and the processes of its group (the same setting, every adapter) took turns: each turn, one "
             f"after another in a shuffled order, a block of synced steps (about {p['block_s'] * 1e3:g} ms, "
-            f"whole passes where steps differ in size) and {_piped(p.get('piped_every', 1))} pipelined block "
-            "of as many; the first turn is a "
+            f"whole passes where steps differ in size) and "
+            f"{_piped(p.get('piped_every', 1), p.get('piped_first_process', False))} "
+            "pipelined block of as many (its figure is set against that process's synced blocks); the first turn is a "
             "warm-up, not kept. A block's step time is the median of its synced steps (or their pass mean); "
             "a step during which the adapter compiled is kept out and counted. A turn during which other "
             "processes used the CPU or the hypervisor stole it (/proc/stat) is retaken."

@@ -3,11 +3,10 @@ cells' workers (harness.running.turns drives them).
 
 It sets the cell up and runs its cold window alone (compiles included, as harness.measuring.timing
 describes), says ``ready``, then waits idle on its command pipe. Each ``turn`` runs one block of
-synced steps (each timed alone; about BLOCK_S, whole passes where steps differ in size) and, every
-PIPED_EVERY-th turn, one pipelined block (issued back to back, one sync), and replies with the
-synced block's step time. ``finish``
-names the turns to keep (the parent leaves out turns taken under contention); the record is built
-from those alone. A cell planned with ``dispatch_floor`` times its dispatch floor
+synced steps (each timed alone; about BLOCK_S, whole passes where steps differ in size) and, in the
+cell's first process, every PIPED_EVERY-th turn, one pipelined block (issued back to back, one
+sync), and replies with the synced block's step time. ``finish`` names the turns to keep (the
+parent leaves out turns taken under contention); the record is built from those alone. A cell planned with ``dispatch_floor`` times its dispatch floor
 (harness.running.cell_work.dispatch_floor) before ``ready``, alone: the parent asks once per cell, in
 its group's last planned generation, so that the floors' compiles do not delay the generations
 the verdicts need. End of file on the command pipe (the parent died) ends the worker silently.
@@ -40,9 +39,11 @@ MAX_BLOCK_STEPS = 500
 #: Most synced step times a record keeps (``step_times_s``, for quartiles and plots): whole turns,
 #: evenly spread, past it. The verdicts use every block (``turn_block_s``); a record stays small.
 MAX_RECORDED_STEPS = 5000
-#: A turn's pipelined block is taken every PIPED_EVERY-th turn. The verdicts read the synced
-#: blocks alone; the pipelined blocks give a secondary figure (throughput without a sync per step)
-#: whose median settles from half of them, and taking one every turn doubled the turns' time.
+#: A turn's pipelined block is taken every PIPED_EVERY-th turn, in a cell's first process only.
+#: The verdicts read the synced blocks alone; the pipelined blocks give a secondary figure
+#: (throughput without a sync per step, set against the same process's synced blocks) whose median
+#: settles from half of them: one every turn doubled the turns' time, and taking them in every
+#: generation cost rnn-caption's later generations a sixth of their time.
 PIPED_EVERY = 2
 #: Fewest synced steps in a block: its median must not be one step's (the first after a wait is slow).
 MIN_BLOCK_STEPS = 5
@@ -70,6 +71,16 @@ def probe(stepper: timing.Stepper, pass_steps: int, seconds: float = PROBE_S) ->
     ):
         times.append(stepper.one()[0])
     return float(np.median(times)) if pass_steps == 1 else float(np.mean(times))
+
+
+def sizing_step(stepper: timing.Stepper, pass_steps: int, cold: list[float]) -> float:
+    """The step time that sizes a worker's blocks: where steps differ in size (a block is whole
+    passes anyway), the mean over the cold window's last pass, which ended it (compile-free where
+    the adapter counts compiles), instead of one more pass: a pass of an eager decoder takes
+    seconds, and sizing needs no precision; else ``probe``."""
+    if pass_steps > 1 and len(cold) >= pass_steps:
+        return float(np.mean(cold[-pass_steps:]))
+    return probe(stepper, pass_steps)
 
 
 def slowed(step: Callable[[Any], Any], sync: Callable[[Any], float], factor: float) -> Callable[[Any], Any]:
@@ -116,16 +127,17 @@ def serve(cell: dict[str, Any], fd_in: int, fd_out: int) -> dict[str, Any] | Non
     load.start(_children())
     cold, values, settled = stepper.cold_window(profile)
     load.stop(_children())
-    steps = block_steps(probe(stepper, s.pass_steps), s.pass_steps)
+    steps = block_steps(sizing_step(stepper, s.pass_steps, cold), s.pass_steps)
     extra = {"cold_other_cores": load.other_cores, "cold_contended": load.contended}
     if cell.get("dispatch_floor"):  # before ready: the other workers wait idle
         extra.update(cell_work.dispatch_floor(cell, s.spec, s.device))
     sampler = UtilSampler(interval_s=0.01) if s.device == "cuda" else None
     turns: dict[int, dict[str, Any]] = {}
+    first = int(cell.get("round") or 1) == 1  # later processes are there for the verdicts' synced blocks
     reply.write(json.dumps({"event": "ready", "cold_s": sum(cold), "block_steps": steps}) + "\n")
     for msg in _lines(fd_in):
         if msg["cmd"] == "turn":
-            piped = msg["turn"] % PIPED_EVERY == 0
+            piped = first and msg["turn"] % PIPED_EVERY == 0
             turns[msg["turn"]] = taken = take_turn(stepper, s, steps, sampler, piped)
             reply.write(json.dumps({"event": "turn", "turn": msg["turn"], "block_s": taken["block_s"]}) + "\n")
         elif msg["cmd"] == "finish":
@@ -211,7 +223,13 @@ def record(
     rec = cell_work.finish(cell, s, m, profile, sampler)
     if rec["status"] != "ok":
         return rec
-    rec["protocol"] = {**rec["protocol"], "mode": "turns", "block_steps": steps, "piped_every": PIPED_EVERY}
+    rec["protocol"] = {
+        **rec["protocol"],
+        "mode": "turns",
+        "block_steps": steps,
+        "piped_every": PIPED_EVERY,
+        "piped_first_process": True,
+    }
     rec.update(
         turn_ids=ok,
         turn_block_s=[turns[t]["block_s"] for t in ok],
