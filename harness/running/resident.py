@@ -5,11 +5,12 @@ It sets the cell up and runs its cold window alone (compiles included, as harnes
 describes), says ``ready``, then waits idle on its command pipe. Each ``turn`` runs one block of
 synced steps (each timed alone; about BLOCK_S, whole passes where steps differ in size) and, in the
 cell's first process, every PIPED_EVERY-th turn, one pipelined block (issued back to back, one
-sync), and replies with the synced block's step time. ``finish`` names the turns to keep (the
-parent leaves out turns taken under contention); the record is built from those alone. A cell planned with ``dispatch_floor`` times its dispatch floor
-(harness.running.cell_work.dispatch_floor) before ``ready``, alone: the parent asks once per cell, in
-its group's last planned generation, so that the floors' compiles do not delay the generations
-the verdicts need. End of file on the command pipe (the parent died) ends the worker silently.
+sync), and replies with the synced block's step time. ``finish`` names the turns to keep (the parent
+leaves out turns taken under contention); the record is built from those alone. A cell planned with
+``dispatch_floor`` times its dispatch floor (harness.running.cell_work.dispatch_floor) before
+``ready``, alone: the parent asks once per cell, in its group's last planned generation, so that the
+floors' compiles do not delay the generations the verdicts need. End of file on the command pipe
+(the parent died) ends the worker silently.
 
 Messages are JSON lines: commands ``{"cmd": "turn", "turn": T}``, ``{"cmd": "finish", "keep": [T, ...]}``;
 replies ``{"event": "ready", ...}``, ``{"event": "turn", "turn": T, "block_s": S, ...}``.
