@@ -174,6 +174,7 @@ def jax_settings() -> dict[str, Any]:
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "gpu_autotune_level": gpu_autotune_level(),
         "persistent_compile_cache": bool(jax.config.jax_enable_compilation_cache),
+        "persistent_cache_min_compile_s": float(jax.config.jax_persistent_cache_min_compile_time_secs),
     }
 
 

@@ -221,4 +221,6 @@ class KerasJax(Adapter):
             "mixed_precision": self._mixed,
             "matmul_precision": self._jax.config.jax_default_matmul_precision,
             "gpu_autotune_level": kit.gpu_autotune_level(),
+            "persistent_compile_cache": bool(self._jax.config.jax_enable_compilation_cache),
+            "persistent_cache_min_compile_s": float(self._jax.config.jax_persistent_cache_min_compile_time_secs),
         }

@@ -185,3 +185,31 @@ def test_workload_tables_print_not_reported_beside_counted_cells_and_drop_a_colu
     assert by_adapter == {"jax-jit": "2 traces, 2 compiles, 0.5 s", "static-numpy": NOT_REPORTED}
     _, details = workload_section("\n" + workload_table([quiet]) + "\n## end", "| adapter")
     assert "traces / compiles" not in details[0], "a column no cell reports says nothing: left out"
+
+
+def test_the_compile_table_says_which_first_steps_met_a_compiler_cache():
+    """The 2026-11-24 ops-profile run's torch-compile first step was 1.5 s where the default run's
+    was 17 s: its records do not say whether Inductor's on-disk cache was on, and the report must."""
+    base = {"graph": "static", "status": "ok"}
+    cold_run_cache = {
+        **base,
+        "adapter": "jax-jit",
+        "framework": "jax",
+        "compile_cache_dir": "/tmp/c",
+        "warm_compiles": False,
+    }
+    cold_run_cache["settings"] = {"persistent_compile_cache": True}
+    later = {**cold_run_cache, "warm_compiles": True}
+    off = {**base, "adapter": "torch-compile", "framework": "torch", "settings": {"inductor_caches": False}}
+    tf = {**base, "adapter": "tf-function", "framework": "tensorflow", "settings": {}}
+    kept = {**base, "adapter": "flax-nnx", "framework": "flax", "settings": {"persistent_compile_cache": True}}
+    old = {**base, "adapter": "torch-compile", "framework": "torch", "settings": {}}
+    kinds = [static_dynamic.compiler_cache(r) for r in (cold_run_cache, later, off, tf, kept, old)]
+    assert kinds == ["cold", "warm", "cold", "cold", "kept", "unrecorded"]
+    note = static_dynamic.cache_note([cold_run_cache, off, tf])
+    assert note.startswith("First steps and compiles are cold for jax-jit, tf-function, torch-compile")
+    assert "may read low" not in note
+    note = static_dynamic.cache_note([tf, kept, old])
+    assert "flax-nnx compiled with a cache kept between runs" in note
+    assert "The records of torch-compile do not say whether a compiler cache was on" in note
+    assert static_dynamic.cache_note([]) == ""

@@ -86,6 +86,8 @@ def compile_costs(groups: dict[tuple, list[Record]]) -> list[str]:
         "ran beside other CPU load in their turns (`contended`) are left out. Traces and compiles are the "
         "framework's own counts, `not reported` where the adapter's `compile_stats` leaves one out."
     )
+    note = cache_note(list(static.values()))
+    intro += f" {note}" if note else ""
     headers = [
         "static cell",
         "workload",
@@ -97,6 +99,48 @@ def compile_costs(groups: dict[tuple, list[Record]]) -> list[str]:
         "pays off",
     ]
     return ["### What compiling costs", "", intro, "", _table(rows, headers), ""]
+
+
+def compiler_cache(rec: Record) -> str:
+    """Whether the compiles behind a record's first step and cold window met a compiler cache:
+    ``cold`` (caches off, TensorFlow's tf.function has none, or the run's own cache of the cell,
+    empty when its first process started: harness.running.turns.compile_cache), ``warm`` (a later
+    process of the cell, started from that cache), ``kept`` (a cache on in a folder that outlives
+    the run, which earlier runs may have filled), or ``unrecorded`` (the record does not say)."""
+    settings = rec.get("settings") or {}
+    on = settings.get("inductor_caches", settings.get("persistent_compile_cache"))
+    if rec.get("framework") == "tensorflow" or on is False:
+        return "cold"
+    if rec.get("compile_cache_dir"):
+        return "warm" if rec.get("warm_compiles") else "cold"
+    return "unrecorded" if on is None else "kept"
+
+
+def cache_note(cells: list[Record]) -> str:
+    """The compile table's caches in a sentence ("" without cells): which first steps are cold and
+    which may have been served by a cache that earlier runs filled."""
+    kinds: dict[str, list[str]] = {}
+    for r in cells:
+        kinds.setdefault(compiler_cache(r), []).append(name(r))
+    words = []
+    if kinds.get("cold"):
+        words.append(
+            f"First steps and compiles are cold for {', '.join(sorted(set(kinds['cold'])))} (compiler caches "
+            "off, none in TensorFlow, or the run's own cache, empty when the cell's first process started)."
+        )
+    if kinds.get("kept"):
+        words.append(
+            f"{', '.join(sorted(set(kinds['kept'])))} compiled with a cache kept between runs: earlier runs "
+            "may have filled it, and their first steps and cold windows may read low."
+        )
+    if kinds.get("unrecorded"):
+        words.append(
+            f"The records of {', '.join(sorted(set(kinds['unrecorded'])))} do not say whether a compiler "
+            "cache was on (their adapter did not record it): Inductor's and XLA's on-disk "
+            "caches, left by earlier runs on the machine, may have served their first steps, which may "
+            "read low."
+        )
+    return " ".join(words)
 
 
 def strategies(groups: dict[tuple, list[Record]]) -> list[str]:
