@@ -32,11 +32,11 @@ from tabulate import tabulate
 from adapters import discover
 from harness import env, records
 from harness.measuring import timing
-from harness.running import executors, turns
+from harness.running import budget, executors
 from harness.running.plan import PlanError, plan, twins
 from harness.running.progress import MatrixProgress
 from harness.running.rounds import Run
-from harness.stats.verdicts import wilson
+from harness.stats.inference import wilson
 
 #: Targets from the project's issue: false differences at most, power at least.
 TARGETS = {0.0: ("false differences", "<= 5%"), 0.1: ("detected", ">= 80%"), 0.25: ("detected", ">= 99%")}
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m harness calibrate " + " ".join(sys.argv[1:] if argv is None else argv)
     pairs: list[dict[str, Any]] = []
     groups: list[dict[str, Any]] = []
-    level = args.level or turns.verdict_level(timing.PROFILES["quick"].rounds, 1.0)
+    level = args.level or budget.verdict_level(timing.PROFILES["quick"].rounds, 1.0)
     for i in range(1, 0 if args.judge_only else args.repeats + 1):
         run_dir = out / f"repeat-{i:02d}"
         run_dir.mkdir(exist_ok=True)

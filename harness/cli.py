@@ -18,7 +18,7 @@ from harness import env, export, records, session
 from harness.checks import conformance, doctor, fidelity
 from harness.measuring import timing
 from harness.reporting import compare, report
-from harness.running import executors
+from harness.running import clusters, executors
 from harness.running.plan import DATA_MODES, DEVICES, PlanError, select_adapters, select_workloads
 from workloads import STRATEGIES, WORKLOADS
 
@@ -223,7 +223,7 @@ def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> No
         type=int,
         default=None,
         metavar="MINUTES",
-        help=f"time limit per job (default: the cell timeout + {executors.SLURM_SLACK_MIN} min)",
+        help=f"time limit per job (default: the cell timeout + {clusters.SLURM_SLACK_MIN} min)",
     )
     b.add_argument(
         "--slurm-max-concurrent",

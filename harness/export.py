@@ -26,7 +26,7 @@ import numpy as np
 
 from adapters import AdapterInfo, discover
 from adapters.base import EXPORT_FAMILIES, IN_PROCESS
-from harness import env, records
+from harness import env, processes, records
 from harness.checks.conformance import forward as parity
 from harness.measuring.contention import OtherLoad
 from harness.reporting import export as report
@@ -114,11 +114,10 @@ def _step(info: AdapterInfo, job: dict[str, Any], mode: str, timeout_s: float) -
         proc = runner.run_worker(info, {**job, "script": MODULE}, mode, out, timeout_s, load=load)
         text = out.read_text() if out.stat().st_size else ""
         if not text:
-            tail = "\n".join(proc.stderr.strip().splitlines()[-12:])
             return {
                 "ok": False,
                 "error": f"{mode} worker exited with {proc.returncode}, no result",
-                "stderr_tail": tail,
+                "stderr_tail": processes.tail(proc.stderr),
             }
         result = json.loads(text)
         if load is not None and load.cores is not None:

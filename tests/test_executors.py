@@ -21,7 +21,7 @@ import pytest
 from adapters import discover
 from harness import cli, env, records
 from harness.reporting import report
-from harness.running import executors
+from harness.running import clusters, executors
 from harness.running.plan import plan
 from harness.running.progress import MatrixProgress
 from tests.fakes import record as fake_record
@@ -166,7 +166,7 @@ class _StuckJob:
 
 
 def test_a_local_job_that_outlives_its_cancel_is_killed_with_everything_under_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(executors, "CANCEL_GRACE_S", 0.5)
+    monkeypatch.setattr(clusters, "CANCEL_GRACE_S", 0.5)
     sleeper = (
         "import subprocess, sys, time; "
         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
@@ -177,7 +177,7 @@ def test_a_local_job_that_outlives_its_cancel_is_killed_with_everything_under_it
         assert time.monotonic() < deadline, "the job's own child never started"
         time.sleep(0.05)
     (child,) = psutil.Process(job._process.pid).children()
-    backend = executors.SlurmBackend(tmp_path, executors.SlurmOptions())
+    backend = clusters.SlurmBackend(tmp_path, executors.SlurmOptions())
     assert not backend.on_slurm
     backend.cancel([job])
     assert job._process.wait(timeout=5) == -signal.SIGKILL
@@ -190,18 +190,18 @@ def test_sbatch_script_asks_for_what_the_cells_need(tmp_path):
     from submitit.slurm.slurm import _make_sbatch_string
 
     options = executors.SlurmOptions(partition="gpu", max_concurrent=3)
-    cuda = executors.slurm_parameters("cuda", threads=8, timeout_s=600, options=options)
+    cuda = clusters.slurm_parameters("cuda", threads=8, timeout_s=600, options=options)
     script = _make_sbatch_string(command="python -m x", folder=tmp_path, map_count=5, **cuda)
     flags = set(re.findall(r"^#SBATCH (\S+)$", script, re.M))
     assert {"--partition=gpu", "--gpus-per-task=1", "--cpus-per-task=8", "--array=0-4%3", "--time=20"} <= flags
     assert "--signal=USR2@90" in flags, "warned 90 s before the limit: the job ends its worker itself"
     assert "--exclusive" not in flags, "GPU cells share a node, one GPU each"
-    cpu = executors.slurm_parameters("cpu", threads=8, timeout_s=600, options=executors.SlurmOptions(time_min=45))
+    cpu = clusters.slurm_parameters("cpu", threads=8, timeout_s=600, options=executors.SlurmOptions(time_min=45))
     script = _make_sbatch_string(command="python -m x", folder=tmp_path, map_count=2, **cpu)
     flags = set(re.findall(r"^#SBATCH (\S+)$", script, re.M))
     assert {"--exclusive", "--time=45", "--array=0-1%2", "--cpus-per-task=8"} <= flags
     assert not any(f.startswith(("--gpus", "--partition")) for f in flags)
-    shared = executors.slurm_parameters("cpu", 8, 600, executors.SlurmOptions(share_nodes=True))
+    shared = clusters.slurm_parameters("cpu", 8, 600, executors.SlurmOptions(share_nodes=True))
     assert "--exclusive" not in _make_sbatch_string(command="x", folder=tmp_path, **shared)
 
 
@@ -211,7 +211,7 @@ def test_a_job_past_its_time_limit_is_a_failed_record_with_the_reason(tmp_path, 
     monkeypatch.setenv("DLCOMPARE_EXTRA_ADAPTERS", "tests.fault_adapters")
     monkeypatch.setenv("DLCOMPARE_TEST_TAG", tag := uuid.uuid4().hex)
     cells = plan(discover(), "fault-hang", "mlp", "cpu", FAST[1:6:2], "quick", 1, "t")
-    backend = executors.SlurmBackend(tmp_path / "jobs", executors.SlurmOptions(time_min=1, signal_delay_s=57))
+    backend = clusters.SlurmBackend(tmp_path / "jobs", executors.SlurmOptions(time_min=1, signal_delay_s=57))
     assert not backend.on_slurm
     with MatrixProgress(1, live=False) as progress:
         executors.run_rounds(backend, [(cells[0], 1)], 1, tmp_path / records.RESULTS, 120.0, progress)
@@ -233,9 +233,9 @@ def test_the_slurm_backend_hands_submitit_those_parameters(tmp_path, monkeypatch
     (tmp_path / "bin" / "srun").write_text("#!/bin/sh\nexit 1\n")
     (tmp_path / "bin" / "srun").chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    backend = executors.SlurmBackend(tmp_path / "jobs", executors.SlurmOptions(partition="cpu-long"))
+    backend = clusters.SlurmBackend(tmp_path / "jobs", executors.SlurmOptions(partition="cpu-long"))
     assert backend.on_slurm and backend.capacity is None
-    params = executors.slurm_parameters("cpu", threads=4, timeout_s=60, options=backend.options)
+    params = clusters.slurm_parameters("cpu", threads=4, timeout_s=60, options=backend.options)
     text = backend._executor(params)._make_submission_file_text("python -m x", "uid")
     flags = set(re.findall(r"^#SBATCH (\S+)$", text, re.M))
     assert {"--partition=cpu-long", "--exclusive", "--cpus-per-task=4", "--time=11", "--job-name=dlcompare"} <= flags
@@ -244,7 +244,7 @@ def test_the_slurm_backend_hands_submitit_those_parameters(tmp_path, monkeypatch
 def test_a_missing_extra_is_a_clear_error_with_the_install_command(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
     with pytest.raises(executors.ExecutorError, match=r"needs the ray package: pip install -e '\.\[ray\]'"):
-        executors.make("ray", tmp_path, executors.SlurmOptions(), None, None)
+        clusters.make("ray", tmp_path, executors.SlurmOptions(), None, None)
     monkeypatch.setenv("DLCOMPARE_EXTRA_ADAPTERS", "tests.fault_adapters")
     argv = ["bench", "--framework", "fault-ok", "--workload", "mlp", "--device", "cpu", "--out", str(tmp_path)]
     assert cli.main([*argv, "--run-id", "r", "--executor", "ray"]) == 2

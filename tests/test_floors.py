@@ -91,13 +91,12 @@ def test_a_library_in_its_own_environment_is_timed_there(monkeypatch):
     kernel floors are still timed, by that environment's interpreter."""
     import importlib.util
 
-    from harness.install import environments
     from harness.measuring import floors
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorflow" else real(name, *a))
     monkeypatch.setattr(
-        environments, "family_python", lambda lib, *a: "/opt/venv-tf/bin/python" if lib == "tensorflow" else None
+        floors, "family_python", lambda lib, *a: "/opt/venv-tf/bin/python" if lib == "tensorflow" else None
     )
     assert floors._installed("tensorflow")
     assert not floors._installed("no-such-library")

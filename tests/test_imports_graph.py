@@ -8,8 +8,9 @@ harness imports no framework.
 
 The allowed direction, lowest first (a part may import only the parts listed for it in ALLOWED)::
 
-    records  env  install            the record and its tags; the machine; install variants and the
-       ^      ^      ^               NVIDIA driver query (stdlib only: it runs before any environment)
+    records  env  install  processes the record and its tags; the machine; install variants and the
+       ^      ^      ^        ^      NVIDIA driver query (stdlib only: it runs before any environment);
+                                     starting a process (the one launcher every part above uses)
     stats                            statistics over records (verdicts, combining rounds)
        ^
     measuring                        the step clock, peaks, floors, contention (records, env, stats,
@@ -43,14 +44,15 @@ from tests.conftest import REPO
 
 HARNESS = REPO / "harness"
 
-_BASE = {"records", "env", "install"}
+_BASE = {"records", "env", "install", "processes"}
 ALLOWED: dict[str, set[str]] = {
     "harness": set(),  # harness/__init__.py
     "records": set(),
     "env": set(),
     "install": set(),
+    "processes": set(),
     "stats": {"records"},
-    "measuring": {"records", "env", "stats", "install"},
+    "measuring": {"records", "env", "stats", "install", "processes"},
     "reporting": {"records", "stats"},
     "running": _BASE | {"stats", "measuring"},
     "checks": _BASE | {"stats", "measuring", "running"},

@@ -13,7 +13,7 @@ import zipfile
 
 import pytest
 
-from harness.install import lock, variant, wheel_files
+from harness.install import lock, variant, wheel_files, zip_directory
 from tests.conftest import REPO
 
 
@@ -85,18 +85,18 @@ def _reference(path) -> dict[str, tuple[int, int]]:
 def test_the_reader_lists_every_member_with_its_crc_and_size(tmp_path):
     members = {"pkg/a.py": b"x = 1\n" * 500, "pkg/b.bin": bytes(range(256)), "pkg/empty": b""}
     url = _wheel(tmp_path / "p-1.0-py3-none-any.whl", members)
-    read, total = wheel_files.http_reader(url)
-    found = wheel_files.central_directory(read, total)
+    read, total = zip_directory.http_reader(url)
+    found = zip_directory.central_directory(read, total)
     assert {m.path: (m.crc, m.size) for m in found} == _reference(tmp_path / "p-1.0-py3-none-any.whl")
-    assert {m.path: wheel_files.read_member(read, m) for m in found} == members
+    assert {m.path: zip_directory.read_member(read, m) for m in found} == members
     # the same, from bytes with a comment and data before the archive (offsets shift)
     data = b"prefix" * 100 + (tmp_path / "p-1.0-py3-none-any.whl").read_bytes()
     with zipfile.ZipFile(tmp_path / "c.zip", "w") as z:
         z.comment = b"PK\x05\x06 a comment that looks like a record"
         z.writestr("pkg/a.py", b"y = 2\n")
-    found = wheel_files.central_directory(*wheel_files.zip_bytes_reader(data))
+    found = zip_directory.central_directory(*zip_directory.zip_bytes_reader(data))
     assert {m.path: (m.crc, m.size) for m in found} == _reference(tmp_path / "p-1.0-py3-none-any.whl")
-    comment = wheel_files.central_directory(*wheel_files.file_reader(tmp_path / "c.zip"))
+    comment = zip_directory.central_directory(*zip_directory.file_reader(tmp_path / "c.zip"))
     assert [m.path for m in comment] == ["pkg/a.py"]
 
 
@@ -108,10 +108,10 @@ def test_the_reader_reads_zip64_records(tmp_path, monkeypatch):
         _wheel(tmp_path / "big.whl", members, zipfile.ZIP_STORED)  # deflate's empty directory entry is 2 bytes
     raw = (tmp_path / "big.whl").read_bytes()
     assert b"PK\x06\x06" in raw and b"PK\x06\x07" in raw
-    read, total = wheel_files.file_reader(tmp_path / "big.whl")
-    found = wheel_files.central_directory(read, total)
+    read, total = zip_directory.file_reader(tmp_path / "big.whl")
+    found = zip_directory.central_directory(read, total)
     assert {m.path: (m.crc, m.size) for m in found} == _reference(tmp_path / "big.whl")
-    assert {m.path: wheel_files.read_member(read, m) for m in found} == members
+    assert {m.path: zip_directory.read_member(read, m) for m in found} == members
 
 
 def test_members_map_to_the_paths_pip_installs_them_at():
@@ -146,7 +146,7 @@ def test_a_path_two_fake_wheels_install_with_different_files_is_a_conflict(tmp_p
         },
     )
     files = {
-        dist: wheel_files.installed_files(*wheel_files.http_reader(url), dist, "3.11")
+        dist: wheel_files.installed_files(*zip_directory.http_reader(url), dist, "3.11")
         for dist, url in (("nvidia-cudnn-cu12", cu12), ("nvidia-cudnn-cu13", cu13))
     }
     shared = wheel_files.shared_paths(files)

@@ -11,7 +11,7 @@ import pytest
 from harness.reporting import summary
 from harness.running import rounds
 from harness.stats import cells as stat_cells
-from harness.stats import verdicts
+from harness.stats import inference, verdicts
 from harness.stats.steps import summarize
 from tests.fakes import record
 
@@ -71,7 +71,7 @@ def test_a_cell_is_the_mean_of_its_round_medians_and_its_interval_spans_the_roun
     assert c["ci_low_s"] < 1.01 and c["ci_high_s"] > 1.39 and c["ci_kind"] == "processes"
     assert c["process_levels"] == pytest.approx({1: np.log(1.0), 2: np.log(1.4), 3: np.log(1.2)}, abs=0.01)
     # a t interval over 3 processes (2 df), not their range
-    t = verdicts.t_quantile(0.95, 2) * np.std(np.log(c["round_medians_s"]), ddof=1) / np.sqrt(3)
+    t = inference.t_quantile(0.95, 2) * np.std(np.log(c["round_medians_s"]), ddof=1) / np.sqrt(3)
     assert c["ci_high_s"] == pytest.approx(c["median_s"] * np.exp(t))
     assert c["steps"] == 600 and c["gflops"] == 10.0 and c["gflops_max_step"] == 12.0
     # two processes: a t interval on 1 df says nothing (34.3 and 35.3 ms printed as [18.7, 64.6]), so none

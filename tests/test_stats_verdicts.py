@@ -18,7 +18,7 @@ import pytest
 import scipy.stats
 
 from harness.reporting import breakeven, compare
-from harness.stats import cells, verdicts
+from harness.stats import cells, inference, verdicts
 
 REPS = 2000
 
@@ -57,9 +57,9 @@ def verdicts_of(blocks: np.ndarray, a: int = 0, b: int = 1, level: float = 0.95)
 
 def levels_verdicts(levels: np.ndarray, a: int = 0, b: int = 1, level: float = 0.95):
     """(low, high) from process levels ``levels[rep, c, k]``: the group's prior, the pair moderated."""
-    s0, d0, w = verdicts.group_prior(levels)
+    s0, d0, w = inference.group_prior(levels)
     weight = np.minimum(w[:, a], w[:, b])
-    _, low, high = verdicts.pair_interval(levels[:, b] - levels[:, a], s0, d0, level, weight)
+    _, low, high = inference.pair_interval(levels[:, b] - levels[:, a], s0, d0, level, weight)
     return low, high
 
 
@@ -194,21 +194,21 @@ def test_a_clear_leader_is_named_fastest_and_a_close_one_is_not():
 
 
 def test_holm_steps_down_and_stops_at_the_first_kept_hypothesis():
-    assert verdicts.holm([0.001, 0.04, 0.012], 0.95) == [True, True, True]  # 0.001 < .05/3, .012 < .05/2, .04 < .05
-    assert verdicts.holm([0.001, 0.06, 0.012], 0.95) == [True, False, True]
-    assert verdicts.holm([0.02, 0.03, 0.04], 0.95) == [False, False, False]  # 0.02 > 0.05/3: stop
-    assert verdicts.holm([0.001, 0.02, 0.3], 0.95) == [True, True, False]
+    assert inference.holm([0.001, 0.04, 0.012], 0.95) == [True, True, True]  # 0.001 < .05/3, .012 < .05/2, .04 < .05
+    assert inference.holm([0.001, 0.06, 0.012], 0.95) == [True, False, True]
+    assert inference.holm([0.02, 0.03, 0.04], 0.95) == [False, False, False]  # 0.02 > 0.05/3: stop
+    assert inference.holm([0.001, 0.02, 0.3], 0.95) == [True, True, False]
 
 
 def test_sequential_looks_use_pococks_levels():
-    alphas = [1 - verdicts.pocock_level(n) for n in range(1, 6)]
+    alphas = [1 - inference.pocock_level(n) for n in range(1, 6)]
     assert alphas == pytest.approx([0.05, 0.0294, 0.0221, 0.0182, 0.0158], abs=2e-4)
     with pytest.raises(ValueError):
-        verdicts.pocock_level(0)
+        inference.pocock_level(0)
     # three looks at the Pocock level, stopping at the first separation: about 5% A/A overall
     rng = np.random.default_rng(11)
     blocks = simulate(rng, 4, 4)
-    level = verdicts.pocock_level(3)
+    level = inference.pocock_level(3)
     called = np.zeros(REPS, dtype=bool)
     for looks in (2, 3, 4):
         low, high = verdicts_of(blocks[:, :, :looks], level=level)
@@ -379,7 +379,7 @@ def test_compare_of_identical_runs_with_enough_processes_says_no_change():
     assert np.mean([f.outcome == "no change" for f in found]) >= 0.92
     assert max(f.detectable for f in found) < verdicts.MEANINGFUL_CHANGE
     # the detectable change is exp((t_0.025 + t_0.2) se) - 1 at Welch's df: 2.228 + 0.879 at 10 df
-    assert verdicts.detectable_change(0.01, 10) == pytest.approx(math.expm1((2.2281 + 0.8791) * 0.01), rel=1e-3)
+    assert inference.detectable_change(0.01, 10) == pytest.approx(math.expm1((2.2281 + 0.8791) * 0.01), rel=1e-3)
 
 
 def test_compare_prints_geometric_means():

@@ -15,6 +15,7 @@ import pytest
 from adapters import discover
 from harness import cli, records
 from harness.measuring.contention import MachineLoad
+from harness.running import budget as policy
 from harness.running import resident, resident_handle, turns
 from harness.running.plan import plan as plan_cells
 from harness.running.plan import twins
@@ -270,11 +271,11 @@ def _turn_records(adapter: str, factor: float, rounds: int = 3, noise: float = 0
 
 def test_a_budget_looks_again_only_where_verdicts_are_unsettled():
     clear = _turn_records("a", 1.0) + _turn_records("b", 2.0, seed=1) + _turn_records("c", 1.0, seed=2)
-    assert turns.unsettled_groups(clear, 0.95) == {}  # b separated from both; a and c tied within 5%
+    assert policy.unsettled_groups(clear, 0.95) == {}  # b separated from both; a and c tied within 5%
     close = _turn_records("a", 1.0, noise=0.05) + _turn_records("b", 1.03, noise=0.05, seed=1)
-    assert turns.unsettled_groups(close, 0.95) == {"mlp|cpu": 1}
-    assert turns.verdict_level(2, None) == 0.95
-    assert 0.95 < turns.verdict_level(2, 900.0) < 0.99  # Pocock: 3 looks (generations 2, 3, 4)
+    assert policy.unsettled_groups(close, 0.95) == {"mlp|cpu": 1}
+    assert policy.verdict_level(2, None) == 0.95
+    assert 0.95 < policy.verdict_level(2, 900.0) < 0.99  # Pocock: 3 looks (generations 2, 3, 4)
 
 
 def test_run_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
@@ -367,12 +368,12 @@ def test_a_calibration_judges_repeats_with_contended_cells_apart(tmp_path, monke
 def test_a_budget_counts_from_the_command_and_starts_a_round_only_if_it_fits(tmp_path):
     import psutil
 
-    budget = turns.Budget(3600.0)
+    budget = policy.Budget(3600.0)
     started = time.time() - psutil.Process().create_time()
     assert budget.left() == pytest.approx(3600.0 - started, abs=2.0)  # this process's age is spent already
     results = tmp_path / records.RESULTS
     cells = [{"cell_id": "a|mlp|cpu"}, {"cell_id": "b|mlp|cpu"}]
-    assert turns.generation_s(results, cells) == 0.0
+    assert policy.generation_s(results, cells) == 0.0
     for cell_id, k, wall in (
         ("a|mlp|cpu", 1, 40.0),
         ("b|mlp|cpu", 1, 25.0),
@@ -381,12 +382,12 @@ def test_a_budget_counts_from_the_command_and_starts_a_round_only_if_it_fits(tmp
     ):
         rec = {"schema_version": records.SCHEMA_VERSION, "adapter": "a", "workload": "mlp", "device_requested": "cpu"}
         records.append(results, {**rec, "cell_id": cell_id, "round": k, "wall_s": wall, "status": "ok"})
-    assert turns.generation_s(results, cells) == 90.0  # their latest generation's longest wall, no other cell's
+    assert policy.generation_s(results, cells) == 90.0  # their latest generation's longest wall, no other cell's
     first = [
         {"cell_id": "a|mlp|cpu", "round": 1, "wall_s": 40.0, "dispatch_floor_wall_s": 6.0},
         {"cell_id": "b|mlp|cpu", "round": 1, "wall_s": 25.0, "dispatch_floor_wall_s": 4.0},
     ]
-    assert turns.next_generation_s(first) == 30.0, "a generation less the floors it measured (once per cell)"
+    assert policy.next_generation_s(first) == 30.0, "a generation less the floors it measured (once per cell)"
 
 
 def test_floors_still_to_time_are_estimated_from_each_cells_first_setup_and_cold_window(tmp_path):
@@ -402,19 +403,19 @@ def test_floors_still_to_time_are_estimated_from_each_cells_first_setup_and_cold
     ):
         records.append(results, {**base, "cell_id": cell_id, "round": k, "adapter": cell_id[0], **extra})
     assert turns.floors_measured(results) == {"b|mlp|cpu", "c|mlp|cpu"}, "a failed floor is not tried again"
-    assert turns.floors_s(results, cells) == 6.0
-    assert turns.floors_s(tmp_path / "none.jsonl", cells) == 0.0
+    assert policy.floors_s(results, cells) == 6.0
+    assert policy.floors_s(tmp_path / "none.jsonl", cells) == 0.0
 
 
 def test_a_budget_keeps_back_what_the_runs_start_took_for_its_closing():
     """A run's closing (the peaks again, the report) is inside its budget: the executor keeps back
     as much as the start (doctor, peaks, floors) took, so the last generation ends that much earlier."""
-    budget = turns.Budget(600.0, t0=time.monotonic() - 100.0)  # a start of 100 s
+    budget = policy.Budget(600.0, t0=time.monotonic() - 100.0)  # a start of 100 s
     assert budget.left() == pytest.approx(500.0, abs=1.0)
     budget.keep_back_for_closing()
     assert budget.reserve_s == pytest.approx(100.0, abs=1.0)
     assert budget.left() == pytest.approx(400.0, abs=1.0)
-    assert turns.Budget(None).left() == math.inf
+    assert policy.Budget(None).left() == math.inf
 
 
 def test_the_local_executor_keeps_the_start_back_from_the_budget(monkeypatch, tmp_path):
@@ -424,7 +425,7 @@ def test_the_local_executor_keeps_the_start_back_from_the_budget(monkeypatch, tm
     from harness.running.rounds import Run
 
     seen = []
-    monkeypatch.setattr(turns, "run", lambda *args: seen.append(args[6]))
+    monkeypatch.setattr(policy, "run", lambda *args: seen.append(args[6]))
     LocalExecutor({}).run([], Run([], 1, 60.0, 900.0), tmp_path / records.RESULTS, SimpleNamespace(budget=None))
     (budget,) = seen
     assert budget.total_s == 900.0 and budget.reserve_s > 0
@@ -432,7 +433,7 @@ def test_the_local_executor_keeps_the_start_back_from_the_budget(monkeypatch, tm
 
 
 def test_the_progress_line_names_a_generation_beyond_the_planned_rounds_as_extra():
-    """The budget's further generations (turns.more_generations) are not "round 4/3"."""
+    """The budget's further generations (policy.more_generations) are not "round 4/3"."""
     from harness.running.progress import cell_line
     from tests.fakes import record
 
@@ -471,8 +472,8 @@ def test_a_workload_cut_short_by_the_budget_says_so_at_its_section():
     assert "dispatch floor" not in line
 
 
-def _generations_run(monkeypatch, tmp_path, rounds: int, budget: turns.Budget) -> list[tuple[int, bool]]:
-    """(generation, floors asked) of each generation turns._run starts for one group of two cells
+def _generations_run(monkeypatch, tmp_path, rounds: int, budget: policy.Budget) -> list[tuple[int, bool]]:
+    """(generation, floors asked) of each generation policy._run starts for one group of two cells
     whose generations each take 100 s of the budget (each cell's first set-up and cold window, 30 s,
     is the estimate of its floor's cost)."""
     from harness.running.progress import MatrixProgress
@@ -505,18 +506,40 @@ def _generations_run(monkeypatch, tmp_path, rounds: int, budget: turns.Budget) -
         return 1
 
     monkeypatch.setattr(turns, "run_generation", generation)
-    monkeypatch.setattr(turns, "unsettled_groups", lambda recs, level: {"g": 1})
+    monkeypatch.setattr(policy, "unsettled_groups", lambda recs, level: {"g": 1})
     order = [(c, k) for k in range(1, rounds + 1) for c in cells]
-    turns._run(order, rounds, {}, results, 60.0, MatrixProgress(len(order), live=False), budget, 0.95)
+    policy._run(order, rounds, {}, results, 60.0, MatrixProgress(len(order), live=False), budget, 0.95)
     return started
 
 
 def test_dispatch_floors_come_with_the_last_planned_generation_where_the_budget_holds_them(monkeypatch, tmp_path):
-    no_budget = _generations_run(monkeypatch, tmp_path / "a", 3, turns.Budget(None))
+    no_budget = _generations_run(monkeypatch, tmp_path / "a", 3, policy.Budget(None))
     assert no_budget == [(1, False), (2, False), (3, True)], "the generations the verdicts need come first"
-    assert _generations_run(monkeypatch, tmp_path / "b", 1, turns.Budget(None)) == [(1, True)]
+    assert _generations_run(monkeypatch, tmp_path / "b", 1, policy.Budget(None)) == [(1, True)]
     # 130 s left before generation 3: it fits (100 s), its floors (2 x 30 s) do not
-    tight = _generations_run(monkeypatch, tmp_path / "c", 3, turns.Budget(330.0, t0=time.monotonic()))
+    tight = _generations_run(monkeypatch, tmp_path / "c", 3, policy.Budget(330.0, t0=time.monotonic()))
     assert tight == [(1, False), (2, False), (3, False)]
-    ample = _generations_run(monkeypatch, tmp_path / "d", 3, turns.Budget(2000.0, t0=time.monotonic()))
-    assert ample[:3] == [(1, False), (2, False), (3, True)] and len(ample) == turns.MAX_GENERATIONS
+    ample = _generations_run(monkeypatch, tmp_path / "d", 3, policy.Budget(2000.0, t0=time.monotonic()))
+    assert ample[:3] == [(1, False), (2, False), (3, True)] and len(ample) == policy.MAX_GENERATIONS
+
+
+def test_a_second_generation_starts_only_where_a_third_fits_beside_it(monkeypatch, tmp_path):
+    """Two generations never decide a pair: with room for one more generation but not two, the
+    group's second is not started (its seconds are left to other groups)."""
+    # 150 s left after round 1 (100 s): generation 2 fits, 2 and 3 (200 s) do not
+    short = _generations_run(monkeypatch, tmp_path / "a", 3, policy.Budget(250.0, t0=time.monotonic()))
+    assert short == [(1, False)], "and no third without a second"
+    # 210 s left: generations 2 and 3 both fit
+    enough = _generations_run(monkeypatch, tmp_path / "b", 3, policy.Budget(310.0, t0=time.monotonic()))
+    assert enough[:3] == [(1, False), (2, False), (3, False)]
+    assert (
+        policy.committed_s(100.0, 2) == 200.0 and policy.committed_s(100.0, 3) == policy.committed_s(100.0, 4) == 100.0
+    )
+
+
+def test_a_later_generation_is_estimated_without_the_first_processes_pipelined_blocks():
+    first = [
+        {"cell_id": "a|mlp|cpu", "round": 1, "wall_s": 40.0, "pipelined_blocks_s": [1.0, 2.0]},
+        {"cell_id": "b|mlp|cpu", "round": 1, "wall_s": 25.0, "pipelined_blocks_s": [0.5, 0.5]},
+    ]
+    assert policy.next_generation_s(first) == 36.0

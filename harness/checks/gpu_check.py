@@ -27,13 +27,14 @@ from importlib import metadata
 from pathlib import Path
 
 from adapters import discover
-from harness import env, records
+from harness import env, processes, records
 from harness.checks import doctor
 from harness.install import environments, variant
 from harness.running import kernel_jit
-from harness.running.runner import REPO
 
 STEP_TIMEOUT_S = 3600
+#: Seconds the ownership check of one environment may take.
+OWNERSHIP_TIMEOUT_S = 600
 BENCH_BUDGET = "10m"
 #: The distributions the install step lists where no make install put them (``--no-install``).
 FRAMEWORK_DISTRIBUTIONS = ("torch", "jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "flax", "keras",
@@ -52,7 +53,7 @@ def _command(out: Path, name: str, args: list[str]) -> tuple[bool, str]:
     """Run ``python ARGS`` from the repository, its output into OUT/<name>.txt."""
     log = out / f"{name}.txt"
     try:
-        proc = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
+        proc = processes.run([sys.executable, *args], processes.repo_env(), STEP_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         log.write_text(f"$ python {' '.join(args)}\nno end within {STEP_TIMEOUT_S:g} s\n")
         return False, f"timed out after {STEP_TIMEOUT_S:g} s ({log.name})"
@@ -111,9 +112,7 @@ def check_preinstalled(out: Path) -> tuple[None, str]:
 def check_ownership(out: Path) -> tuple[bool, str]:
     shared, lines = 0, []
     for name, python in _pythons().items():
-        proc = subprocess.run(
-            [python, "-m", "harness.checks.ownership"], cwd=REPO, capture_output=True, text=True, timeout=600
-        )
+        proc = processes.run([python, "-m", "harness.checks.ownership"], processes.repo_env(), OWNERSHIP_TIMEOUT_S)
         found = json.loads(proc.stdout)["shared"] if proc.stdout.strip().startswith("{") else {"?": [proc.stderr]}
         shared += len(found)
         lines.append(f"{name} ({python}): {len(found)} paths owned twice")

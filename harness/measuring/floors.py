@@ -33,10 +33,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness import processes
+from harness.install.environments import family_python
 from harness.measuring import limits_cache
 from harness.records import Cell, spec_of
 
-REPO = Path(__file__).resolve().parents[2]
+#: Seconds one library's process may take to time its kernels.
+LIBRARY_TIMEOUT_S = 1200
 REPEATS = 2 if os.environ.get("DLCOMPARE_QUICK_LIMITS") else 5  # the test suite's runs are tiny
 MIN_TIME_S = 0.002
 
@@ -245,8 +248,7 @@ def _library_env(library: str, device: str, threads: int) -> dict[str, str]:
             break
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    return env
+    return processes.repo_env(env)
 
 
 def _run_library(library: str, device: str, shapes: list, threads: int, precision: str) -> dict[str, Any]:
@@ -254,24 +256,21 @@ def _run_library(library: str, device: str, shapes: list, threads: int, precisio
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "kernels.json", Path(tmp) / "floors.json"
         src.write_text(json.dumps(shapes))
-        from harness.install.environments import family_python
-
         # The library's own environment where a GPU variant keeps it apart (TensorFlow's .venv-tf).
         python = family_python(library) or sys.executable
         cmd = [python, "-m", "harness.measuring.floors", library, device, str(src), str(out), precision]
-        proc = subprocess.run(
-            cmd, env=_library_env(library, device, threads), cwd=REPO, capture_output=True, text=True, timeout=1200
-        )
+        try:
+            proc = processes.run(cmd, _library_env(library, device, threads), LIBRARY_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return {"error": f"timeout after {LIBRARY_TIMEOUT_S} s"}
         if proc.returncode != 0 or not out.is_file():
-            return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
+            return {"error": processes.tail(proc.stderr, 1) or f"exit {proc.returncode}"}
         return {"seconds": json.loads(out.read_text())}
 
 
 def _installed(library: str) -> bool:
     """Whether ``library`` can be timed: in this environment, or in its own (TensorFlow's .venv-tf
     on the GPU variants, harness.install.environments)."""
-    from harness.install.environments import family_python
-
     return importlib.util.find_spec(library) is not None or family_python(library) is not None
 
 

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from harness.stats.verdicts import wilson
+from harness.stats.inference import wilson
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
 

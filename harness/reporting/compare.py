@@ -17,15 +17,7 @@ from harness.records import Record, is_idiomatic
 from harness.reporting import cells, report
 from harness.reporting.formatting import fingerprint_name, machine_name, sig, status_text
 from harness.stats.cells import combine_all, fingerprint_key
-from harness.stats.verdicts import (
-    INCONCLUSIVE,
-    MEANINGFUL_CHANGE,
-    NO_CHANGE,
-    Family,
-    RunChange,
-    change,
-    separated,
-)
+from harness.stats.verdicts import INCONCLUSIVE, MEANINGFUL_CHANGE, NO_CHANGE, Family, RunChange, change, separated
 
 
 def geometric_mean_s(rec: Record) -> float:

@@ -4,7 +4,7 @@ Per adapter and batch size: latency (synced steps) and throughput (per step in p
 blocks) of the adapter's cell and of the script, and their ratio adapter / script. The latency
 ratio is paired by round with a 95% interval from the rounds' process levels (harness.stats.verdicts:
 "unresolved" below three rounds); the throughput ratio is the geometric mean of the per-round ratios
-with a 95% t interval over the rounds (harness.stats.verdicts.cell_interval; none from one round).
+with a 95% t interval over the rounds (harness.stats.inference.cell_interval; none from one round).
 
 Judged both ways against TARGET (``against_target``): within only where the whole interval lies in
 [1 / TARGET, TARGET]. An adapter faster than its script beyond that is flagged as plainly as a
@@ -24,7 +24,8 @@ from harness import records
 from harness.records import IDIOMATIC, is_idiomatic, load_env
 from harness.reporting.formatting import machine_name
 from harness.stats.cells import process_level, round_of
-from harness.stats.verdicts import FASTER, SLOWER, UNRESOLVED, cell_interval, outcome_of, pair_verdict
+from harness.stats.inference import cell_interval
+from harness.stats.verdicts import FASTER, SLOWER, UNRESOLVED, outcome_of, pair_verdict
 
 TARGET = 1.10
 WITHIN = f"within {TARGET:.2f}x"

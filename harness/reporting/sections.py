@@ -13,7 +13,7 @@ from harness.reporting import calibration_note
 from harness.reporting.cells import missing_pairs, strategy
 from harness.reporting.formatting import DASH, row_label, sig
 from harness.reporting.workload_tables import ordered
-from harness.stats import verdicts
+from harness.stats import inference, verdicts
 from harness.stats.steps import NOISY_IQR_RATIO
 
 
@@ -96,6 +96,14 @@ def input_pipeline(recs: list[dict[str, Any]]) -> list[str]:
     return ["## Input pipeline", "", intro, "", tabulate(rows, headers, tablefmt="github", disable_numparse=True), ""]
 
 
+def _xla_floor(ok: list[dict[str, Any]]) -> float:
+    """The seconds of compile from which the run's XLA cache kept an executable: as recorded
+    (``persistent_cache_min_compile_s``), else JAX's default of 1 s, which runs before it was
+    recorded kept."""
+    found = [(r.get("settings") or {}).get("persistent_cache_min_compile_s") for r in ok]
+    return max((f for f in found if f is not None), default=1.0)
+
+
 def _piped(every: int, first_process: bool = False) -> str:
     """How often a turn held a pipelined block (harness.running.resident.PIPED_EVERY), and in which
     processes (a cell's first only, since the records say ``piped_first_process``)."""
@@ -159,7 +167,7 @@ def _resolution(ok: list[dict[str, Any]]) -> list[str]:
             df = min(d0, len(gens) - 1) + len(gens) - 1
             if df >= 2:
                 se = math.sqrt(s2 / len(gens))
-                found[r.get("group")] = verdicts.detectable_change(se, df, r.get("verdict_level") or 0.95)
+                found[r.get("group")] = inference.detectable_change(se, df, r.get("verdict_level") or 0.95)
     if not found:
         return []
     values = sorted(found.values())
@@ -221,8 +229,8 @@ def method(recs: list[dict[str, Any]]) -> str:
             + "First step and cold window are those of round 1. Each cell's later rounds start from the compiler "
             "cache its round 1 filled (XLA's persistent cache, Inductor's; their records say `warm_compiles`), so "
             "they pay no compile again: compile counts, first steps, cold windows and break-even come from round 1, "
-            "which compiled cold into an empty cache. TensorFlow has none, and compiles under 1 s (jax-eager's per-op "
-            "ones) are not cached."
+            "which compiled cold into an empty cache. TensorFlow has none, and XLA compiles under "
+            f"{_xla_floor(ok):g} s (jax-eager's per-op ones) are not cached."
         )
     lines += _resolution(ok) + _turns_left_out(ok)
     if any((r.get("protocol") or {}).get("mode") == "turns" for r in ok):  # verdicts from processes taking turns

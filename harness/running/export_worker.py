@@ -28,6 +28,7 @@ import numpy as np
 
 from adapters import discover
 from adapters.base import Options
+from harness import processes
 from harness.measuring import serving
 from harness.records import writable
 from workloads import get_workload, override
@@ -110,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = {"ok": True, **run(args.mode, job)}
     except Exception as exc:  # noqa: BLE001 - any failure of a step becomes its result
-        tail = traceback.format_exc().strip().splitlines()[-12:]
-        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}".strip()[:2000], "stderr_tail": "\n".join(tail)}
+        tail = processes.tail(traceback.format_exc())
+        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}".strip()[:2000], "stderr_tail": tail}
     result["worker_s"] = time.perf_counter() - started
     args.out.write_text(json.dumps(writable(result), allow_nan=False))
     return 0

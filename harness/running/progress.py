@@ -15,7 +15,7 @@ def cell_line(rec: dict[str, Any]) -> str:
     name = rec["adapter"] + (" (script)" if rec.get("script") else "")  # an idiomatic script (harness.checks.fidelity)
     what = f"{name:<12} {variant:<36} {rec['device_requested']:<5}"
     planned = rec.get("rounds") or 1
-    if rec.get("round", 1) > planned:  # a generation the budget added to settle a verdict (harness.running.turns)
+    if rec.get("round", 1) > planned:  # a generation the budget added to settle a verdict (harness.running.budget)
         what = f"round {rec['round']} (extra) {what}"
     elif planned > 1:
         what = f"round {rec['round']}/{planned} {what}"
@@ -31,7 +31,7 @@ class MatrixProgress:
 
     def __init__(self, total: int, live: bool | None = None) -> None:
         self.total, self.done = total, 0
-        self.budget: Any = None  # a harness.running.turns.Budget, shown while it runs
+        self.budget: Any = None  # a harness.running.budget.Budget, shown while it runs
         self.live = sys.stdout.isatty() if live is None else live
         self.console = Console(highlight=False, soft_wrap=True)
         self._bar = (

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from adapters import AdapterInfo
-from harness import records
+from harness import processes, records
 from harness.records import Record
 from harness.running import runner
 
@@ -37,15 +37,13 @@ class Resident:
         python = runner.interpreter(info, cell)
         args = [python, "-m", "harness.running.worker", "serve", str(self.dir / "cell.json"), str(self.out)]
         self.log = (self.dir / "log.txt").open("w+")
-        self.proc = subprocess.Popen(
+        self.proc = processes.start(
             [*args, "--fds", f"{cmd_r},{rep_w}"],
-            env=runner.worker_env(info, cell),
-            cwd=runner.REPO,
+            runner.worker_env(info, cell),
             stdin=subprocess.DEVNULL,
             stdout=self.log,
             stderr=subprocess.STDOUT,
             pass_fds=(cmd_r, rep_w),
-            start_new_session=True,
         )
         os.close(cmd_r)
         os.close(rep_w)
@@ -127,7 +125,7 @@ class Resident:
             rec = records.new_record(self.cell, "failed", reason)
         if rec["status"] == "failed":
             self.log.seek(0)
-            tail = runner._tail(self.log.read())
+            tail = processes.tail(self.log.read())
             if tail:
                 rec.setdefault("stderr_tail", tail)
         rec["wall_s"] = time.perf_counter() - self.t0
@@ -137,12 +135,9 @@ class Resident:
         return rec
 
     def kill(self) -> None:
+        """End the worker and every helper it started (its process group)."""
         if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait()
+            processes.kill_group(self.proc)
 
     def close(self) -> None:
         for f in (self._cmd, self.log):

@@ -16,7 +16,7 @@ from typing import Any
 
 from adapters import AdapterInfo, kit
 from harness import env as machine_env
-from harness import records
+from harness import processes, records
 from harness.install.environments import family_python
 from harness.measuring import limits_cache
 from harness.measuring.contention import OtherLoad
@@ -24,10 +24,6 @@ from harness.running import precision
 from harness.running.progress import MatrixProgress
 from workloads import SpecError
 from workloads.images import has_images
-
-REPO = Path(__file__).resolve().parents[2]
-STDERR_TAIL_LINES = 20
-
 
 COMPUTE_CACHE_BYTES = 4 << 30
 
@@ -39,7 +35,7 @@ def worker_env(info: AdapterInfo, cell: records.Cell) -> dict[str, str]:
     env = dict(os.environ)
     with kit.compile_cache(cell.get("compile_cache_dir")):
         env.update(info.cls.worker_env(cell["threads"], cell["device_requested"]))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env = processes.repo_env(env)
     if cell["device_requested"] == "cpu":
         # A CPU cell must not touch (or grab memory on) a GPU, whatever the framework's default.
         env["CUDA_VISIBLE_DEVICES"] = ""
@@ -52,10 +48,6 @@ def worker_env(info: AdapterInfo, cell: records.Cell) -> dict[str, str]:
     return env
 
 
-def _tail(text: str) -> str:
-    return "\n".join(text.strip().splitlines()[-STDERR_TAIL_LINES:])
-
-
 def run_worker(
     info: AdapterInfo,
     cell: dict[str, Any],
@@ -65,48 +57,19 @@ def run_worker(
     extra: list[str] = (),
     load: OtherLoad | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run ``python -m harness.running.worker`` for one cell in its own process group (and session);
-    ``load``, if given, measures what other processes used meanwhile.
-
-    Raises subprocess.TimeoutExpired past ``timeout_s``. On a timeout or any interruption
-    (Ctrl-C, SIGTERM) the whole group is killed, so no worker or helper process outlives it.
-    """
+    """Run ``python -m harness.running.worker`` for one cell (harness.processes.run: its own
+    process group, killed whole on a timeout or an interruption); ``load``, if given, measures
+    what other processes used meanwhile. Raises subprocess.TimeoutExpired past ``timeout_s``."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cell, f)
     first = cell["cells"][0] if "cells" in cell else cell
     # An idiomatic-script cell (harness.checks.fidelity) runs its script, which takes a worker's arguments.
     module = first.get("script") or "harness.running.worker"
     args = [interpreter(info, first), "-m", module, mode, f.name, str(out), *extra]
-    if load is not None:
-        load.start()
     try:
-        proc = subprocess.Popen(
-            args,
-            env=worker_env(info, first),
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        try:
-            stdout, stderr = proc.communicate(timeout=timeout_s)
-        except BaseException:
-            _kill_group(proc)
-            raise
-        if load is not None:
-            load.stop(proc.pid)
-        return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
+        return processes.run(args, worker_env(info, first), timeout_s, load)
     finally:
         os.unlink(f.name)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.communicate()
 
 
 def interpreter(info: AdapterInfo, cell: Mapping[str, Any]) -> str:
@@ -167,13 +130,14 @@ def _run_once(info: AdapterInfo, cell: records.Cell, timeout_s: float) -> dict[s
             record = json.loads(out.read_text())
             if record["status"] == "failed" and proc.stderr.strip():
                 # The framework's own log (TF's dlopen warnings, JAX's plugin errors) explains it.
-                record.setdefault("stderr_tail", _tail(proc.stderr))
+                record.setdefault("stderr_tail", processes.tail(proc.stderr))
         elif proc.returncode < 0:
             name = signal.Signals(-proc.returncode).name
-            record = records.new_record(cell, "failed", f"worker killed by {name}", stderr_tail=_tail(proc.stderr))
+            stderr = processes.tail(proc.stderr)
+            record = records.new_record(cell, "failed", f"worker killed by {name}", stderr_tail=stderr)
         else:
             reason = f"worker exited with code {proc.returncode} and no record"
-            record = records.new_record(cell, "failed", reason, stderr_tail=_tail(proc.stderr))
+            record = records.new_record(cell, "failed", reason, stderr_tail=processes.tail(proc.stderr))
     record["wall_s"] = time.perf_counter() - t0
     if load.cores is not None:
         record["other_cpu_cores"] = load.cores
@@ -222,8 +186,7 @@ def finish_round(record: dict[str, Any], rounds: int, results: Path, progress: M
 def measure_peaks(devices: list[str], threads: int, precision: str = "fp32") -> dict[str, Any]:
     """The measured matmul and copy limits of each device in the run's precision, keyed by
     device (see harness.measuring.peak). A device whose measurement fails maps to {"error": reason}."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env = processes.repo_env(dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads)))
     peaks: dict[str, Any] = {}
     for device in devices:
         inputs = {"peak": device, "threads": threads, "precision": precision}
@@ -231,11 +194,18 @@ def measure_peaks(devices: list[str], threads: int, precision: str = "fp32") -> 
     return peaks
 
 
+#: Seconds the device peak's process may take.
+PEAK_TIMEOUT_S = 600
+
+
 def _measure_peak(device: str, env: dict[str, str], precision: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "peak.json"
         cmd = [sys.executable, "-m", "harness.measuring.peak", device, str(out), precision]
-        proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+        try:
+            proc = processes.run(cmd, env, PEAK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return {"error": f"timeout after {PEAK_TIMEOUT_S} s"}
         if proc.returncode == 0 and out.is_file():
             return json.loads(out.read_text())
-        return {"error": _tail(proc.stderr) or f"exit code {proc.returncode}"}
+        return {"error": processes.tail(proc.stderr) or f"exit code {proc.returncode}"}

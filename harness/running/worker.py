@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from adapters import discover
-from harness import env
+from harness import env, processes
 from harness.measuring import input_pipeline, timing
 from harness.measuring.gpu_util import UtilSampler
 from harness.records import Cell, base_adapter, new_record, writable
@@ -160,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     except timing.Diverged as exc:
         record = new_record(cell, "failed", str(exc))
     except Exception as exc:  # noqa: BLE001 - any failure of a cell becomes its record
-        tail = traceback.format_exc().strip().splitlines()[-12:]
-        record = new_record(cell, "failed", f"{type(exc).__name__}: {exc}".strip(), stderr_tail="\n".join(tail))
+        tail = processes.tail(traceback.format_exc())
+        record = new_record(cell, "failed", f"{type(exc).__name__}: {exc}".strip(), stderr_tail=tail)
     record["worker_s"] = time.perf_counter() - t0
     # Taken here, outside the timed window, on the node that ran the cell (a cluster's nodes differ).
     record.update(node=platform.node(), fingerprint=env.fingerprint())

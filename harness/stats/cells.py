@@ -19,8 +19,9 @@ import numpy as np
 import scipy.stats
 
 from harness.records import Record
+from harness.stats.inference import cell_interval, group_prior
 from harness.stats.steps import step_time, summarize, tokens_per_step
-from harness.stats.verdicts import DEFAULT_LEVEL, MIN_GENERATIONS, cell_interval, group_prior, level_of
+from harness.stats.verdicts import DEFAULT_LEVEL, MIN_GENERATIONS, level_of
 
 #: Share of a process's block times left out at each end of its level (``process_level``).
 TRIM = 0.2
@@ -130,7 +131,7 @@ def _group_levels(cells: list[tuple[tuple, list[Record]]]) -> dict[int, tuple[di
 def annotate_groups(cells: list[tuple[tuple, Record]]) -> None:
     """Write on each ok cell (in place) its group's model: ``group``, the generations the group
     ran (``group_generations``), how many complete cells (``group_cells``), the prior its pairs
-    are moderated with (harness.stats.verdicts.group_prior: ``group_prior_var``,
+    are moderated with (harness.stats.inference.group_prior: ``group_prior_var``,
     ``group_prior_df``, and the cell's own ``prior_weight``; None where the group has fewer than
     two complete cells or generations), and ``verdict_level``. ``key`` is the (machine, run id,
     fingerprint) the cell ran on."""

@@ -1,0 +1,268 @@
+"""What a run's time buys: the order of its generations, how long each takes turns, and, with a
+time budget, which generations still start and which further generations go to the groups whose
+verdicts are unsettled (harness.stats). A generation itself runs in harness.running.turns.
+
+Round 1 of every group comes first (every cell present, whatever the budget), then each group's
+further rounds together, so a budget that runs out leaves some groups judged rather than all
+unjudged. A budget buys generations, not longer ones: between-process spread dominates a verdict's
+error. A generation after the first starts only where its estimate (its group's latest generation,
+``next_generation_s``) fits in what is left, and a second only where a third fits beside it
+(``committed_s``): two generations never decide a pair, so the seconds go to other groups instead.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from adapters import AdapterInfo
+from harness import records
+from harness.measuring import timing
+from harness.records import Record
+from harness.running import runner, turns
+from harness.running.progress import MatrixProgress
+from harness.running.turns import Turns, group_of, records_round, servable
+from harness.stats import inference, verdicts
+from harness.stats.cells import combine_all
+
+#: With a budget, the share of what is left that a generation's turns may take (the rest is
+#: start-up: imports, set-up, compiles), down to a quarter of the profile's turn seconds.
+TURN_SHARE = 0.4
+#: Generations a group may get when a budget adds them to unsettled groups (looks at its verdicts).
+MAX_GENERATIONS = 4
+
+
+@dataclass
+class Budget:
+    """A run's time budget in seconds (None: no budget, fixed generations), counted from the
+    start of this process (the bench command: its doctor, peaks and floors are in it)."""
+
+    total_s: float | None
+    t0: float = field(default_factory=lambda: time.monotonic() - (time.time() - psutil.Process().create_time()))
+    #: Seconds kept back for the run's closing (its peaks again and the report): see keep_back_for_closing.
+    reserve_s: float = 0.0
+
+    def spent(self) -> float:
+        return time.monotonic() - self.t0
+
+    def left(self) -> float:
+        """Seconds a generation may still start in (the closing's reserve excluded)."""
+        return math.inf if self.total_s is None else self.total_s - self.spent() - self.reserve_s
+
+    def keep_back_for_closing(self) -> None:
+        """Keep back as much as the run has spent so far, its start (imports, doctor, device peaks,
+        kernel floors), for its closing (the peaks again, the report): without it a run whose last
+        generation fitted ended that much past its budget."""
+        self.reserve_s = self.spent()
+
+
+def generation_s(results: Path, cells: list[Record]) -> float:
+    """What a further generation of these cells should take (``next_generation_s``), 0 where none
+    is recorded. A generation is started only when this fits in what is left of a budget."""
+    ids = {c["cell_id"] for c in cells}
+    done = records.load(results) if results.exists() else []
+    return next_generation_s([r for r in done if r.get("cell_id") in ids])
+
+
+def next_generation_s(recs: list[Record]) -> float:
+    """A further generation's time from these records of a group: its latest generation's longest
+    wall (the first worker lives through the whole generation) less what a later generation does
+    not repeat, each worker's in turn while the others waited: the dispatch floors that
+    generation measured (``dispatch_floor_wall_s``) and its pipelined blocks (a cell's first
+    process alone takes them: harness.running.resident). Its warm compiles are not counted on:
+    an over-estimate."""
+    if not recs:
+        return 0.0
+    last = max(records_round(r) for r in recs)
+    mine = [r for r in recs if records_round(r) == last]
+    wall = max((r.get("wall_s") or 0.0 for r in mine), default=0.0)
+    wall -= sum(r.get("dispatch_floor_wall_s") or 0.0 for r in mine)
+    wall -= sum(sum(r.get("pipelined_blocks_s") or []) for r in mine)
+    return max(wall, 0.0)
+
+
+def committed_s(cost: float, k: int) -> float:
+    """What starting generation ``k`` of a group commits a budget to, at ``cost`` a generation: it
+    and, below MIN_GENERATIONS, the further ones its pairs need to be judged at all (two
+    generations never decide a pair, so a second that no third follows buys nothing)."""
+    return cost * max(1, verdicts.MIN_GENERATIONS - k + 1)
+
+
+def floors_s(results: Path, cells: list[Record]) -> float:
+    """What timing the dispatch floors still missing among ``cells`` should take: each such cell's
+    set-up and cold window in its first process (a floor is a second, tiny instance of the
+    adapter, set up, compiled and timed the same way; the floors measured in the 2026-11-25
+    default run took 0.4-1.4x that). 0 where none is recorded."""
+    done = records.load(results) if results.exists() else []
+    ids = {c["cell_id"] for c in cells} - turns.floored(done)
+    return sum(
+        (r.get("setup_s") or 0.0) + sum(r.get("cold_times_s") or [])
+        for r in done
+        if r.get("cell_id") in ids and records_round(r) == 1
+    )
+
+
+def turn_seconds(cells: list[Record]) -> float:
+    """Seconds of turns a generation of these cells takes without a budget: its profile's
+    ``turn_s`` per cell."""
+    return sum(timing.PROFILES[c["profile"]].turn_s for c in cells)
+
+
+def run(
+    order: list[tuple[Record, int]],
+    rounds: int,
+    adapters: Mapping[str, AdapterInfo],
+    results: Path,
+    timeout_s: float,
+    progress: MatrixProgress,
+    budget: Budget | None = None,
+    level: float = 0.95,
+) -> None:
+    """Run (cell, round) pairs (harness.running.rounds.schedule): each round of a group as one
+    generation taking turns, round 1 of every group before any further round, then each group's
+    further rounds one after another; cells that cannot take turns alone. With a ``budget``, a
+    round after the first is not started once it is spent, and what is left after the planned
+    rounds goes to more generations of the groups whose verdicts are unsettled (harness.stats), up
+    to MAX_GENERATIONS. Records carry ``verdict_level``."""
+    budget = budget or Budget(None)
+    try:
+        _run(order, rounds, adapters, results, timeout_s, progress, budget, level)
+    finally:
+        shutil.rmtree(turns.cache_root(results), ignore_errors=True)
+
+
+def _run(
+    order: list[tuple[Record, int]],
+    rounds: int,
+    adapters: Mapping[str, AdapterInfo],
+    results: Path,
+    timeout_s: float,
+    progress: MatrixProgress,
+    budget: Budget,
+    level: float,
+) -> None:
+    ended: set[str] = set()
+    extra = {"verdict_level": level, "rounds": rounds}
+    solo = [(c, k) for c, k in order if not servable(c)]
+    generations: dict[tuple[int, str], list[Record]] = {}
+    for cell, k in order:
+        if servable(cell):
+            generations.setdefault((k, group_of(cell)), []).append(cell)
+    if solo:
+        runner.run_cells(solo, rounds, adapters, results, timeout_s, progress)
+    turn = turns.next_turn(results)
+    # Round 1 of every group first (every cell present, whatever the budget), then a group's
+    # further rounds together: a budget that runs out leaves some groups judged, not all unjudged.
+    order_of: dict[str, int] = {}
+    for _, g in generations:
+        order_of.setdefault(g, len(order_of))
+    pending = sorted(generations.items(), key=lambda item: (item[0][0] > 1, order_of[item[0][1]], item[0][0]))
+    dropped: set[str] = set()  # groups whose next generation did not fit: none of their later ones runs
+    while pending:
+        (k, g), cells = pending.pop(0)
+        cells = [c for c in cells if c["cell_id"] not in ended]
+        if not cells:
+            continue
+        cost = generation_s(results, cells)
+        if k > 1 and (g in dropped or budget.left() < committed_s(cost, k)):
+            dropped.add(g)
+            for _ in cells:
+                progress.drop()
+            continue
+        # The floors in the group's last planned generation, where they fit beside it: the
+        # generations before it are what the verdicts need.
+        floors = k >= rounds and budget.left() >= cost + floors_s(results, cells)
+        parts = turns.split(
+            cells, turns.resident_limit(cells[0]["device_requested"], worker_bytes=cells[0].get("worker_bytes"))
+        )
+        for i, part in enumerate(parts):
+            seconds = turn_seconds(part)
+            if budget.total_s is not None:
+                # never more than the profile's turns: between-process spread dominates a verdict's
+                # error, so a budget's seconds buy generations, not longer ones (round 1 of mlp took
+                # 104 turns where later generations took 29)
+                seconds = min(seconds, max(seconds / 4, budget.left() * TURN_SHARE / (1 + len(pending))))
+            group = group_of(part[0]) + (f"#part{i + 1}" if len(parts) > 1 else "")
+            turn = turns.run_generation(
+                part, k, adapters, results, timeout_s, progress, ended, Turns(seconds), turn, extra, group, floors
+            )
+    if budget.total_s is not None:
+        more_generations(rounds, adapters, results, timeout_s, progress, budget, ended, turn, extra)
+
+
+def more_generations(
+    rounds: int,
+    adapters: Mapping[str, AdapterInfo],
+    results: Path,
+    timeout_s: float,
+    progress: MatrixProgress,
+    budget: Budget,
+    ended: set[str],
+    turn: int,
+    extra: Record,
+) -> None:
+    """With budget left after the planned rounds: another generation of the group with the most
+    unsettled verdicts, while one fits in what is left (judged by that group's last generation)."""
+    while budget.left() > 0:
+        recs = records.load(results)
+        wanted = unsettled_groups(recs, extra["verdict_level"])
+        candidates = []
+        for group, count in wanted.items():
+            mine = [r for r in recs if r.get("group") == group]
+            k = max(records_round(r) for r in mine)
+            cost = next_generation_s(mine)
+            if k < MAX_GENERATIONS and committed_s(cost, k + 1) < budget.left():
+                candidates.append((-count, group, k, mine))
+        if not candidates:
+            return
+        _, group, k, mine = min(candidates, key=lambda c: c[:2])
+        cells = {r["cell_id"]: r for r in mine if r["status"] == "ok" and r["cell_id"] not in ended}
+        planned = [_cell_of(r) for r in cells.values()]
+        progress.add(len(planned))
+        seconds = turn_seconds(planned)
+        floors = budget.left() >= next_generation_s(mine) + floors_s(results, planned)
+        turn = turns.run_generation(
+            planned, k + 1, adapters, results, timeout_s, progress, ended, Turns(seconds), turn, extra, group, floors
+        )
+
+
+def unsettled_groups(recs: list[Record], level: float) -> dict[str, int]:
+    """Group -> how many of its pairs of ``ok`` cells are not settled (harness.stats.verdicts.settled),
+    and how many of its cells are separated from the leader alone but not family-wise (``family``)."""
+    by_group: dict[str, list[Record]] = {}
+    for rec in combine_all(recs):
+        if rec["status"] == "ok" and rec.get("group"):
+            by_group.setdefault(rec["group"], []).append(rec)
+    counts = {}
+    for group, cells in by_group.items():
+        n = sum(not verdicts.settled(a, b, level) for i, a in enumerate(cells) for b in cells[i + 1 :])
+        if len(cells) >= 2:  # and the reports' family-wise marks: separated alone, not against the leader
+            n += sum(v.reason == verdicts.FAMILY for _, v in verdicts.family(cells, level).rivals)
+        if n:
+            counts[group] = n
+    return counts
+
+
+def verdict_level(rounds: int, budget_s: float | None) -> float:
+    """The confidence level of the run's verdicts: 95%, or with a budget (which may look at a
+    group's verdicts after each generation from ``rounds`` up to MAX_GENERATIONS and stop when
+    they are settled) Pocock's per-look level, so repeated looks keep 5% overall."""
+    if budget_s is None:
+        return 0.95
+    return inference.pocock_level(max(1, MAX_GENERATIONS - rounds + 1))
+
+
+#: Fields of a record that its worker measured; what is left is the cell as planned.
+def _cell_of(rec: Record) -> Record:
+    """The planned cell a record ran (plan.json's fields), to run it again."""
+    keys = (
+        "run_id cell_id adapter base_adapter env python framework graph workload overrides spec param_count data "
+        "device_requested precision force_precision profile threads pipeline sweep kernel_floor_s slowdown"
+    ).split()
+    return {key: rec[key] for key in keys if key in rec}
