@@ -213,3 +213,24 @@ def test_the_compile_table_says_which_first_steps_met_a_compiler_cache():
     assert "flax-nnx compiled with a cache kept between runs" in note
     assert "The records of torch-compile do not say whether a compiler cache was on" in note
     assert static_dynamic.cache_note([]) == ""
+
+
+def test_each_loop_strategy_is_set_against_the_same_adapters_exact_cell():
+    """Seed question (b): what bucketing or padding saves against exact shapes, per adapter, with an
+    interval (different strategies ran in different groups: unpaired)."""
+    from harness.stats.cells import combine_all
+    from tests.fakes import as_rounds
+    from tests.fakes import record as fake
+
+    def cell(strategy_name: str, ms: float) -> list[dict]:
+        rec = fake(
+            "jax-jit", workload="rnn-caption", median_ms=ms, graph="static", overrides=[f"strategy={strategy_name}"]
+        )
+        rounds = as_rounds(rec, drift=(1.0, 1.02, 0.98))
+        return [{**r, "group": f"rnn-caption|strategy={strategy_name}", "batch_size": 32} for r in rounds]
+
+    exact, padded = combine_all(cell("exact", 10.0) + cell("padded", 5.0))
+    assert static_dynamic.vs_exact(exact, exact) == "baseline"
+    text = static_dynamic.vs_exact(padded, exact)
+    assert text.startswith("0.50 [") and "unresolved" not in text, text
+    assert static_dynamic.vs_exact(padded, None) == static_dynamic.DASH

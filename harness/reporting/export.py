@@ -177,8 +177,10 @@ METHOD = (
 )
 
 
-def build(run_dir: Path, plot_dir: Path) -> str:
-    recs = [r for r in records.load(run_dir / records.RESULTS) if is_export(r)]
+def build(run_dir: Path, plot_dir: Path, raw: list[Record] | None = None) -> str:
+    """An export run's markdown from its records (``raw``: as loaded, else read from the run)."""
+    loaded = records.load(run_dir / records.RESULTS) if raw is None else raw
+    recs = [r for r in loaded if is_export(r)]
     env = records.load_env(run_dir)
     colors = plots.palette(recs)
     keys = list(dict.fromkeys((r["workload"], r["device_requested"]) for r in recs))
@@ -205,11 +207,12 @@ def build(run_dir: Path, plot_dir: Path) -> str:
     return "\n".join(head + body)
 
 
-def write(run_dir: Path, out_dir: Path | None = None) -> Path:
-    """report.md (with its plots) and report.html of an export run; returns report.md's path."""
+def write(run_dir: Path, out_dir: Path | None = None, raw: list[Record] | None = None) -> Path:
+    """report.md (with its plots) and report.html of an export run; returns report.md's path.
+    ``raw``: its records as already loaded."""
     target = out_dir or run_dir
     target.mkdir(parents=True, exist_ok=True)
     path = target / "report.md"
-    path.write_text(build(run_dir, target))
+    path.write_text(build(run_dir, target, raw))
     html.write(path)
     return path

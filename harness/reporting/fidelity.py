@@ -21,7 +21,7 @@ import numpy as np
 from tabulate import tabulate
 
 from harness import records
-from harness.records import IDIOMATIC, is_idiomatic, load_env
+from harness.records import IDIOMATIC, Record, is_idiomatic, load_env
 from harness.reporting.formatting import machine_name
 from harness.stats.cells import process_level, round_of
 from harness.stats.inference import cell_interval
@@ -242,8 +242,9 @@ def summary(found: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def build(run_dir: Path) -> str:
-    recs = records.load(run_dir / records.RESULTS)
+def build(run_dir: Path, raw: list[Record] | None = None) -> str:
+    """fidelity.md's text from a run's records (``raw``: as loaded, else read from the run)."""
+    recs = records.load(run_dir / records.RESULTS) if raw is None else raw
     env = load_env(run_dir)
     found = rows(recs)
     scripts = sorted({r["script"] for r in found if r.get("script")})
@@ -280,7 +281,7 @@ def build(run_dir: Path) -> str:
     return "\n".join(out)
 
 
-def write(run_dir: Path) -> Path:
+def write(run_dir: Path, raw: list[Record] | None = None) -> Path:
     path = run_dir / "fidelity.md"
-    path.write_text(build(run_dir))
+    path.write_text(build(run_dir, raw))
     return path

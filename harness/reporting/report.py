@@ -6,6 +6,7 @@ tables, plots and sections that back them follow."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,12 @@ from harness.reporting.workload_tables import table_title, workload_table
 from harness.stats.cells import combine_all, fingerprint_key
 
 
-def load_runs(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """Records of one or several runs, each annotated with its machine and the measured peak of
-    its device; with several machines, device labels name the machine.
+def load_runs(
+    run_dirs: list[Path], raw: Mapping[Path, list[dict[str, Any]]] | None = None
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Records of one or several runs, combined per cell, each a new record annotated with its
+    machine and the measured peak of its device; with several machines, device labels name the
+    machine. ``raw``: a run's records as already loaded (results.jsonl is read once per report).
 
     A run's machine is the one its env.json describes, unless its records carry several machine
     fingerprints (a cluster run over unlike nodes): then each record's machine is its fingerprint.
@@ -52,11 +56,12 @@ def load_runs(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, dic
         if name in envs:
             name = f"{name} [{run_dir.name}]"
         envs[name] = env
-        adapter_recs = [r for r in records.load(run_dir / records.RESULTS) if not is_idiomatic(r)]
-        combined = combine_all(adapter_recs)
+        loaded = (raw or {}).get(run_dir)
+        loaded = records.load(run_dir / records.RESULTS) if loaded is None else loaded
+        combined = combine_all([r for r in loaded if not is_idiomatic(r)])
         mixed = len({fingerprint_key(r) for r in combined if r.get("fingerprint")}) > 1
         for r in combined:
-            r["machine"] = name
+            r = {**r, "machine": name}
             if mixed and r.get("fingerprint"):
                 suffix = f" [{run_dir.name}]" if len(run_dirs) > 1 else ""
                 r["machine"] = fingerprint_name(r["fingerprint"]) + suffix
@@ -65,8 +70,7 @@ def load_runs(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, dic
                 r.pop("kernel_floor_s", None)
             recs.append(r)
     if len(envs) > 1 or len({r["machine"] for r in recs}) > 1:
-        for r in recs:
-            r["machine_label"] = r["machine"]
+        recs = [{**r, "machine_label": r["machine"]} for r in recs]
     return recs, envs
 
 
@@ -89,10 +93,13 @@ def generations_note(group: list[dict[str, Any]]) -> list[str]:
     return [said + ".", ""]
 
 
-def build(run_dirs: Path | list[Path], plot_dir: Path | None = None) -> str:
-    """The report's markdown; with ``plot_dir``, its PNG plots are written there and embedded."""
+def build(
+    run_dirs: Path | list[Path], plot_dir: Path | None = None, raw: Mapping[Path, list[dict[str, Any]]] | None = None
+) -> str:
+    """The report's markdown; with ``plot_dir``, its PNG plots are written there and embedded.
+    ``raw``: runs' records as already loaded."""
     run_dirs = [run_dirs] if isinstance(run_dirs, Path) else list(run_dirs)
-    recs, envs = load_runs(run_dirs)
+    recs, envs = load_runs(run_dirs, raw)
     title = ", ".join(sorted({str(r.get("run_id", "")) for r in recs})) or ", ".join(d.name for d in run_dirs)
     counts = pd.Series([r["status"] for r in recs]).value_counts().to_dict() if recs else {}
     out = [
@@ -188,14 +195,14 @@ def write(run_dir: Path, extra: list[Path] = (), out_dir: Path | None = None) ->
     """Write report.md, its plots and report.html (the same page, self-contained) for one run, or
     merge ``extra`` runs into it; merged reports go to ``out_dir``. A fidelity run
     (idiomatic-script records) also gets fidelity.md."""
-    recs = records.load(run_dir / records.RESULTS)
+    recs = records.load(run_dir / records.RESULTS)  # read once: every part of the report gets these
     if not extra and recs and all(export.is_export(r) for r in recs):
-        return export.write(run_dir, out_dir)  # an export run (python -m harness export) has its own report
+        return export.write(run_dir, out_dir, recs)  # an export run (python -m harness export) has its own report
     target = out_dir or run_dir
     target.mkdir(parents=True, exist_ok=True)
     path = target / "report.md"
-    path.write_text(build([run_dir, *extra], plot_dir=target))
+    path.write_text(build([run_dir, *extra], plot_dir=target, raw={run_dir: recs}))
     html.write(path)
-    if not extra and any(is_idiomatic(r) for r in records.load(run_dir / records.RESULTS)):
-        fidelity.write(run_dir)
+    if not extra and any(is_idiomatic(r) for r in recs):
+        fidelity.write(run_dir, recs)
     return path

@@ -15,8 +15,8 @@ from harness.reporting.breakeven import (
     steps_text,
 )
 from harness.reporting.cells import axes, comparable, name, strategy, what
-from harness.reporting.formatting import DASH, compiles_text, device_label, sig
-from harness.stats.verdicts import SAME, UNRESOLVED
+from harness.reporting.formatting import DASH, compiles_text, device_label, sig, verdict_text
+from harness.stats.verdicts import SAME, UNRESOLVED, pair_verdict
 
 
 def section(groups: dict[tuple, list[Record]]) -> list[str]:
@@ -153,6 +153,7 @@ def strategies(groups: dict[tuple, list[Record]]) -> list[str]:
             eager = [r for r in cells if r.get("graph") == "dynamic"]
             base = min(eager, key=lambda r: r["median_s"]) if eager else None
             n = max(len(r["cold_times_s"]) for r in cells)
+            exact = {r["adapter"]: r for r in cells if strategy(r) == "exact"}
             rows = []
             # static first, by adapter, each adapter's strategies fastest first (not in the run's shuffled order)
             for r in sorted(cells, key=lambda r: (r.get("graph") != "static", r["adapter"], r["median_s"])):
@@ -170,6 +171,7 @@ def strategies(groups: dict[tuple, list[Record]]) -> list[str]:
                         compiles_text(r),
                         sig(r["first_step_s"] * 1e3),
                         sig(r["median_s"] * 1e3),
+                        vs_exact(r, exact.get(r["adapter"])),
                         sig(cumulative_s(r, n)),
                         even,
                     ]
@@ -181,6 +183,7 @@ def strategies(groups: dict[tuple, list[Record]]) -> list[str]:
                 "traces / compiles",
                 "first step (ms)",
                 "steady (ms/step)",
+                "steady vs its exact",
                 f"cold time, {n} batches (s)",
                 "break-even (steps)",
             ]
@@ -195,11 +198,24 @@ def strategies(groups: dict[tuple, list[Record]]) -> list[str]:
                     "compiled cold), and extrapolated with the steady medians beyond; the last crossing counts (the "
                     "static cell is never behind again). `never`: its steady step is slower; `same speed`: the "
                     "steady steps are within 5%; `unresolved`: the run cannot tell them apart. Cells that ran beside "
-                    "other CPU load (`contended`) are left out.",
+                    "other CPU load (`contended`) are left out. `steady vs its exact`: the cell's steady step over the "
+                    "same adapter's under `exact` (below 1: the strategy saves time once compiled), with its interval "
+                    "from the two cells' processes (Welch's t: different strategies ran in different groups, so their "
+                    "generations do not pair).",
                     "",
                 ]
             out += [_table(rows, headers), ""]
     return out
+
+
+def vs_exact(rec: Record, exact: Record | None) -> str:
+    """A cell's steady step over the same adapter's ``exact`` cell, with its verdict (between
+    groups: Welch's t on the processes' levels); "baseline" for the exact cell, a dash without one."""
+    if exact is None:
+        return DASH
+    if rec is exact:
+        return "baseline"
+    return verdict_text(pair_verdict(exact, rec))
 
 
 def mode_pairs(recs: list[Record]) -> list[tuple[Record, Record]]:
