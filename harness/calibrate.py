@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     keep = args.generations or done["rounds"]
     busy: list[dict[str, Any]] = []  # repeats with a contended cell, judged apart
     for i, run_dir in enumerate(sorted(out.glob("repeat-*")), start=1):
-        recs = [r for r in records.load(run_dir / records.RESULTS) if int(r.get("round") or 1) <= keep]
+        recs = [r for r in records.load(run_dir / records.RESULTS) if records.round_of(r) <= keep]
         found, group = judge(recs, level)
         if contended(recs):
             busy.append({"repeat": i, "pairs": found, "group": group, "turns": turn_counts(recs)})

@@ -220,6 +220,11 @@ class RecordWriteError(OSError):
         return f"cannot write a record to {self.path}: {self.strerror}" + (f" ({code})" if code else "")
 
 
+def round_of(rec: Cell | Mapping[str, Any]) -> int:
+    """A record's (or cell's) round, its generation: 1 where it says none (records of one round)."""
+    return int(rec.get("round") or 1)
+
+
 def base_adapter(cell: Cell) -> str:
     """The adapter module a cell runs (``torch-eager@torch-next`` runs ``torch-eager``)."""
     return cell.get("base_adapter") or cell["adapter"]

@@ -21,9 +21,9 @@ import numpy as np
 from tabulate import tabulate
 
 from harness import records
-from harness.records import IDIOMATIC, Record, is_idiomatic, load_env
+from harness.records import IDIOMATIC, Record, is_idiomatic, load_env, round_of
 from harness.reporting.formatting import machine_name
-from harness.stats.cells import process_level, round_of
+from harness.stats.cells import process_level
 from harness.stats.inference import cell_interval
 from harness.stats.verdicts import FASTER, SLOWER, UNRESOLVED, outcome_of, pair_verdict
 

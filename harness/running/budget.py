@@ -24,10 +24,10 @@ import psutil
 from adapters import AdapterInfo
 from harness import records
 from harness.measuring import timing
-from harness.records import Record
+from harness.records import Record, round_of
 from harness.running import runner, turns
 from harness.running.progress import MatrixProgress
-from harness.running.turns import Turns, group_of, records_round, servable
+from harness.running.turns import Turns, group_of, servable
 from harness.stats import inference, verdicts
 from harness.stats.cells import combine_all
 
@@ -79,8 +79,8 @@ def next_generation_s(recs: list[Record]) -> float:
     an over-estimate."""
     if not recs:
         return 0.0
-    last = max(records_round(r) for r in recs)
-    mine = [r for r in recs if records_round(r) == last]
+    last = max(round_of(r) for r in recs)
+    mine = [r for r in recs if round_of(r) == last]
     wall = max((r.get("wall_s") or 0.0 for r in mine), default=0.0)
     wall -= sum(r.get("dispatch_floor_wall_s") or 0.0 for r in mine)
     wall -= sum(sum(r.get("pipelined_blocks_s") or []) for r in mine)
@@ -104,7 +104,7 @@ def floors_s(results: Path, cells: list[Record]) -> float:
     return sum(
         (r.get("setup_s") or 0.0) + sum(r.get("cold_times_s") or [])
         for r in done
-        if r.get("cell_id") in ids and records_round(r) == 1
+        if r.get("cell_id") in ids and round_of(r) == 1
     )
 
 
@@ -215,7 +215,7 @@ def more_generations(
         candidates = []
         for group, count in wanted.items():
             mine = [r for r in recs if r.get("group") == group]
-            k = max(records_round(r) for r in mine)
+            k = max(round_of(r) for r in mine)
             cost = next_generation_s(mine)
             if k < MAX_GENERATIONS and committed_s(cost, k + 1) < budget.left():
                 candidates.append((-count, group, k, mine))

@@ -20,7 +20,7 @@ import psutil
 from adapters import DeviceUnavailable, discover
 from adapters.base import Options
 from harness.measuring import input_pipeline, profilers, timing
-from harness.records import Cell, base_adapter, new_record, pipeline_of, spec_of
+from harness.records import Cell, base_adapter, new_record, pipeline_of, round_of, spec_of
 from harness.running import devices
 from harness.stats.steps import step_time, summarize
 from workloads.images import PipelineSettings, PipelineSkip, has_images, image_dataset
@@ -348,7 +348,7 @@ def ops_profile(cell: Cell, s: Started, record: dict[str, Any]) -> dict[str, Any
     """``{"ops_profile": ...}``: the cell's profiled pass (harness.measuring.profilers), its trace in
     ``<run folder>/traces/``; only with ``--profile-ops`` (the cell's ``profile_ops`` names the run
     folder), in a cell's first round, after its timing. Else {} (a default run is unchanged)."""
-    if not cell.get("profile_ops") or cell.get("round", 1) != 1 or record.get("status") != "ok":
+    if not cell.get("profile_ops") or round_of(cell) != 1 or record.get("status") != "ok":
         return {}
     run_dir = Path(cell["profile_ops"])
     out_dir = run_dir / profilers.TRACES / profilers.folder_name(cell["cell_id"])

@@ -8,6 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from harness.records import round_of
+
 
 def cell_line(rec: dict[str, Any]) -> str:
     """The one-line summary of a finished cell."""
@@ -15,7 +17,7 @@ def cell_line(rec: dict[str, Any]) -> str:
     name = rec["adapter"] + (" (script)" if rec.get("script") else "")  # an idiomatic script (harness.checks.fidelity)
     what = f"{name:<12} {variant:<36} {rec['device_requested']:<5}"
     planned = rec.get("rounds") or 1
-    if rec.get("round", 1) > planned:  # a generation the budget added to settle a verdict (harness.running.budget)
+    if round_of(rec) > planned:  # a generation the budget added to settle a verdict (harness.running.budget)
         what = f"round {rec['round']} (extra) {what}"
     elif planned > 1:
         what = f"round {rec['round']}/{planned} {what}"

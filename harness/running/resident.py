@@ -31,7 +31,7 @@ import psutil
 from harness.measuring import timing
 from harness.measuring.contention import MachineLoad
 from harness.measuring.gpu_util import UtilSampler
-from harness.records import new_record
+from harness.records import new_record, round_of
 from harness.running import cell_work
 from harness.stats.steps import step_time
 
@@ -134,7 +134,7 @@ def serve(cell: dict[str, Any], fd_in: int, fd_out: int) -> dict[str, Any] | Non
         extra.update(cell_work.dispatch_floor(cell, s.spec, s.device))
     sampler = UtilSampler(interval_s=0.01) if s.device == "cuda" else None
     turns: dict[int, dict[str, Any]] = {}
-    first = int(cell.get("round") or 1) == 1  # later processes are there for the verdicts' synced blocks
+    first = round_of(cell) == 1  # later processes are there for the verdicts' synced blocks
     reply.write(json.dumps({"event": "ready", "cold_s": sum(cold), "block_steps": steps}) + "\n")
     for msg in _lines(fd_in):
         if msg["cmd"] == "turn":

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from harness import records
-from harness.records import Record
-from harness.stats.cells import round_of
+from harness.records import Record, round_of
 
 
 def schedule(cells: list[Record], rounds: int, run_id: str, done: Iterable[Record] = ()) -> list[tuple[Record, int]]:

@@ -268,7 +268,3 @@ def split(cells: list[Record], limit: int) -> list[list[Record]]:
     """A group's cells in sub-groups of at most ``limit`` resident workers, as even as possible."""
     parts = math.ceil(len(cells) / limit)
     return [cells[i::parts] for i in range(parts)]
-
-
-def records_round(rec: Record) -> int:
-    return int(rec.get("round") or 1)

@@ -31,7 +31,7 @@ from adapters import discover
 from harness import env, processes
 from harness.measuring import input_pipeline, timing
 from harness.measuring.gpu_util import UtilSampler
-from harness.records import Cell, base_adapter, new_record, writable
+from harness.records import Cell, base_adapter, new_record, round_of, writable
 from harness.running import resident
 from harness.running.cell_work import (
     DeviceFailure,
@@ -77,7 +77,7 @@ def bench(cell: Cell) -> dict[str, Any]:
         record.update(pipeline_fields(s.adapter, s.spec, s.pipe, cpu, m, profile))
     # The floor is timed too (a second adapter instance, after the cell's own timing); the profiled
     # pass comes after every timed step, since the profiler perturbs timing.
-    if cell.get("round", 1) == 1:
+    if round_of(cell) == 1:
         record.update(dispatch_floor(cell, s.spec, s.device))
     record.update(ops_profile(cell, s, record))
     return record

@@ -18,18 +18,13 @@ import math
 import numpy as np
 import scipy.stats
 
-from harness.records import Record
+from harness.records import Record, round_of
 from harness.stats.inference import cell_interval, group_prior
 from harness.stats.steps import step_time, summarize, tokens_per_step
 from harness.stats.verdicts import DEFAULT_LEVEL, MIN_GENERATIONS, level_of
 
 #: Share of a process's block times left out at each end of its level (``process_level``).
 TRIM = 0.2
-
-
-def round_of(rec: Record) -> int:
-    """The generation (round) a record ran in (records written before rounds existed are round 1)."""
-    return int(rec.get("round") or 1)
 
 
 def fingerprint_key(rec: Record) -> str | None:

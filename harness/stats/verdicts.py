@@ -43,7 +43,7 @@ import numpy as np
 import scipy.special
 import scipy.stats
 
-from harness.records import Record
+from harness.records import Record, round_of
 from harness.stats.inference import (
     DEFAULT_LEVEL,
     detectable_change,
@@ -145,7 +145,7 @@ def levels_of(rec: Record) -> dict[int, float]:
     if not rec.get("step_times_s"):
         return {}
     batches = rec.get("step_batches") if (rec.get("pass_steps") or 1) > 1 else None
-    return {int(rec.get("round") or 1): math.log(step_time(rec["step_times_s"], batches))}
+    return {round_of(rec): math.log(step_time(rec["step_times_s"], batches))}
 
 
 def level_of(*recs: Record) -> float:
