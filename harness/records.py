@@ -235,6 +235,12 @@ def cell_id(adapter: str, workload: str, device: str, overrides: list[str]) -> s
     return "|".join([adapter, workload, device, *sorted(overrides)])
 
 
+def setting_of(cell: Cell | Mapping[str, Any]) -> str:
+    """A cell's id without its adapter (workload, device, overrides): the same for every adapter
+    of one setting, in any run; "" for a record without an id."""
+    return (cell.get("cell_id") or "").partition("|")[2]
+
+
 def new_record(cell: Cell, status: str, reason: str = "", **fields: Any) -> Record:
     """A record of the current version: the cell's keys, status and reason, then ``fields``."""
     if status not in STATUSES:

@@ -17,7 +17,7 @@ from pathlib import Path
 from adapters import AdapterInfo
 from adapters.base import PRECISIONS
 from harness.install.environments import ENV_NAME
-from harness.records import Cell, base_adapter, cell_id, spec_of
+from harness.records import Cell, base_adapter, cell_id, setting_of, spec_of
 from workloads import STRATEGIES, WORKLOADS, SpecError, get_workload
 from workloads.images import PIPELINE_FIELDS, has_images, parse_setting
 from workloads.spec import overridable_fields
@@ -233,7 +233,7 @@ def twins(cells: list[Cell], factors: list[float]) -> list[Cell]:
         out.append(cell)
         for i, f in enumerate(factors, start=1):
             label = f"{cell['adapter']}~twin{i}" if f == 0 else f"{cell['adapter']}~slow{round(100 * f):g}"
-            ident = f"{label}|" + cell["cell_id"].split("|", 1)[1]
+            ident = f"{label}|" + setting_of(cell)
             twin = {**cell, "adapter": label, "base_adapter": base_adapter(cell), "cell_id": ident}
             out.append({**twin, **({"slowdown": f} if f else {})})
     return out

@@ -96,7 +96,7 @@ def _digest(text: str) -> str:
 
 def group_of(cell: Record) -> str:
     """The group key: the cell's id without its adapter (the same for the same setting in any run)."""
-    return cell["cell_id"].split("|", 1)[1]
+    return records.setting_of(cell)
 
 
 def servable(cell: Record) -> bool:

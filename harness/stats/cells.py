@@ -18,7 +18,7 @@ import math
 import numpy as np
 import scipy.stats
 
-from harness.records import Record, round_of
+from harness.records import Record, round_of, setting_of
 from harness.stats.inference import cell_interval, group_prior
 from harness.stats.steps import step_time, summarize, tokens_per_step
 from harness.stats.verdicts import DEFAULT_LEVEL, MIN_GENERATIONS, level_of
@@ -39,7 +39,7 @@ def group_of(rec: Record) -> str:
     overrides; ``|``-joined, so equal across runs for the same setting)."""
     if rec.get("group"):
         return str(rec["group"])
-    return (rec.get("cell_id") or "").partition("|")[2] or json.dumps(
+    return setting_of(rec) or json.dumps(
         [rec.get("workload"), rec.get("device_requested"), sorted(rec.get("overrides") or [])]
     )
 
