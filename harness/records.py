@@ -235,6 +235,22 @@ def cell_id(adapter: str, workload: str, device: str, overrides: list[str]) -> s
     return "|".join([adapter, workload, device, *sorted(overrides)])
 
 
+def overrides_of(cell: Cell | Mapping[str, Any]) -> dict[str, str]:
+    """A cell's ``field=value`` overrides as ``{field: value}``, in their order."""
+    return dict(o.partition("=")[::2] for o in cell.get("overrides") or [])
+
+
+def strategy_override(cell: Cell | Mapping[str, Any]) -> str | None:
+    """The loop strategy a cell's overrides name (``strategy=...``), None where none does."""
+    return overrides_of(cell).get("strategy")
+
+
+def setting_overrides(cell: Cell | Mapping[str, Any]) -> tuple[str, ...]:
+    """A cell's overrides other than its loop strategy, in their order: what a table never ranks
+    across (a strategy is compared within a table)."""
+    return tuple(o for o in cell.get("overrides") or [] if not o.startswith("strategy="))
+
+
 def setting_of(cell: Cell | Mapping[str, Any]) -> str:
     """A cell's id without its adapter (workload, device, overrides): the same for every adapter
     of one setting, in any run; "" for a record without an id."""

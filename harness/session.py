@@ -98,8 +98,8 @@ class Session:
         cells = self.run.cells
         rows, skipped = [], 0
         for c in cells:
-            strategy = next((o.split("=", 1)[1] for o in c["overrides"] if o.startswith("strategy=")), "-")
-            others = [o for o in c["overrides"] if not o.startswith("strategy=")]
+            strategy = records.strategy_override(c) or "-"
+            others = list(records.setting_overrides(c))
             others += [f"{k}={v}" for k, v in sorted(c.get("pipeline", {}).items())]
             device = c["device_requested"]
             reason = runner.skip_reason(self.adapters[records.base_adapter(c)], c) or devices.no_gpu_reason(device)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from harness.records import Record
+from harness.records import Record, strategy_override
 from harness.reporting.cells import strategy, tokens_per_s
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig, verdict_text
 from harness.reporting.sweeps import crossovers
@@ -29,8 +29,7 @@ def _others(rec: Record) -> tuple:
 
 def _loop(rec: Record) -> str:
     """The loop strategy, also of a cell that did not run (its record may lack the spec's task)."""
-    given = (o.split("=", 1)[1] for o in rec.get("overrides", []) if o.startswith("strategy="))
-    return strategy(rec) or next(given, DASH)
+    return strategy(rec) or strategy_override(rec) or DASH
 
 
 def _cell(rec: Record | None) -> tuple[str, str, str]:

@@ -7,7 +7,7 @@ summary, tables, plots, comparisons) can import it without importing each other.
 
 from __future__ import annotations
 
-from harness.records import Record
+from harness.records import Record, setting_overrides
 from harness.stats.steps import tokens_per_step
 from harness.stats.verdicts import SAME, UNRESOLVED, Family, family
 
@@ -48,7 +48,7 @@ def axes(rec: Record) -> tuple:
     """Every axis of the plan but the adapter and its loop strategy, and the machine: cells that
     differ in any of these (batch size, precision, data mode, machine, ...) are never compared in
     one sentence."""
-    setting = tuple(sorted(o for o in rec.get("overrides", []) if not o.startswith("strategy=")))
+    setting = tuple(sorted(setting_overrides(rec)))
     return (
         rec["workload"],
         rec.get("device"),

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
-from harness.records import Record
+from harness.records import Record, setting_overrides
 from harness.reporting.cells import axes, best_per_adapter, comparable, families, strategy, what
 from harness.reporting.formatting import device_label, sig
 from harness.stats.verdicts import SAME, UNRESOLVED, Family
@@ -48,7 +48,7 @@ class Grid:
 def setting_order(rec: Record) -> tuple:
     """Where a record's workload and setting sort: by workload, then a sweep's values as numbers
     (batch 16 before 128), the overview's columns and the report's sections alike."""
-    setting = tuple(sorted(o for o in rec.get("overrides", []) if not o.startswith("strategy=")))
+    setting = tuple(sorted(setting_overrides(rec)))
     numbers = tuple(float(o.split("=", 1)[1]) if _numeric(o) else 0.0 for o in setting)
     return rec["workload"], numbers, setting
 

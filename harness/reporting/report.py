@@ -117,7 +117,7 @@ def build(
     out += banner(recs)
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in sorted(recs, key=overview.setting_order):  # sections in the overview's column order
-        key = tuple(o for o in r.get("overrides", []) if not o.startswith("strategy="))
+        key = records.setting_overrides(r)
         groups.setdefault((r["workload"], key), []).append(r)
     resident = {k: [r for r in g if r.get("data", "resident") == "resident"] for k, g in groups.items()}
     for (workload, key), group in resident.items():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.records import Record
+from harness.records import Record, setting_overrides, strategy_override
 from harness.reporting.breakeven import pair_break_even, steps_text
 from harness.reporting.cells import axes, comparable, families, name, strategy, top, what
 from harness.reporting.formatting import sig
@@ -232,7 +232,7 @@ def missing_sentences(recs: list[Record]) -> list[str]:
         if r["status"] != "ok":
             data = r.get("data") if r.get("data", "resident") != "resident" else None
             # the cell's other settings (e.g. attention=fused): the gap may be theirs, not the strategy's
-            extra = [o for o in r.get("overrides", []) if not o.startswith("strategy=")]
+            extra = list(setting_overrides(r))
             how = " ".join(filter(None, [strategy(r) or _spec_strategy(r), data, *extra]))
             idle.setdefault((r["status"], how), set()).add(r["adapter"])
             places.setdefault((r["status"], how), set()).add(r["workload"])
@@ -248,7 +248,7 @@ def missing_sentences(recs: list[Record]) -> list[str]:
 
 def _spec_strategy(rec: Record) -> str | None:
     """The strategy of a cell that did not run, whose record may lack the spec's task."""
-    return next((o.split("=", 1)[1] for o in rec.get("overrides", []) if o.startswith("strategy=")), None)
+    return strategy_override(rec)
 
 
 def sentences(recs: list[Record]) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness.records import Record
+from harness.records import Record, setting_overrides
 from harness.reporting.cells import axes, families, overlap, strategy, synced_step, tokens_per_s
 from harness.reporting.formatting import (
     DASH,
@@ -44,7 +44,7 @@ def table_title(rec: Record) -> str:
         detail.append(f"batch {spec['batch_size']}")
     if "optimizer" in spec:
         detail.append(f"{spec['optimizer']} lr {spec['learning_rate']:g}")
-    overrides = [o for o in rec.get("overrides", []) if not o.startswith("strategy=")]
+    overrides = setting_overrides(rec)
     if overrides:
         detail.append("overrides: " + ", ".join(overrides))
     return parts[0] + (f" ({', '.join(detail)})" if detail else "")
@@ -177,7 +177,7 @@ def layout(recs: list[Record]) -> tuple[list[Column], list[Column], list[Column]
 
 def _group(rec: Record) -> tuple:
     """What a table never ranks across: workload, setting, data mode and machine."""
-    setting = tuple(o for o in rec.get("overrides", []) if not o.startswith("strategy="))
+    setting = setting_overrides(rec)
     return (rec["workload"], setting, rec.get("data", "resident"), str(rec.get("machine") or ""))
 
 
