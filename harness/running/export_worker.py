@@ -30,8 +30,7 @@ from adapters import discover
 from adapters.base import Options
 from harness import processes
 from harness.measuring import serving
-from harness.records import writable
-from workloads import get_workload, override
+from harness.records import spec_of, writable
 
 #: Modules whose presence in ``sys.modules`` before the cold clock means a framework was preloaded.
 FRAMEWORK_MODULES = ("torch", "tensorflow", "jax", "keras", "onnxruntime")
@@ -57,7 +56,7 @@ def _inputs(job: dict[str, Any]) -> dict[str, np.ndarray]:
 def run(mode: str, job: dict[str, Any]) -> dict[str, Any]:
     """One step of a cell (module docstring); raises on failure."""
     cls = discover()[job["adapter"]].cls
-    spec = override(get_workload(job["workload"]), job.get("overrides", []))
+    spec = spec_of(job)
     device, threads = job["device"], job["threads"]
     if mode == "export":
         with np.load(job["params"]) as data:
