@@ -13,10 +13,11 @@ import errno
 import json
 import math
 import os
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
+
+from harness import jsonlines
 
 if TYPE_CHECKING:
     from workloads.images import PipelineSettings
@@ -291,62 +292,16 @@ def writable(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def append(path: Path, record: dict[str, Any]) -> None:
-    """Append one record as one line, whole or not at all: the bytes are written in full (a
-    short write is continued) and fsynced; on any failure the file is truncated back to its
-    size before and ``RecordWriteError`` is raised, so no half record is left behind for a
-    reader or a later append. A record JSON cannot hold is written as ``writable`` makes it:
-    a failed record, never an exception that would lose the run.
-
-    A torn last line left by an older writer or a crash (no newline at the end) is first
-    mended: kept, with its newline, where it is a whole record; cut away (with a warning)
-    otherwise, so the new record never joins it on one line."""
+    """Append one record as one line, whole or not at all (harness.jsonlines.append: written in
+    full and fsynced, or the file truncated back; a torn last line left by a crash mended first:
+    kept where it is a whole record, cut away with a warning otherwise). A record JSON cannot hold
+    is written as ``writable`` makes it: a failed record, never an exception that would lose the
+    run. Raises ``RecordWriteError`` where the storage fails."""
     line = (json.dumps(writable(record), sort_keys=True, allow_nan=False) + "\n").encode()
     try:
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        jsonlines.append(path, line, _whole_record)
     except OSError as exc:
         raise RecordWriteError(path, exc) from exc
-    try:
-        size = os.fstat(fd).st_size
-        try:
-            size = _mend_tail(fd, path, size)
-            view = memoryview(line)
-            while view:
-                n = os.write(fd, view)
-                if n <= 0:
-                    raise OSError(errno.EIO, "write wrote nothing")
-                view = view[n:]
-            os.fsync(fd)
-        except OSError as exc:
-            try:
-                os.ftruncate(fd, size)
-                os.fsync(fd)
-            except OSError:
-                pass  # readers skip a torn last line; the next append mends it
-            raise RecordWriteError(path, exc) from exc
-    finally:
-        os.close(fd)
-
-
-def _mend_tail(fd: int, path: Path, size: int) -> int:
-    """Make the file end in a newline (see ``append``); returns its size afterwards."""
-    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-        return size
-    start = size
-    while start > 0:  # back to the start of the last line
-        chunk = os.pread(fd, min(4096, start), start - min(4096, start))
-        cut = chunk.rfind(b"\n")
-        if cut >= 0:
-            start = start - len(chunk) + cut + 1
-            break
-        start -= len(chunk)
-    tail = os.pread(fd, size - start, start)
-    if _whole_record(tail):
-        os.write(fd, b"\n")
-        return size + 1
-    n = os.pread(fd, start, 0).count(b"\n") + 1
-    _warn(f"{path}:{n}: torn last line ({len(tail)} bytes, no newline) cut away before appending")
-    os.ftruncate(fd, start)
-    return start
 
 
 def _whole_record(raw: bytes) -> bool:
@@ -355,16 +310,6 @@ def _whole_record(raw: bytes) -> bool:
     except ValueError:
         return False
     return isinstance(rec, dict) and "schema_version" in rec
-
-
-_warned: set[str] = set()
-
-
-def _warn(message: str) -> None:
-    """One warning on stderr, once per process (a bench reads its results file several times)."""
-    if message not in _warned:
-        _warned.add(message)
-        print(f"warning: {message}", file=sys.stderr)
 
 
 def write_json(path: Path, data: Any, indent: int = 2) -> None:
@@ -408,7 +353,8 @@ def load(path: Path) -> list[Record]:
         except json.JSONDecodeError as exc:
             if torn and n == len(lines):
                 kept = len(records)
-                _warn(f"{path}:{n}: torn last line ({len(line)} bytes, no newline) skipped; {kept} whole records kept")
+                torn_line = f"{path}:{n}: torn last line ({len(line)} bytes, no newline)"
+                jsonlines.warn(f"{torn_line} skipped; {kept} whole records kept")
                 continue
             raise RecordError(f"{path}:{n}: not a JSON record ({exc.msg})") from None
         if not isinstance(rec, dict) or "schema_version" not in rec:

@@ -8,9 +8,10 @@ harness imports no framework.
 
 The allowed direction, lowest first (a part may import only the parts listed for it in ALLOWED)::
 
-    records  env  install  processes the record and its tags; the machine; install variants and the
-       ^      ^      ^        ^      NVIDIA driver query (stdlib only: it runs before any environment);
-                                     starting a process (the one launcher every part above uses)
+    records  env  install  processes the record and its tags (over jsonlines, its crash-safe file);
+       ^      ^      ^        ^      the machine; install variants and the NVIDIA driver query (stdlib
+                                     only: it runs before any environment); starting a process (the
+                                     one launcher every part above uses)
     stats                            statistics over records (verdicts, combining rounds)
        ^
     measuring                        the step clock, peaks, floors, contention (records, env, stats,
@@ -47,7 +48,8 @@ HARNESS = REPO / "harness"
 _BASE = {"records", "env", "install", "processes"}
 ALLOWED: dict[str, set[str]] = {
     "harness": set(),  # harness/__init__.py
-    "records": set(),
+    "records": {"jsonlines"},
+    "jsonlines": set(),
     "env": set(),
     "install": set(),
     "processes": set(),
