@@ -212,7 +212,9 @@ def test_static_vs_dynamic_section(tmp_path):
     assert rows[("torch-eager", "exact")][-1] == "baseline"
     assert rows[("jax-jit", "padded")][-1] == f"{4 + math.ceil((1.015 - 0.04) / 0.005):,}"
     assert rows[("jax-jit", "exact")][3] == "4 traces, 4 compiles, 3.9 s"
-    assert rows[("jax-jit", "exact")][6] == "4"  # cold time of 4 batches, seconds
+    assert rows[("jax-jit", "exact")][7] == "4"  # cold time of 4 batches, seconds
+    assert rows[("jax-jit", "exact")][6] == "baseline" and rows[("jax-jit", "padded")][6].startswith("1.00 [")
+    assert rows[("tf-function", "exact")][6] == "baseline"  # its own exact cell: nothing else to set it against
     assert rows[("tf-function", "exact")][-1] == "never"
     # the per-workload tables show the strategy column beside the adapter
     main, details = workload_section(md, "## rnn-caption")

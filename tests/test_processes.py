@@ -1,0 +1,57 @@
+"""The one process launcher (harness/processes.py): the repository importable, a process group of
+its own killed whole on a timeout, one stderr tail."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from harness import processes
+
+# A child that starts a grandchild (as Inductor's compile pool or a loader's workers do), writes
+# the grandchild's pid to a file and sleeps.
+PARENT = (
+    "import subprocess, sys, time;"
+    "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+    "open(OUT, 'w').write(str(p.pid)); time.sleep(60)"
+)
+
+
+def test_a_timeout_kills_the_process_with_everything_it_started(tmp_path):
+    out = tmp_path / "pid"
+    script = PARENT.replace("OUT", repr(str(out)))
+    with pytest.raises(subprocess.TimeoutExpired):
+        processes.run([sys.executable, "-c", script], processes.repo_env(), timeout_s=3.0)
+    grandchild = int(out.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(grandchild):
+        assert time.monotonic() < deadline, "the grandchild outlived its group"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_process_runs_from_the_repository_with_it_importable():
+    env = processes.repo_env({"PATH": os.environ.get("PATH", ""), "PYTHONPATH": "/elsewhere"})
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(processes.REPO), "/elsewhere"]
+    probe = "import harness.processes, os; print(os.getcwd())"
+    proc = processes.run([sys.executable, "-c", probe], env, timeout_s=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(processes.REPO)
+
+
+def test_the_stderr_tail_keeps_the_last_lines():
+    text = "\n".join(f"line {i}" for i in range(50)) + "\n\n"
+    assert processes.tail(text).splitlines() == [f"line {i}" for i in range(30, 50)]
+    assert processes.tail(text, 1) == "line 49"
+    assert processes.tail("") == ""
