@@ -234,3 +234,13 @@ def test_each_loop_strategy_is_set_against_the_same_adapters_exact_cell():
     text = static_dynamic.vs_exact(padded, exact)
     assert text.startswith("0.50 [") and "unresolved" not in text, text
     assert static_dynamic.vs_exact(padded, None) == static_dynamic.DASH
+
+
+def test_the_method_says_which_xla_compiles_the_runs_cache_kept_as_the_records_say():
+    """Runs before the floor was recorded used 1 s or 0.1 s: their Method must not pick one."""
+    from harness.reporting import sections
+
+    recorded = [{"settings": {"persistent_cache_min_compile_s": 0.1}}, {"settings": {}}]
+    assert sections._xla_floor(recorded) == "under 0.1 s"
+    unrecorded = sections._xla_floor([{"settings": {"persistent_compile_cache": True}}, {}])
+    assert "1 s" in unrecorded and "0.1 s" in unrecorded and "do not say which" in unrecorded

@@ -121,7 +121,7 @@ def cache_note(cells: list[Record]) -> str:
     which may have been served by a cache that earlier runs filled."""
     kinds: dict[str, list[str]] = {}
     for r in cells:
-        kinds.setdefault(compiler_cache(r), []).append(name(r))
+        kinds.setdefault(compiler_cache(r), []).append(r["adapter"])
     words = []
     if kinds.get("cold"):
         words.append(
