@@ -24,7 +24,7 @@ Lifecycle in a worker process, one adapter instance per cell:
     build_info()           -> the framework's build (CUDA/cuDNN or CPU-only) and the GPUs it sees
     device_busy()          -> after sync: whether the device still has queued work (sync check)
 
-The export task (harness.running.export, docs/export.md) uses four more, on a fresh adapter:
+The export task (harness.export, docs/export.md) uses four more, on a fresh adapter:
     export_reason(path, spec) -> None, or why this adapter cannot take spec through path
     forward(spec, params, device, options) -> the in-process forward (NumPy in, NumPy out)
     export(path, spec, params, device, directory) -> the artifact written under directory

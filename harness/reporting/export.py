@@ -1,4 +1,4 @@
-"""The export task's report (harness.running.export): report.md and report.html of an export run,
+"""The export task's report (harness.export): report.md and report.html of an export run,
 from its records alone. An "Export and serve" section per workload and device: a table (one row
 per in-process forward or served artifact, ok rows fastest first) and a latency plot, then one
 sentence per workload and device: ONNX Runtime against the fastest in-process forward, the

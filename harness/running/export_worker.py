@@ -1,6 +1,6 @@
 """The export task's worker process: ``python -m harness.running.export_worker MODE JOB OUT``.
 
-One fresh process per step of a cell (harness.running.export starts them), JSON out:
+One fresh process per step of a cell (harness.export starts them), JSON out:
 
 ``export``: build the model from the shared canonical parameters and write its artifact through
     the cell's export path; reports the export's seconds (the framework's import included: this
