@@ -22,6 +22,7 @@ PARENT = (
 )
 
 
+@pytest.mark.slow  # waits 10 s for its timeout
 def test_a_timeout_kills_the_process_with_everything_it_started(tmp_path):
     out = tmp_path / "pid"
     script = PARENT.replace("OUT", repr(str(out)))
