@@ -14,7 +14,7 @@ from tabulate import tabulate
 
 from adapters import PluginError, discover
 from adapters.base import PRECISIONS
-from harness import env, export, records, session
+from harness import env, export, processes, records, session
 from harness.checks import conformance, doctor, fidelity
 from harness.measuring import timing
 from harness.reporting import compare, report
@@ -314,13 +314,17 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["calibrate"]:  # its own options (harness.calibrate)
-        from harness import calibrate
-
-        return calibrate.main(argv[1:])
-    args = parser().parse_args(argv)
     try:
-        return args.func(args)
+        with processes.terminated_as_interrupt():  # SIGTERM kills the processes started, as Ctrl-C does
+            if argv[:1] == ["calibrate"]:  # its own options (harness.calibrate)
+                from harness import calibrate
+
+                return calibrate.main(argv[1:])
+            args = parser().parse_args(argv)
+            return args.func(args)
     except PluginError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted: every process it started was stopped", file=sys.stderr)
+        return 130

@@ -15,7 +15,8 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -51,6 +52,27 @@ def start(args: Sequence[str], env: Mapping[str, str], **popen: Any) -> subproce
     """``args`` started from the repository in a session (and process group) of its own;
     ``popen``: Popen's other arguments (its pipes, ``pass_fds``)."""
     return subprocess.Popen(list(args), env=dict(env), cwd=REPO, start_new_session=True, **popen)
+
+
+@contextlib.contextmanager
+def terminated_as_interrupt() -> Iterator[None]:
+    """Meanwhile SIGTERM (``timeout``, ``kill``, a scheduler's stop) raises KeyboardInterrupt in the
+    main thread, so it runs Ctrl-C's cleanup. The processes ``start`` made are in sessions of their
+    own, which a signal to this process's group does not reach: without this, a terminated launcher
+    leaves them running (a killed ``make gpu-check`` left its bench's workers loading the GPU
+    machine's next command). Outside the main thread, where no handler can be set, it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def kill_group(proc: subprocess.Popen) -> None:

@@ -21,7 +21,6 @@ import fcntl
 import json
 import os
 import re
-import signal
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import IO, Any
 from tabulate import tabulate
 
 from adapters import AdapterInfo, discover
-from harness import env, records
+from harness import env, processes, records
 from harness.checks import doctor, fidelity
 from harness.install import environments, variant
 from harness.measuring import floors, peak, timing
@@ -188,14 +187,11 @@ class Session:
             f"writing {run_dir}",
             flush=True,
         )
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
         try:
-            with MatrixProgress(len(todo)) as progress:
+            with processes.terminated_as_interrupt(), MatrixProgress(len(todo)) as progress:
                 executor.run(todo, run, self.results, progress)
         except KeyboardInterrupt:
             return True
-        finally:
-            signal.signal(signal.SIGTERM, previous)
         return False
 
     def finish(self, ran: bool, interrupted: bool, strict: bool) -> int:
@@ -343,10 +339,6 @@ def _warm_up(adapters: Mapping[str, AdapterInfo], cells: list[records.Cell], fou
 def _peak_devices(cells: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
     wanted = {c["device_requested"] for c in cells}
     return [d for d in ("cpu", "cuda") if d in wanted and (d == "cpu" or info["gpus"])]
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def unwritable(run_dir: Path) -> str | None:

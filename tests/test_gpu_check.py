@@ -52,6 +52,9 @@ def test_the_summary_is_written_after_every_step_so_a_stopped_run_keeps_what_it_
     (summary,) = seen
     assert "- ok first: does one thing. Found: fine" in summary
     assert "- not reached second: does another" in summary
+    after = (tmp_path / "summary.md").read_text()
+    assert "- ok first: does one thing. Found: fine" in after
+    assert "- interrupted second: does another" in after and "not reached second" not in after
 
 
 def test_a_step_not_checked_counts_as_neither_passed_nor_failed(tmp_path, monkeypatch):

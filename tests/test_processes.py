@@ -4,6 +4,7 @@ its own killed whole on a timeout, one stderr tail."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -33,6 +34,33 @@ def test_a_timeout_kills_the_process_with_everything_it_started(tmp_path):
     deadline = time.monotonic() + 10
     while _alive(grandchild):
         assert time.monotonic() < deadline, "the grandchild outlived its group"
+        time.sleep(0.05)
+
+
+def test_sigterm_to_a_launcher_kills_what_it_started_in_other_sessions(tmp_path):
+    """``timeout`` or ``kill`` signals the launcher's group; the processes it started are in
+    sessions of their own and would run on (a killed gpu-check's bench did, into the next command)."""
+    out = tmp_path / "pid"
+    child = PARENT.replace("OUT", repr(str(out)))
+    launcher = (
+        "import sys; from harness import processes\n"
+        "try:\n"
+        "    with processes.terminated_as_interrupt():\n"
+        f"        processes.run([sys.executable, '-c', {child!r}], processes.repo_env(), timeout_s=120)\n"
+        "except KeyboardInterrupt:\n"
+        "    sys.exit(130)\n"
+    )
+    proc = processes.start([sys.executable, "-c", launcher], processes.repo_env())
+    deadline = time.monotonic() + 60
+    while not (out.exists() and out.read_text()):
+        assert time.monotonic() < deadline and proc.poll() is None, "the grandchild never started"
+        time.sleep(0.05)
+    grandchild = int(out.read_text())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 130
+    deadline = time.monotonic() + 10
+    while _alive(grandchild):
+        assert time.monotonic() < deadline, "the grandchild outlived its terminated launcher"
         time.sleep(0.05)
 
 

@@ -279,6 +279,11 @@ def run(out: Path, gpu: bool, budget: str = BENCH_BUDGET, install: bool = True) 
     if not gpu:
         head += "No GPU here: the steps marked 'would verify' need one and did not run.\n\n"
     lines, failed, planned = [], 0, steps(budget, install)
+
+    def write_summary(after: int) -> None:
+        unreached = [f"- not reached {s.name}: {s.verifies}" for s in planned[after + 1 :]]
+        (out / "summary.md").write_text(head + "\n".join(lines + unreached) + "\n")
+
     for i, step in enumerate(planned):
         if step.gpu_only and not gpu:
             line = f"- would verify {step.name}: {step.verifies}"
@@ -286,6 +291,10 @@ def run(out: Path, gpu: bool, budget: str = BENCH_BUDGET, install: bool = True) 
             print(f"{step.name} ...", flush=True)
             try:
                 ok, found = step.run(out)
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the step's processes are stopped, its file may be partial
+                lines.append(f"- interrupted {step.name}: {step.verifies}")
+                write_summary(i)
+                raise
             except Exception as exc:  # noqa: BLE001 - a broken step is a finding, the others still run
                 ok, found = False, f"{type(exc).__name__}: {exc}"
             failed += ok is False
@@ -293,8 +302,7 @@ def run(out: Path, gpu: bool, budget: str = BENCH_BUDGET, install: bool = True) 
             line = f"- {word} {step.name}: {step.verifies}. Found: {found}"
         print(line, flush=True)
         lines.append(line)
-        unreached = [f"- not reached {s.name}: {s.verifies}" for s in planned[i + 1 :]]
-        (out / "summary.md").write_text(head + "\n".join(lines + unreached) + "\n")
+        write_summary(i)
     print(f"gpu-check: {failed} steps failed; {out / 'summary.md'}")
     return 1 if failed else 0
 
@@ -308,7 +316,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--step-timeout", type=float, default=STEP_TIMEOUT_S, help="seconds each command step may run")
     args = parser.parse_args(argv)
     STEP_TIMEOUT_S = args.step_timeout
-    return run(args.out, variant.detect().driver is not None, args.budget, not args.no_install)
+    try:
+        with processes.terminated_as_interrupt():  # a killed gpu-check stops its step's processes too
+            return run(args.out, variant.detect().driver is not None, args.budget, not args.no_install)
+    except KeyboardInterrupt:
+        print(f"gpu-check: interrupted; {args.out / 'summary.md'} keeps the steps it finished", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
