@@ -36,6 +36,11 @@ class AdapterInfo:
     source: str = "built-in"
 
     @property
+    def environment(self) -> str:
+        """The framework family whose environment the adapter's workers run in."""
+        return self.cls.environment or self.framework
+
+    @property
     def available(self) -> bool:
         return self.unavailable is None
 
@@ -72,7 +77,7 @@ def discover() -> dict[str, AdapterInfo]:
                 if cls.name in found:
                     raise PluginError(f"adapter name {cls.name!r} defined twice ({module.__name__}, from {source})")
                 reason = cls.unavailable_reason()
-                if reason and family_python(cls.framework):
+                if reason and family_python(cls.environment or cls.framework):
                     reason = None  # installed in its family's environment (a GPU variant's .venv-tf), where it runs
                 found[cls.name] = AdapterInfo(cls.name, cls.framework, cls.graph, module.__name__, cls, reason, source)
     return dict(sorted(found.items(), key=lambda kv: (kv[1].framework, kv[0])))

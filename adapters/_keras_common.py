@@ -115,13 +115,17 @@ def adam(keras: Any, spec: Workload) -> Any:
     return keras.optimizers.Adam(spec.learning_rate, beta_1=ADAM_BETA1, beta_2=ADAM_BETA2, epsilon=ADAM_EPS)
 
 
-def algorithm1_adam(keras: Any, learning_rate: float, weight_decay: float | None = None) -> Any:
+def algorithm1_adam(keras: Any, learning_rate: float, weight_decay: float | None = None, densify: Any = None) -> Any:
     """Keras's own Adam (its ``update_step`` unchanged) running the workloads' Algorithm-1
     update; Keras's AdamW (the same update after its decoupled decay) where ``weight_decay`` is
     given. Keras adds epsilon to sqrt(v) before the bias correction (``eps_hat`` in Kingma &
     Ba); an epsilon of ``eps * sqrt(1 - beta2^t)`` makes that the same update. Inside a jitted
     step a Python float is a constant of the trace, so ``epsilon`` is a property computed from
-    the optimiser's own ``iterations`` variable, in the compiled step."""
+    the optimiser's own ``iterations`` variable, in the compiled step. ``densify``, if
+    given, makes an embedding's sparse gradient (TensorFlow's IndexedSlices) dense first: Keras's
+    update on TensorFlow scatters the slices into the moments one by one, so a token that occurs
+    twice in a batch adds the squares of its two gradients to ``v``, not the square of their sum
+    (``tf.convert_to_tensor`` sums them first)."""
     ops = keras.ops
     base = keras.optimizers.Adam if weight_decay is None else keras.optimizers.AdamW
     decay = {} if weight_decay is None else {"weight_decay": weight_decay}
@@ -135,6 +139,11 @@ def algorithm1_adam(keras: Any, learning_rate: float, weight_decay: float | None
         @epsilon.setter
         def epsilon(self, value: float) -> None:
             self._algorithm1_eps = value  # Adam.__init__ assigns epsilon here
+
+        def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> Any:
+            if densify is not None:
+                gradient = densify(gradient)
+            return super().update_step(gradient, variable, learning_rate)
 
     return Algorithm1Adam(learning_rate, beta_1=ADAM_BETA1, beta_2=ADAM_BETA2, epsilon=ADAM_EPS, **decay)
 

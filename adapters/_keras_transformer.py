@@ -125,5 +125,7 @@ def attention_kernel(spec: Workload, backend: str) -> str:
     fused = {
         "torch": "torch.nn.functional.scaled_dot_product_attention",
         "jax": "jax.nn.dot_product_attention",
+        # Keras's TensorFlow backend has no fused kernel: its own einsum-softmax-einsum (XLA-friendly) code
+        "tensorflow": "written out by Keras's TensorFlow backend (no fused kernel)",
     }[backend]
     return f"MultiHeadAttention -> keras.ops.dot_product_attention(is_causal=True) -> {fused}"

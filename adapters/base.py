@@ -90,6 +90,9 @@ class Adapter(abc.ABC):
     """``dynamic`` (eager, graph rebuilt every step) or ``static`` (traced once, compiled)."""
     requires: ClassVar[tuple[str, ...]]
     """Importable module names this adapter needs (``env.json`` lists their packages)."""
+    environment: ClassVar[str | None] = None
+    """The framework family whose environment holds what ``requires`` names, where it is not
+    ``framework``'s (keras-tf: "tensorflow", whose GPU variants' .venv-tf holds Keras too)."""
     extra: ClassVar[str | None] = None
     """The pip extra of this project that installs them (built-in adapters)."""
     install_hint: ClassVar[str | None] = None

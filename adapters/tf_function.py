@@ -30,7 +30,6 @@ GPU in host memory, so int32 labels would never really be on the device.
 
 from __future__ import annotations
 
-import itertools
 import os
 import time
 from collections.abc import Iterator
@@ -53,7 +52,7 @@ class TfFunction(Adapter):
     graph = "static"
     requires = ("tensorflow",)
     extra = "tensorflow"
-    loader_kind = "tf.data (from_tensor_slices, or from_generator for ragged lengths) with prefetch"
+    loader_kind = _tf_data.LOADER_KIND
     image_loader_kind = _tf_data.IMAGE_LOADER_KIND
     graph_loop = "tf.while_loop via AutoGraph over tf.range(length)"
     families = ("mlp", "cnn", "rnn-caption", "transformer")
@@ -157,7 +156,7 @@ class TfFunction(Adapter):
         if spec.family not in ("rnn-caption", "transformer") or spec.strategy == "graph-loop":
             # One fixed signature: the step can never retrace on a new batch object.
             example = spec.batches()[0]
-            signature = [{k: tf.TensorSpec(v.shape, tf.as_dtype(v.dtype)) for k, v in _widen(example).items()}]
+            signature = [{k: tf.TensorSpec(v.shape, tf.as_dtype(v.dtype)) for k, v in _tf_data.widen(example).items()}]
         self._step = self._compile(self._timed(step), input_signature=signature)
         self._functions = [self._step]
         if spec.family == "rnn-caption":
@@ -184,24 +183,13 @@ class TfFunction(Adapter):
     def to_device(self, batch: Batch) -> Any:
         tf = self._tf
         with tf.device(self._device):
-            placed = {k: tf.identity(v) for k, v in _widen(batch).items()}
+            placed = {k: tf.identity(v) for k, v in _tf_data.widen(batch).items()}
         if self._device != "/CPU:0":
             tf.test.experimental.sync_devices()
         return placed
 
     def loader(self, batches: list[Batch]) -> Iterator[Any]:
-        tf = self._tf
-        batches = [_widen(b) for b in batches]
-        if all(b[k].shape == batches[0][k].shape for b in batches for k in b):
-            stacked = {k: np.stack([b[k] for b in batches]) for k in batches[0]}
-            dataset = tf.data.Dataset.from_tensor_slices(stacked).repeat()
-        else:  # caption batches of varying length
-            signature = {k: tf.TensorSpec([None] * v.ndim, tf.as_dtype(v.dtype)) for k, v in batches[0].items()}
-            dataset = tf.data.Dataset.from_generator(lambda: itertools.cycle(batches), output_signature=signature)
-        dataset = dataset.prefetch(tf.data.AUTOTUNE)
-        if self._device != "/CPU:0":
-            dataset = dataset.apply(tf.data.experimental.prefetch_to_device(self._device))
-        return iter(dataset)
+        return _tf_data.batch_iterator(self._tf, batches, self._device)
 
     def image_loader(self, images: Any, settings: Any) -> tuple[Iterator[Any], dict[str, Any]]:
         tf = self._tf
@@ -253,11 +241,6 @@ def _optimizer_kernel(optimizer: str) -> str:
     if optimizer == "adamw":
         return "ResourceApplyAdam (fused), after AdamW's decoupled decay written out (TF has no AdamW kernel)"
     return "ResourceApplyAdam (fused)" if optimizer == "adam" else "ResourceApplyGradientDescent (fused)"
-
-
-def _widen(batch: Batch) -> Batch:
-    """Integer arrays as int64 (see the module docstring); others as they are."""
-    return {k: v.astype(np.int64) if v.dtype.kind in "iu" else v for k, v in batch.items()}
 
 
 def _gru(tf, v, h, token, hidden: int):

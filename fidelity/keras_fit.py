@@ -17,7 +17,7 @@ import numpy as np
 
 from fidelity import _loop
 
-ADAPTERS = ("keras-jax", "keras-torch")
+ADAPTERS = ("keras-jax", "keras-tf", "keras-torch")
 
 cell, out = _loop.cell()
 spec, params, batches = _loop.workload(cell)

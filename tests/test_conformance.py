@@ -79,6 +79,7 @@ OWN_KERNELS = {
         "jax-eager": "optax.adam (op by op)",
         "keras-jax": "keras.optimizers.Adam, Keras's own update",
         "keras-torch": "keras.optimizers.Adam, Keras's own update",
+        "keras-tf": "keras.optimizers.Adam, Keras's own update",
         "flax-nnx": "optax.adam via nnx.Optimizer",
         "flax-nnx-cached": "optax.adam via nnx.Optimizer",
     },
@@ -93,12 +94,14 @@ OWN_KERNELS = {
         "tf-eager": "ResourceApplyAdam (fused)",
         "keras-jax": "keras.optimizers.AdamW, Keras's own update",
         "keras-torch": "keras.optimizers.AdamW, Keras's own update",
+        "keras-tf": "keras.optimizers.AdamW, Keras's own update",
     },
     "sgd": {
         "torch-eager": "torch.optim.SGD (foreach)",
         "tf-function": "ResourceApplyGradientDescent (fused)",
         "jax-jit": "optax.sgd",
         "keras-jax": "keras.optimizers.SGD",
+        "keras-tf": "keras.optimizers.SGD",
         "flax-nnx": "optax.sgd via nnx.Optimizer",
     },
 }

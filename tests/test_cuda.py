@@ -62,6 +62,7 @@ PLACEMENT = {
     "[(t.device, t.dtype.name) for t in placed.values()]",
     "jax-jit": "assert all(d.platform == 'gpu' for a in placed.values() for d in a.devices())",
 }
+PLACEMENT["keras-tf"] = PLACEMENT["tf-function"]
 
 
 @pytest.mark.parametrize("name", sorted(PLACEMENT))

@@ -59,6 +59,12 @@ def test_worker_env_sets_threads_before_import():
     assert env["OMP_NUM_THREADS"] == "3" and "intra_op_parallelism_threads=3" in env["XLA_FLAGS"]
     assert discover()["keras-torch"].cls.worker_env(1)["KERAS_BACKEND"] == "torch"
     assert discover()["tf-function"].cls.worker_env(2)["TF_NUM_INTRAOP_THREADS"] == "2"
+    keras_tf = discover()["keras-tf"]
+    assert keras_tf.cls.worker_env(2)["KERAS_BACKEND"] == "tensorflow"
+    assert keras_tf.cls.worker_env(2)["TF_NUM_INTRAOP_THREADS"] == "2"
+    # framework keras (FRAMEWORK=keras selects it), workers in TensorFlow's environment
+    assert (keras_tf.framework, keras_tf.environment) == ("keras", "tensorflow")
+    assert discover()["keras-torch"].environment == "keras"
 
 
 def test_env_json_lists_every_adapters_framework_packages():

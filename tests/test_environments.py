@@ -66,7 +66,8 @@ def test_two_versions_of_a_package_are_cells_of_one_run(python, tmp_path):
 def test_a_recorded_family_environment_runs_its_frameworks_workers(tmp_path):
     """Two real environments laid out as `make install VARIANT=cuda13` lays them out (here both
     layered over this one, so both can import every framework): TensorFlow's workers, asked from
-    the main one, run under .venv-main-tf's interpreter and env.json's doctor says so."""
+    the main one, run under .venv-main-tf's interpreter and env.json's doctor says so; so do
+    keras-tf's, whose framework is keras but whose environment is TensorFlow's."""
     main = environments.create("main", [], root=tmp_path)
     tf = environments.create("main-tf", [], root=tmp_path)
     proc = subprocess.run(
@@ -83,13 +84,14 @@ def test_a_recorded_family_environment_runs_its_frameworks_workers(tmp_path):
     assert environments.family_python("torch", str(tmp_path / ".venv-main")) is None
     script = (
         "from adapters import discover; from harness.checks import doctor; import json\n"
-        "rows = doctor.diagnose(discover(), 1, ['tf-function', 'torch-eager'])['frameworks']\n"
+        "rows = doctor.diagnose(discover(), 1, ['tf-function', 'keras-tf', 'torch-eager'])['frameworks']\n"
         "print(json.dumps({r['adapter']: [r['python'], r['versions'].get('tensorflow')] for r in rows}))\n"
     )
     out = subprocess.run([str(main), "-c", script], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = json.loads(out.stdout.strip().splitlines()[-1])
     assert rows["tf-function"][0] == str(tf.absolute()) and rows["tf-function"][1]  # TF answered from there
+    assert rows["keras-tf"][0] == str(tf.absolute()) and rows["keras-tf"][1]
     assert rows["torch-eager"][0] == str(main.absolute())  # the rest run here
 
 

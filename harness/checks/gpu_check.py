@@ -136,8 +136,9 @@ def check_doctor(out: Path, installed_only: bool = False) -> tuple[bool, str]:
 def check_libraries(out: Path, installed_only: bool = False) -> tuple[bool, str]:
     """``installed_only`` (``--no-install``): only the frameworks this interpreter holds take the step."""
     adapters = discover()
-    absent = sorted({a.framework for a in adapters.values() if installed_only and not a.available})
-    names = [n for n, a in adapters.items() if a.framework not in absent]
+    # By adapter, not framework: keras-tf absent with TensorFlow leaves keras-torch and keras-jax to check.
+    absent = [n for n, a in adapters.items() if installed_only and not a.available]
+    names = [n for n in adapters if n not in absent]
     rows = doctor.library_maps(adapters, env.default_threads(), names)
     (out / "libraries.json").write_text(json.dumps(rows, indent=1))
     (out / "libraries.txt").write_text(doctor.render_maps(rows) + "\n")

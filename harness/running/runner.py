@@ -76,7 +76,7 @@ def interpreter(info: AdapterInfo, cell: Mapping[str, Any]) -> str:
     """The Python a cell's worker runs under: its named environment's (--env), else its framework
     family's environment (a GPU variant's .venv-tf for TensorFlow: one CUDA major per process),
     else this one."""
-    return cell.get("python") or family_python(info.framework) or sys.executable
+    return cell.get("python") or family_python(info.environment) or sys.executable
 
 
 def skip_reason(info: AdapterInfo, cell: records.Cell) -> str | None:
