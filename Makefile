@@ -30,9 +30,9 @@ PROFILE ?= quick
 # default: each variable-length workload's own strategy; all: every strategy and attention kernel.
 STRATEGY ?= default
 # The run's time budget: verdicts settle within it (harness.running.turns); empty: the profile's fixed
-# rounds. 30 minutes for the default three workloads, 1 hour for WORKLOAD=all.
+# rounds. 30 minutes for the default three workloads, 1 hour for WORKLOAD=all, 10 minutes for a MODEL file.
 ifeq ($(origin BUDGET), undefined)
-BUDGET := $(if $(filter all,$(BENCH_WORKLOAD)),1h,30m)
+BUDGET := $(if $(MODEL),10m,$(if $(filter all,$(BENCH_WORKLOAD)),1h,30m))
 endif
 DATA ?= resident
 PRECISION ?= fp32
@@ -41,7 +41,9 @@ FORCE ?=
 # PROFILE_OPS=1: a profiled pass per cell after its timing, each framework's profiler (docs/profiling.md).
 PROFILE_OPS ?=
 ARGS ?=
-BENCH_ARGS = --framework $(FRAMEWORK) --device $(DEVICE) --workload $(BENCH_WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(BUDGET),--budget $(BUDGET)) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(if $(filter 1 yes true,$(PROFILE_OPS)),--profile-ops) $(ARGS)
+# MODEL=my_model.py: a Keras 3 model file as the workload, on every Keras backend (docs/your-keras-model.md).
+MODEL ?=
+BENCH_ARGS = $(if $(MODEL),--model $(MODEL)) --framework $(FRAMEWORK) --device $(DEVICE) --workload $(BENCH_WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(BUDGET),--budget $(BUDGET)) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(if $(filter 1 yes true,$(PROFILE_OPS)),--profile-ops) $(ARGS)
 
 .PHONY: install bench export test test-fast lint list report sweep compare rerun fidelity doctor lock lock-check lock-diff env calibrate clean-venv gpu-check
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -9,6 +10,7 @@ import numpy as np
 from adapters import _keras_transformer
 from adapters.kit import swap_rz_gates
 from workloads import Params, Workload
+from workloads.model_file import FAMILY as MODEL_FILE
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ADAMW_WEIGHT_DECAY
 
 #: The workload families whose loss is a masked mean over time steps (the mask as sample weights).
@@ -20,6 +22,11 @@ def build_model(keras, spec: Workload) -> tuple[Any, dict[str, Any]]:
     variables by canonical parameter name: adapters/_keras_transformer.py)."""
     if spec.family == "transformer":
         return _keras_transformer.build_model(keras, spec)
+    if spec.family == MODEL_FILE:
+        keras.utils.set_random_seed(spec.seed)  # the weights are replaced: load_params
+        model = spec.module().build()
+        model(spec.batches()[0]["x"][:2])  # builds a subclassed model, as the file's description did
+        return model, {"model": model}
     L = keras.layers
     layers: dict[str, Any] = {}
     if spec.family == "rnn-caption":
@@ -49,6 +56,8 @@ def fit_data(spec: Workload, batch: Any) -> tuple[Any, Any, Any]:
     caption (and transformer) mask is the sample weight."""
     if spec.family == "transformer":
         return batch["tokens"], batch["targets"], batch["mask"]
+    if spec.family == MODEL_FILE:
+        return batch["x"], batch["y"], None
     if spec.family == "rnn-caption":
         return [batch["features"], batch["tokens"]], batch["targets"], batch["mask"]
     return batch["x"], batch["y"], None
@@ -59,6 +68,9 @@ _gates_to_keras = swap_rz_gates
 
 
 def load_params(layers: dict[str, Any], p: Params, spec: Workload) -> None:
+    if spec.family == MODEL_FILE:
+        _load_in_order(layers["model"], p)
+        return
     if spec.family == "transformer":
         _keras_transformer.load_params(layers, p)
         return
@@ -76,6 +88,9 @@ def load_params(layers: dict[str, Any], p: Params, spec: Workload) -> None:
 
 
 def save_params(layers: dict[str, Any], spec: Workload) -> Params:
+    if spec.family == MODEL_FILE:
+        weights = layers["model"].weights
+        return {k: np.asarray(v.numpy(), np.float32) for k, v in zip(spec.init_params(), weights, strict=True)}
     if spec.family == "transformer":
         import keras
 
@@ -102,6 +117,18 @@ def save_params(layers: dict[str, Any], spec: Workload) -> Params:
     for prefix in layers:
         out[f"{prefix}/kernel"], out[f"{prefix}/bias"] = w(prefix)
     return out
+
+
+def _load_in_order(model: Any, p: Params) -> None:
+    """A model file's weights, by position: its description's order (``model.weights``), whose
+    layer names a process that built another model first would number differently."""
+    weights = model.weights
+    if len(weights) != len(p):
+        raise ValueError(f"the model has {len(weights)} weights here, its description {len(p)}")
+    for variable, (key, value) in zip(weights, p.items(), strict=True):
+        if tuple(variable.shape) != value.shape:
+            raise ValueError(f"weight {key}: shape {value.shape} described, {tuple(variable.shape)} here")
+        variable.assign(value)
 
 
 def adam(keras: Any, spec: Workload) -> Any:
@@ -165,11 +192,13 @@ def _undecayed(layers: dict[str, Any], spec: Workload) -> list[Any]:
     layers, the biases (a GRU's two canonical biases are its one ``bias``)."""
     if spec.family == "transformer":
         return _keras_transformer.undecayed(layers)
+    if spec.family == MODEL_FILE:
+        return []  # Keras's own AdamW: a model file decays every variable
     return [v for layer in layers.values() for v in layer.trainable_variables if v.name == "bias"]
 
 
 def compile_model(
-    keras: Any, model: Any, spec: Workload, adam: Any, jit_compile: bool, layers: dict[str, Any] | None = None
+    keras: Any, model: Any, spec: Workload, adam: Any, jit_compile: bool | str, layers: dict[str, Any] | None = None
 ) -> None:
     """Compile with the spec's optimiser (``adam`` when it names Adam or AdamW, else SGD) and the
     masked mean cross-entropy: the caption (or sequence) mask arrives as sample weights, averaged
@@ -179,8 +208,7 @@ def compile_model(
     if spec.optimizer == "adamw":
         optimizer.exclude_from_weight_decay(var_list=_undecayed(layers, spec))
     reduction = "mean_with_sample_weight" if spec.family in _MASKED else "sum_over_batch_size"
-    model.compile(
-        optimizer=optimizer,
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction),
-        jit_compile=jit_compile,
-    )
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction)
+    if spec.family == MODEL_FILE:
+        loss = keras.losses.get(json.loads(spec.loss) if spec.loss.startswith("{") else spec.loss)
+    model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)

@@ -60,7 +60,7 @@ class KerasJax(Adapter):
     requires = ("keras", "jax")
     extra = "keras"
     image_loader_kind = IMAGE_LOADER_KIND
-    families = ("mlp", "cnn", "rnn-caption", "transformer")
+    families = ("mlp", "cnn", "rnn-caption", "transformer", "keras-model")
     precisions = ("fp32", "tf32", "bf16")
 
     export_paths = _export_keras.PATHS

@@ -63,7 +63,7 @@ class KerasTf(Adapter):
     extra = "tensorflow"
     loader_kind = _tf_data.LOADER_KIND + " (Keras on TensorFlow reads a tf.data iterator)"
     image_loader_kind = IMAGE_LOADER_KIND
-    families = ("mlp", "cnn", "rnn-caption", "transformer")
+    families = ("mlp", "cnn", "rnn-caption", "transformer", "keras-model")
     precisions = ("fp32", "tf32", "bf16")
 
     export_paths = _export_keras.PATHS

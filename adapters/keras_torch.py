@@ -61,7 +61,7 @@ class KerasTorch(Adapter):
     extra = "keras"
     loader_kind = LOADER_KIND + " (Keras on torch takes a torch DataLoader)"
     image_loader_kind = IMAGE_LOADER_KIND
-    families = ("mlp", "cnn", "rnn-caption", "transformer")
+    families = ("mlp", "cnn", "rnn-caption", "transformer", "keras-model")
     precisions = ("fp32", "tf32", "bf16")
 
     export_paths = _export_keras.PATHS

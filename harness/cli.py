@@ -39,6 +39,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if getattr(args, "model", None):
+        args.workload = args.model
+        args.framework = "keras" if args.framework == "all" else args.framework
     return session.bench(args)
 
 
@@ -134,7 +137,16 @@ def _factors(text: str) -> list[float]:
 
 def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> None:
     b.add_argument("--framework", default="all", help="all, an adapter, a framework family, or a comma list")
-    b.add_argument("--workload", default=defaults["workload"], help=f"all, or a comma list of: {', '.join(WORKLOADS)}")
+    b.add_argument(
+        "--workload",
+        default=defaults["workload"],
+        help=f"all, or a comma list of: {', '.join(WORKLOADS)}, or Keras model files (.py paths)",
+    )
+    b.add_argument(
+        "--model",
+        help="a Keras 3 model file (docs/your-keras-model.md): the run's workload, on every Keras adapter "
+        "unless --framework narrows it",
+    )
     b.add_argument("--device", default="auto", help=f"one or a comma list of: {', '.join(DEVICES)}")
     b.add_argument("--profile", default="quick", choices=sorted(timing.PROFILES))
     b.add_argument(

@@ -30,7 +30,7 @@ from tabulate import tabulate
 
 from adapters import AdapterInfo, discover
 from harness import env, processes, records
-from harness.checks import doctor, fidelity
+from harness.checks import backends, doctor, fidelity
 from harness.install import environments, variant
 from harness.measuring import floors, peak, timing
 from harness.reporting import report
@@ -148,6 +148,7 @@ class Session:
         try:
             if not self.resumed:
                 self.start()
+                backends.check_model_files(self.adapters, self.run.cells, self.results, self.run.timeout_s)
             todo = self.run.todo(self.results)
             interrupted = self.run_rounds(executor, todo)
             return self.finish(bool(todo), interrupted, strict)

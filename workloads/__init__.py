@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+
+from workloads import model_file
 from workloads.cnn import CNN
 from workloads.mlp import MLP
 from workloads.rnn import STRATEGIES, RNNCaption
@@ -34,10 +37,17 @@ WORKLOADS: dict[str, Workload] = {
 
 
 def get_workload(name: str) -> Workload:
-    try:
+    """A named workload, or a Keras model file's (a path ending in ``.py``: workloads.model_file)."""
+    if name in WORKLOADS:
         return WORKLOADS[name]
-    except KeyError:
-        raise SpecError(f"unknown workload {name!r}; valid: {', '.join(WORKLOADS)}") from None
+    if model_file.is_model_file(name):
+        return _model_file(name)
+    raise SpecError(f"unknown workload {name!r}; valid: {', '.join(WORKLOADS)}, or a Keras model file (a .py path)")
+
+
+@functools.cache
+def _model_file(path: str) -> Workload:
+    return model_file.from_file(path)
 
 
 __all__ = [

@@ -18,7 +18,7 @@ from adapters import AdapterInfo
 from adapters.base import PRECISIONS
 from harness.install.environments import ENV_NAME
 from harness.records import Cell, base_adapter, cell_id, setting_of, spec_of
-from workloads import STRATEGIES, WORKLOADS, SpecError, get_workload
+from workloads import STRATEGIES, WORKLOADS, SpecError, get_workload, model_file
 from workloads.images import PIPELINE_FIELDS, has_images, parse_setting
 from workloads.spec import overridable_fields
 
@@ -68,9 +68,16 @@ def select_adapters(expr: str, adapters: Mapping[str, AdapterInfo]) -> list[str]
 def select_workloads(expr: str) -> list[str]:
     chosen: list[str] = []
     for item in _items(expr):
+        if model_file.is_model_file(item):
+            item = model_file.canonical_name(item)
         names = list(WORKLOADS) if item == "all" else [item]
         if item != "all" and item not in WORKLOADS:
-            raise _bad("workload", item, ["all", *WORKLOADS])
+            if not model_file.is_model_file(item):
+                raise _bad("workload", item, ["all", *WORKLOADS, "a Keras model file (a .py path)"])
+            try:
+                get_workload(item)  # the file's own faults, one line, before anything runs
+            except SpecError as exc:
+                raise PlanError(str(exc)) from None
         chosen += [n for n in names if n not in chosen]
     return chosen
 
