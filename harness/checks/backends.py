@@ -44,23 +44,27 @@ PERTURB_SEED = 1
 
 
 def check_model_files(adapters: Mapping[str, AdapterInfo], cells: list[Cell], results: Path, timeout_s: float) -> None:
-    """Before a run's rounds: each group of model-file cells (one workload, device, precision and
-    data mode) checked for parity; a cell that fails gets its failed record in ``results`` now,
-    so it is never timed (harness.running.rounds ends a cell with a record that is not ok)."""
+    """Before a run's rounds: each group of model-file cells (one workload, device and precision)
+    checked for parity, one check per adapter (its data modes compute the same numbers); every
+    cell of an adapter that fails gets its failed record in ``results`` now, so it is never
+    timed (harness.running.rounds ends a cell with a record that is not ok)."""
     groups: dict[tuple, list[Cell]] = {}
     for cell in cells:
         if is_model_file(cell["workload"]):
             key = (cell["workload"], tuple(cell.get("overrides", [])), cell["device_requested"], cell.get("precision"))
-            groups.setdefault((*key, cell.get("data", "resident")), []).append(cell)
+            groups.setdefault(key, []).append(cell)
     for (workload, *_), group in groups.items():
-        names = ", ".join(c["adapter"] for c in group)
-        print(f"backend parity of {workload}: {names}, {STEPS} steps each, twice ...", flush=True)
-        verdicts = run_parity(adapters, group, timeout_s)
+        first: dict[str, Cell] = {}  # one cell per adapter
         for cell in group:
-            reason = verdicts.get(cell["cell_id"])
-            if reason:
-                print(f"  {cell['adapter']}: {reason}", flush=True)
-                records.append(results, records.new_record(cell, "failed", reason, round=1))
+            first.setdefault(cell["adapter"], cell)
+        print(f"backend parity of {workload}: {', '.join(first)}, {STEPS} steps each, twice ...", flush=True)
+        verdicts = run_parity(adapters, list(first.values()), timeout_s)
+        failed = {a: verdicts.get(c["cell_id"]) for a, c in first.items() if verdicts.get(c["cell_id"])}
+        for adapter, reason in failed.items():
+            print(f"  {adapter}: {reason}", flush=True)
+        for cell in group:
+            if cell["adapter"] in failed:
+                records.append(results, records.new_record(cell, "failed", failed[cell["adapter"]], round=1))
 
 
 def run_parity(adapters: Mapping[str, AdapterInfo], cells: list[Cell], timeout_s: float) -> dict[str, str | None]:
