@@ -22,6 +22,16 @@ def widen(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: v.astype(np.int64) if v.dtype.kind in "iu" else v for k, v in batch.items()}
 
 
+def place(tf: Any, batch: dict[str, np.ndarray], device: str) -> dict[str, Any]:
+    """``batch`` on ``device`` ("/CPU:0" or "/GPU:0"), integers widened; on a GPU, returned once
+    the copies are done."""
+    with tf.device(device):
+        placed = {k: tf.identity(v) for k, v in widen(batch).items()}
+    if device != "/CPU:0":
+        tf.test.experimental.sync_devices()
+    return placed
+
+
 def batch_iterator(tf: Any, batches: list[dict[str, np.ndarray]], device: str) -> Iterator[Any]:
     """The spec's batches cycled through tf.data with prefetch (to the device on a GPU):
     stacked slices where every batch has one shape, a generator where lengths vary (captions)."""

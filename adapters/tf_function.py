@@ -181,12 +181,7 @@ class TfFunction(Adapter):
         return traced
 
     def to_device(self, batch: Batch) -> Any:
-        tf = self._tf
-        with tf.device(self._device):
-            placed = {k: tf.identity(v) for k, v in _tf_data.widen(batch).items()}
-        if self._device != "/CPU:0":
-            tf.test.experimental.sync_devices()
-        return placed
+        return _tf_data.place(self._tf, batch, self._device)
 
     def loader(self, batches: list[Batch]) -> Iterator[Any]:
         return _tf_data.batch_iterator(self._tf, batches, self._device)
