@@ -22,6 +22,7 @@ model, or gives data the model rejects is a SpecError with the child's one line.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -78,7 +79,10 @@ class ModelFile(Workload):
         return list(self.described()["batches"])
 
     def reference_loss_and_grads(self, params: Params, batch: Batch, relu_tie: float = 0.0) -> tuple[float, Params]:
-        raise NotImplementedError("a model file has no NumPy reference: its backends are checked against each other")
+        raise SpecError(
+            f"{self.name}: a model file has no NumPy reference; its backends are held to each other "
+            "(harness.checks.backends), not to one"
+        )
 
     def module(self) -> Any:
         """The file, imported in this process (a Keras adapter's worker, whose backend is set)."""
@@ -147,11 +151,17 @@ def _describe(file: Path, batch_size: int | None, seed: int, num_batches: int) -
         if proc.returncode != 0:
             said = proc.stdout.strip() if proc.returncode == 2 else ""  # the child's one line
             raise SpecError(said or _one_line((proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]))
+    return _load(out, num_batches if batch_size else 0)
+
+
+@functools.cache
+def _load(out: Path, num_batches: int) -> dict[str, Any]:
+    """A description read once per process (a worker asks for the weights at every snapshot)."""
     settings = json.loads((out / "settings.json").read_text())
     with np.load(out / "params.npz") as f:
         params = {k: f[k] for k in settings["param_order"]}
     batches = []
-    for i in range(num_batches if batch_size else 0):
+    for i in range(num_batches):
         with np.load(out / f"batch{i}.npz") as f:
             batches.append({k: f[k] for k in f.files})
     return {"params": params, "batches": batches, "settings": settings}

@@ -23,6 +23,7 @@ from harness.measuring import input_pipeline, profilers, timing
 from harness.records import Cell, base_adapter, new_record, pipeline_of, round_of, spec_of
 from harness.running import devices
 from harness.stats.steps import step_time, summarize
+from workloads.arrays import ulp_moved
 from workloads.images import PipelineSettings, PipelineSkip, has_images, image_dataset
 from workloads.rnn import decoded_lengths
 
@@ -50,23 +51,12 @@ def prepare(cell: Cell):
         raise (Skip if status == "skipped" else DeviceFailure)(reason) from None
     params = spec.init_params()
     if cell.get("perturb_seed") is not None:  # harness.checks.backends: the rounding-spread run
-        params = ulp_moved(params, int(cell["perturb_seed"]))
+        params = ulp_moved(params, np.random.default_rng(int(cell["perturb_seed"])))
     options = Options(threads=cell["threads"], precision=cell.get("precision", "fp32"))
     t0 = time.perf_counter()
     adapter.setup(spec, params, device, options)
     setup_s = time.perf_counter() - t0
     return adapter, spec, device, setup_s
-
-
-def ulp_moved(params: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
-    """``params`` with every element moved one float32 ulp up or down at random (seeded)."""
-    rng = np.random.default_rng(seed)
-    moved = {}
-    for k, v in params.items():
-        up = np.nextafter(v, np.float32(np.inf), dtype=v.dtype)
-        down = np.nextafter(v, np.float32(-np.inf), dtype=v.dtype)
-        moved[k] = np.where(rng.random(v.shape) < 0.5, up, down).astype(v.dtype)
-    return moved
 
 
 def place(adapter, batches: list) -> tuple[list[Any], list[float]]:

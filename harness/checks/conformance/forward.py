@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from harness.checks.conformance.tolerance import FACTOR, FLOOR, _ulp, relative_error
+from harness.checks.conformance.tolerance import FACTOR, FLOOR, relative_error
 from workloads import Params, Workload
+from workloads.arrays import ulp_moved
 from workloads.spec import FixedForward
 
 #: Float32 runs of the reference forward the allowance is measured on.
@@ -74,7 +75,7 @@ def allowance(spec: Workload, params: Params, x: np.ndarray, seed: int = 0) -> f
     worst = 0.0
     with threadpool_limits(1):  # one thread: the float32 runs do not depend on the BLAS pool
         for _ in range(FLOAT32_RUNS):
-            moved = _ulp({**params, "__x": x.astype(np.float32)}, rng)
+            moved = ulp_moved({**params, "__x": x.astype(np.float32)}, rng)
             x32 = moved.pop("__x")
             worst = max(worst, *errors(spec.reference_logits(moved, x32), want))
     return max(FLOOR, FACTOR * worst)

@@ -67,6 +67,7 @@ from threadpoolctl import threadpool_limits
 
 from harness.checks.conformance.variants import SNAPSHOT
 from workloads import Batch, Params, Workload, optim
+from workloads.arrays import ulp_moved
 
 #: Allowed error = FACTOR x the largest error of the float32 runs of the reference. Framework
 #: kernels round differently from NumPy's, not much worse: on the AMD EPYC VM this was written on
@@ -191,18 +192,6 @@ def _flat(params: Params) -> np.ndarray:
     return np.concatenate([v.ravel() for v in params.values()])
 
 
-def _ulp(arrays: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Every non-integral float32 array moved by one ulp up or down at random, element-wise
-    (masks and other 0/1 arrays stay as they are)."""
-    out = {}
-    for k, v in arrays.items():
-        if v.dtype == np.float32 and not np.array_equal(v, np.round(v)):
-            up = rng.random(v.shape) < 0.5
-            v = np.where(up, np.nextafter(v, np.float32(np.inf)), np.nextafter(v, np.float32(-np.inf)))
-        out[k] = v
-    return out
-
-
 def _permuted(batch: Batch, rng: np.random.Generator) -> Batch:
     rows = len(next(iter(batch.values())))
     order = rng.permutation(rows)
@@ -216,7 +205,8 @@ def float32_runs(spec: Workload, precision: str = "fp32") -> list[tuple[np.ndarr
     rng = np.random.default_rng([spec.seed, 4])
     p0, data = spec.init_params(), spec.batches()
     permuted = [_permuted(b, rng) for b in data]
-    setups = [(p0, data), (p0, permuted), (_ulp(p0, rng), data), (_ulp(p0, rng), [_ulp(b, rng) for b in permuted])]
+    moved = ulp_moved(p0, rng)  # drawn in this order: the allowances' float32 runs stay as they were
+    setups = [(p0, data), (p0, permuted), (moved, data), (ulp_moved(p0, rng), [ulp_moved(b, rng) for b in permuted])]
     runs = []
     with threadpool_limits(1, "blas"):
         for params, batches in setups:
