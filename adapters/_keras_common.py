@@ -25,7 +25,7 @@ def build_model(keras, spec: Workload) -> tuple[Any, dict[str, Any]]:
     if spec.family == MODEL_FILE:
         keras.utils.set_random_seed(spec.seed)  # the weights are replaced: load_params
         model = spec.module().build()
-        model(spec.batches()[0]["x"][:2])  # builds a subclassed model, as the file's description did
+        model(spec.sample_inputs())  # builds a subclassed model, as the file's description did
         return model, {"model": model}
     L = keras.layers
     layers: dict[str, Any] = {}
@@ -51,13 +51,20 @@ def build_model(keras, spec: Workload) -> tuple[Any, dict[str, Any]]:
     return keras.Sequential(stack), layers
 
 
+def model_file_reason(spec: Workload, backend: str) -> str | None:
+    """Why a Keras adapter on ``backend`` skips ``spec``: a model file whose model builds on another
+    Keras backend but not on this one (a layer calling one framework's API directly); else None."""
+    fault = spec.backend_fault(backend) if spec.family == MODEL_FILE else None
+    return f"the model does not build on Keras's {backend} backend (it does on another): {fault}" if fault else None
+
+
 def fit_data(spec: Workload, batch: Any) -> tuple[Any, Any, Any]:
     """A placed batch as ``fit`` hands it to the train function: (x, y, sample_weight); the
     caption (and transformer) mask is the sample weight."""
     if spec.family == "transformer":
         return batch["tokens"], batch["targets"], batch["mask"]
     if spec.family == MODEL_FILE:
-        return batch["x"], batch["y"], None
+        return spec.inputs(batch), spec.targets(batch), None
     if spec.family == "rnn-caption":
         return [batch["features"], batch["tokens"]], batch["targets"], batch["mask"]
     return batch["x"], batch["y"], None
@@ -197,6 +204,20 @@ def _undecayed(layers: dict[str, Any], spec: Workload) -> list[Any]:
     return [v for layer in layers.values() for v in layer.trainable_variables if v.name == "bias"]
 
 
+def loss_of(keras: Any, loss: str) -> Any:
+    """A model file's ``LOSS`` as ``compile`` takes it: a name, or the JSON its description wrote
+    (workloads.model_file._serialized: a loss's config, a list of them, or ``{"by_output": ...}``)."""
+
+    def rebuilt(tree: Any) -> Any:
+        if isinstance(tree, list):
+            return [rebuilt(v) for v in tree]
+        if isinstance(tree, dict) and "by_output" in tree:
+            return {k: rebuilt(v) for k, v in tree["by_output"].items()}
+        return keras.losses.get(tree)
+
+    return rebuilt(json.loads(loss) if loss[:1] in "{[" else loss)
+
+
 def compile_model(
     keras: Any, model: Any, spec: Workload, adam: Any, jit_compile: bool | str, layers: dict[str, Any] | None = None
 ) -> None:
@@ -210,5 +231,5 @@ def compile_model(
     reduction = "mean_with_sample_weight" if spec.family in _MASKED else "sum_over_batch_size"
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction)
     if spec.family == MODEL_FILE:
-        loss = keras.losses.get(json.loads(spec.loss) if spec.loss.startswith("{") else spec.loss)
+        loss = loss_of(keras, spec.loss)
     model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)

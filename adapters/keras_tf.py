@@ -41,6 +41,7 @@ from adapters._keras_common import (
     compile_model,
     fit_data,
     load_params,
+    model_file_reason,
     optimizer_kernel,
     save_params,
 )
@@ -68,6 +69,9 @@ class KerasTf(Adapter):
 
     export_paths = _export_keras.PATHS
     in_process_forward = True
+
+    def supports(self, spec: Workload) -> str | None:
+        return super().supports(spec) or model_file_reason(spec, "tensorflow")
 
     def export_reason(self, path: str, spec: Workload) -> str | None:
         return super().export_reason(path, spec) or _export_keras.path_reason(path, "tensorflow")

@@ -43,6 +43,7 @@ from adapters._keras_common import (
     compile_model,
     fit_data,
     load_params,
+    model_file_reason,
     optimizer_kernel,
     save_params,
 )
@@ -66,6 +67,9 @@ class KerasTorch(Adapter):
 
     export_paths = _export_keras.PATHS
     in_process_forward = True
+
+    def supports(self, spec: Workload) -> str | None:
+        return super().supports(spec) or model_file_reason(spec, "torch")
 
     def export_reason(self, path: str, spec: Workload) -> str | None:
         return super().export_reason(path, spec) or _export_keras.path_reason(path, "torch")

@@ -27,6 +27,8 @@ SCHEMA_VERSION = 1
 STATUSES = ("ok", "skipped", "failed")
 RESULTS = "results.jsonl"
 ENV = "env.json"
+#: A run's backend-parity outcomes (harness/checks/backends.py), which its report quotes.
+PARITY = "parity.json"
 
 
 class RecordError(ValueError):

@@ -1,6 +1,9 @@
 """A Keras 3 model file as a workload (workloads/model_file.py) and its backends' parity
 (harness/checks/backends.py): the file's faults as one line and exit 2, weights and batches the
-same in every process, the parity rule on known answers, and real runs on the Keras backends."""
+same in every process, several inputs and outputs and batches of varying shape, a layer that
+calls one framework directly (skipped on the other backends), a model too large to build (failed
+cells), the parity rule on known answers and as the report states it, and real runs on the Keras
+backends."""
 
 from __future__ import annotations
 
@@ -42,9 +45,77 @@ FAULTS = {
     "build() fails": GOOD.replace("inputs = keras.Input((4,))", "inputs = keras.Input((4,)); 1 / 0"),
     "not a keras.Model": GOOD.replace("    inputs = keras.Input((4,))\n    return", "    return 'model'\n    return"),
     "the model rejects data()'s inputs of shape (32, 5)": GOOD.replace("(batch_size, 4)", "(batch_size, 5)"),
-    "gave 16 inputs and 32 targets": GOOD.replace("standard_normal((batch_size, 4))", "standard_normal((16, 4))"),
     "OPTIMIZER 'lion' is not one of: sgd, adam, adamw": GOOD.replace('"sgd"', '"lion"'),
+    "batch 0 has 16 and 32 rows in its inputs and targets, not 32": GOOD.replace(
+        "standard_normal((batch_size, 4))", "standard_normal((16, 4))"
+    ),
+    "yielded fewer than the 8 batches a run takes": GOOD.replace("    return rng.standard", "    yield rng.standard"),
 }
+
+#: Two named inputs (one a token sequence whose length changes from batch to batch), two outputs
+#: with a loss each, batches from a generator.
+MULTI = """
+import keras
+import numpy as np
+
+BATCH_SIZE = 8
+LOSS = [keras.losses.SparseCategoricalCrossentropy(from_logits=True), "mse"]
+
+
+def build():
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    meta = keras.Input((3,), name="meta")
+    pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(40, 8)(tokens))
+    hidden = keras.layers.Dense(12, activation="tanh")(keras.layers.Concatenate()([pooled, meta]))
+    return keras.Model({"tokens": tokens, "meta": meta}, [keras.layers.Dense(3)(hidden), keras.layers.Dense(1)(hidden)])
+
+
+def data(batch_size, seed):
+    rng = np.random.default_rng(seed)
+    while True:
+        length = int(rng.choice([4, 7, 11]))
+        inputs = {"tokens": rng.integers(1, 40, (batch_size, length)).astype("int32"),
+                  "meta": rng.standard_normal((batch_size, 3)).astype("float32")}
+        yield inputs, (rng.integers(0, 3, batch_size), rng.standard_normal((batch_size, 1)).astype("float32"))
+"""
+
+#: A layer written against PyTorch: it builds on Keras's torch backend only.
+TORCH_LAYER = """
+import keras
+import numpy as np
+import torch
+
+
+class TorchGelu(keras.layers.Layer):
+    def call(self, x):
+        return torch.nn.functional.gelu(x)
+
+
+def build():
+    inputs = keras.Input((4,))
+    return keras.Model(inputs, keras.layers.Dense(3)(TorchGelu(name="torch_gelu")(keras.layers.Dense(8)(inputs))))
+
+
+def data(batch_size, seed):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((batch_size, 4)).astype("float32"), rng.integers(0, 3, batch_size)
+"""
+
+#: An embedding table of 10^14 numbers: more than any address space holds, so no backend builds it.
+TOO_LARGE = """
+import keras
+import numpy as np
+
+
+def build():
+    tokens = keras.Input((4,), dtype="int32")
+    return keras.Model(tokens, keras.layers.Embedding(10_000_000, 10_000_000)(tokens))
+
+
+def data(batch_size, seed):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 100, (batch_size, 4)).astype("int32"), rng.integers(0, 3, (batch_size, 4))
+"""
 
 
 @pytest.fixture(autouse=True)
@@ -158,3 +229,185 @@ def test_a_model_file_benches_on_every_keras_backend_and_a_wrong_backend_is_fail
         assert recs[name]["workload"] == "examples/residual_cnn.py"
     report = (tmp_path / "r" / "report.md").read_text()
     assert "## examples/residual_cnn.py (19,850 parameters" in report
+    assert "Backend parity, checked before anything was timed" in report
+    assert "keras-jax, keras-tf and keras-torch agree" in report
+    assert "fault-keras-lr failed it and was not timed: backend parity: differs" in report
+
+
+@pytest.mark.workers
+def test_several_inputs_and_outputs_and_generated_batches_of_varying_shape_keep_their_structure(tmp_path):
+    path = tmp_path / "multi.py"
+    path.write_text(MULTI)
+    spec = model_file.from_file(str(path))
+    batches = spec.batches()
+    assert len(batches) == 8 and len({b["x:tokens"].shape for b in batches}) > 1  # lengths vary
+    assert set(batches[0]) == {"x:tokens", "x:meta", "y:0", "y:1"}
+    inputs, targets = spec.inputs(batches[2]), spec.targets(batches[2])
+    assert set(inputs) == {"tokens", "meta"} and inputs["meta"].shape == (8, 3)
+    assert isinstance(targets, list) and [t.shape for t in targets] == [(8,), (8, 1)]
+    assert spec.sample_inputs()["tokens"].shape[0] == 2
+    loss = json.loads(spec.loss)
+    assert loss[0]["class_name"] == "SparseCategoricalCrossentropy" and loss[1] == "mse"
+    # every block of such a workload holds whole passes, as for the caption workloads
+    from harness.running.cell_work import _shapes_vary
+
+    assert _shapes_vary(batches) and not _shapes_vary([batches[0], dict(batches[0])])
+
+
+@pytest.mark.frameworks
+@pytest.mark.workers
+def test_the_three_keras_backends_agree_on_a_multi_input_multi_output_dynamic_model(tmp_path):
+    """Parity on MULTI with the real workers (each backend retraces per sequence length)."""
+    from adapters import discover
+    from harness.running import plan
+
+    path = tmp_path / "multi.py"
+    path.write_text(MULTI)
+    adapters = discover()
+    keras_names = [n for n in ("keras-jax", "keras-tf", "keras-torch") if adapters[n].available]
+    if len(keras_names) < 2:
+        pytest.skip("fewer than two Keras backends installed")
+    cells = plan.plan(adapters, ",".join(keras_names), str(path), "cpu", [], "quick", 1, "t")
+    outcomes = backends.run_parity(adapters, cells, 600)
+    for cell in cells:
+        got = outcomes[cell["cell_id"]]
+        assert got["reason"] is None, (cell["adapter"], got)
+        assert 0 <= got["of_allowance"] <= 1
+
+
+@pytest.mark.frameworks
+@pytest.mark.workers
+def test_a_layer_calling_one_framework_is_skipped_on_the_other_backends_naming_the_layer(tmp_path):
+    from adapters import discover
+
+    path = tmp_path / "torch_layer.py"
+    path.write_text(TORCH_LAYER)
+    spec = model_file.from_file(str(path))  # described on the torch backend, where it builds
+    assert spec.described()["settings"]["described_on"] == "torch"
+    assert spec.param_count() == 4 * 8 + 8 + 8 * 3 + 3
+    adapters = discover()
+    assert adapters["keras-torch"].cls().supports(spec) is None
+    for name, backend in (("keras-jax", "jax"), ("keras-tf", "tensorflow")):
+        if not adapters[name].available:
+            continue
+        reason = adapters[name].cls().supports(spec)
+        assert reason.startswith(f"the model does not build on Keras's {backend} backend (it does on another)")
+        assert "in layer 'torch_gelu' (TorchGelu)" in reason and "\n" not in reason
+
+
+@pytest.mark.workers
+def test_a_model_too_large_to_build_is_a_failed_cell_on_every_backend_naming_what_it_asked(tmp_path):
+    from adapters import discover
+    from harness.running import plan
+
+    path = tmp_path / "too_large.py"
+    path.write_text(TOO_LARGE)
+    spec = model_file.from_file(str(path))  # the data are fine: the run plans, then fails its cells
+    assert "more memory than this machine has" in spec.too_large() and "TiB" in spec.too_large()
+    adapters = discover()
+    cells = plan.plan(adapters, "keras-jax,keras-tf,keras-torch", str(path), "cpu", [], "quick", 1, "t")
+    results = tmp_path / "run" / records.RESULTS
+    results.parent.mkdir()
+    backends.check_model_files(adapters, cells, results, 60)
+    failed = {r["adapter"]: r for r in records.load(results)}
+    assert set(failed) == {c["adapter"] for c in cells}
+    for rec in failed.values():
+        assert (
+            rec["status"] == "failed"
+            and "Unable to allocate" in rec["reason"]
+            and "(10000000, 10000000)" in rec["reason"]
+        )
+    assert not (results.parent / records.PARITY).exists()  # nothing was trained
+
+
+def test_the_report_states_a_parity_that_passed_and_one_that_failed(tmp_path):
+    from harness.reporting import parity
+
+    rule = {"steps": 5, "factor": 10.0, "floor_ulps": 256}
+    kept = {
+        "m.py": {
+            "keras-jax": {"ok": True, "reason": None, "of_allowance": 0.031, "where": "w after step 2", **rule},
+            "keras-tf": {"ok": True, "reason": None, "of_allowance": 0.12, "where": "k after step 3", **rule},
+            "keras-torch": {"ok": False, "reason": "backend parity: differs", "of_allowance": 3.0, "where": "", **rule},
+        }
+    }
+    (tmp_path / records.PARITY).write_text(json.dumps(kept))
+    loaded = parity.load([tmp_path])
+    line = parity.note("m.py", loaded)[0]
+    assert "over 5 training steps" in line and "10 times the float32 rounding spread" in line
+    assert (
+        "keras-jax and keras-tf agree; the closest to its allowance, keras-tf, reached 0.12 of it (k after step 3)"
+        in line
+    )
+    assert "keras-torch failed it and was not timed: backend parity: differs" in line
+    assert parity.note("other.py", loaded) == []
+
+
+#: The built-in cnn written as a model file: its step's kernels must be the ones the cnn states.
+CNN_FILE = """
+import keras
+import numpy as np
+from keras import layers
+
+
+def build():
+    return keras.Sequential([
+        keras.Input((32, 32, 3)),
+        layers.Conv2D(32, 3, padding="same", activation="relu"), layers.MaxPooling2D(2),
+        layers.Conv2D(64, 3, padding="same", activation="relu"), layers.MaxPooling2D(2),
+        layers.Flatten(), layers.Dense(128, activation="relu"), layers.Dense(10),
+    ])
+
+
+def data(batch_size, seed):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((batch_size, 32, 32, 3)).astype("float32"), rng.integers(0, 10, batch_size)
+"""
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize(("source", "expected"), [("GOOD", "mlp 4-8-3"), ("CNN_FILE", "cnn")])
+def test_a_model_files_step_kernels_are_counted_as_the_built_in_workloads_state_theirs(tmp_path, source, expected):
+    """The count from one forward pass (workloads.model_flops) against the analytic kernels of the
+    same model: a Dense stack (forward, weight and input gradients, none for the data's input)
+    and the built-in cnn (3x3 'same' convolutions in the conv3x3 form the kernel floor times)."""
+    from workloads.spec import dense_kernels, kernel_flops
+
+    path = tmp_path / "model.py"
+    path.write_text(globals()[source])
+    spec = model_file.from_file(str(path))
+    batch = spec.batches()[0]
+    if expected == "cnn":
+        cnn = get_workload("cnn")
+        want = cnn.kernels(cnn.batches()[0])
+    else:
+        want = dense_kernels([4, 8, 3], spec.batch_size)
+    assert sorted(spec.kernels(batch), key=str) == sorted(want, key=str)
+    assert spec.flops(batch) == sum(kernel_flops(k) * n for k, n in want)
+
+
+def test_einsum_tensordot_and_strided_convolutions_count_their_multiply_adds():
+    """Known answers for the forms a model's layers reach beyond Dense and Conv2D 3x3."""
+    from workloads.model_flops import Counter
+    from workloads.spec import kernel_flops
+
+    x = np.ones((2, 5, 4))  # a model input: no gradient
+    h = np.full((2, 5, 4), 2.0)  # an activation
+    w = np.ones((4, 6))
+
+    def flops(counter: Counter) -> int:
+        return sum(kernel_flops(k) * n for k, n in counter.kernels.items())
+
+    c = Counter([x])
+    c.einsum("bti,io->bto", h, w)  # EinsumDense on an activation: forward, input and weight gradients
+    assert flops(c) == 3 * 2 * (2 * 5 * 4 * 6)
+    c = Counter([x])
+    c.einsum("bqd,bkd->bqk", x, h)  # attention scores; the input needs no gradient
+    assert c.kernels == {("matmul", 5, 4, 5): 2, ("matmul", 4, 5, 5): 2}
+    c = Counter([x])
+    c.tensordot(h, w, 1)
+    assert flops(c) == 3 * 2 * (10 * 4 * 6)
+    c = Counter([])
+    image, kernel = np.ones((1, 8, 8, 3)), np.ones((1, 1, 3, 5))
+    c.conv(image, kernel, np.ones((1, 4, 4, 5)), 2, "valid", "channels_last", 1)  # a strided 1x1: im2col
+    assert c.kernels == {("matmul", 16, 3, 5): 1, ("matmul", 16, 5, 3): 1, ("matmul", 3, 16, 5): 1}

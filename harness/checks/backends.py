@@ -15,11 +15,14 @@ median of all the backends':
 
 A backend past its allowance anywhere is a failed cell whose reason names the step, the tensor
 and both numbers; it is never timed. With two backends the median is their mean, so a real
-disagreement fails both: the check cannot tell which one is wrong.
+disagreement fails both: the check cannot tell which one is wrong. Every backend's closest
+approach to its allowance goes to the run's parity file (records.PARITY), which the report
+quotes (a check that passed is stated, not only one that failed).
 """
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -54,12 +57,22 @@ def check_model_files(adapters: Mapping[str, AdapterInfo], cells: list[Cell], re
             key = (cell["workload"], tuple(cell.get("overrides", [])), cell["device_requested"], cell.get("precision"))
             groups.setdefault(key, []).append(cell)
     for (workload, *_), group in groups.items():
-        first: dict[str, Cell] = {}  # one cell per adapter
+        first: dict[str, Cell] = {}  # one cell per adapter that will run (the rounds record the skipped)
         for cell in group:
-            first.setdefault(cell["adapter"], cell)
+            if not runner.skip_reason(adapters[cell["adapter"]], cell):
+                first.setdefault(cell["adapter"], cell)
+        too_large = records.spec_of(group[0]).too_large()
+        if too_large:  # nothing to build, on any backend: every cell fails, naming what the model asked for
+            print(f"{workload}: {too_large}", flush=True)
+            for cell in group:
+                records.append(results, records.new_record(cell, "failed", too_large, round=1))
+            continue
+        if not first:
+            continue
         print(f"backend parity of {workload}: {', '.join(first)}, {STEPS} steps each, twice ...", flush=True)
-        verdicts = run_parity(adapters, list(first.values()), timeout_s)
-        failed = {a: verdicts.get(c["cell_id"]) for a, c in first.items() if verdicts.get(c["cell_id"])}
+        outcomes = run_parity(adapters, list(first.values()), timeout_s)
+        _keep(results.parent / records.PARITY, workload, {a: outcomes[c["cell_id"]] for a, c in first.items()})
+        failed = {a: outcomes[c["cell_id"]]["reason"] for a, c in first.items() if outcomes[c["cell_id"]]["reason"]}
         for adapter, reason in failed.items():
             print(f"  {adapter}: {reason}", flush=True)
         for cell in group:
@@ -67,18 +80,31 @@ def check_model_files(adapters: Mapping[str, AdapterInfo], cells: list[Cell], re
                 records.append(results, records.new_record(cell, "failed", failed[cell["adapter"]], round=1))
 
 
-def run_parity(adapters: Mapping[str, AdapterInfo], cells: list[Cell], timeout_s: float) -> dict[str, str | None]:
-    """Each cell's verdict, by cell id: None where its backend agrees with the others, else the
-    reason it fails. ``cells``: one group of comparable model-file cells (one workload, device,
-    precision), one per Keras adapter. A worker that fails is that cell's reason."""
+def run_parity(adapters: Mapping[str, AdapterInfo], cells: list[Cell], timeout_s: float) -> dict[str, dict[str, Any]]:
+    """Each cell's outcome, by cell id: ``reason`` None where its backend agrees with the others,
+    else why it fails; ``of_allowance`` and ``where``, its largest error as a share of its
+    allowance and where that was (None where its worker failed). ``cells``: one group of
+    comparable model-file cells (one workload, device, precision), one per Keras adapter."""
     runs: dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = {}
-    verdicts: dict[str, str | None] = {}
+    out: dict[str, dict[str, Any]] = {}
     for cell in cells:
         try:
             runs[cell["cell_id"]] = _train_twice(adapters[cell["adapter"]], cell, timeout_s)
         except RuntimeError as exc:
-            verdicts[cell["cell_id"]] = f"backend parity: the check's worker failed: {exc}"
-    return verdicts | judge(runs)
+            reason = f"backend parity: the check's worker failed: {exc}"
+            out[cell["cell_id"]] = {"reason": reason, "of_allowance": None, "where": None}
+    verdicts = judge(runs)
+    for name, (ratio, where) in margins(runs).items():
+        out[name] = {"reason": verdicts[name], "of_allowance": ratio, "where": where}
+    return out
+
+
+def _keep(path: Path, workload: str, outcomes: dict[str, dict[str, Any]]) -> None:
+    """Add one workload's outcomes (by adapter) to the run's parity file (records.PARITY)."""
+    kept = json.loads(path.read_text()) if path.is_file() else {}
+    rule = {"steps": STEPS, "factor": FACTOR, "floor_ulps": round(FLOOR / float(np.finfo(np.float32).eps))}
+    kept[workload] = {a: dict(o, ok=o["reason"] is None, **rule) for a, o in sorted(outcomes.items())}
+    path.write_text(json.dumps(kept, indent=1) + "\n")
 
 
 def _train_twice(info: AdapterInfo, cell: Cell, timeout_s: float) -> tuple[dict[str, np.ndarray], ...]:
@@ -101,12 +127,25 @@ def _train_twice(info: AdapterInfo, cell: Cell, timeout_s: float) -> tuple[dict[
     return found[0], found[1]
 
 
-def judge(runs: Mapping[str, tuple[Mapping[str, np.ndarray], Mapping[str, np.ndarray]]]) -> dict[str, str | None]:
+Runs = Mapping[str, tuple[Mapping[str, np.ndarray], Mapping[str, np.ndarray]]]
+
+
+def judge(runs: Runs) -> dict[str, str | None]:
     """The verdict of each backend's (as described, one ulp moved) pair of check results against
     the others' (see the module docstring); None where it agrees. Fewer than two: nothing to hold
     them to, every one agrees."""
+    found = margins(runs)
+    return {
+        n: None if ratio <= 1 else f"backend parity: differs from the median of {len(found)} Keras backends: {where}"
+        for n, (ratio, where) in found.items()
+    }
+
+
+def margins(runs: Runs) -> dict[str, tuple[float, str]]:
+    """Each backend's largest error as a share of its allowance (above 1: it fails) and where that
+    was; (0.0, "") for all where fewer than two backends ran (nothing to hold them to)."""
     if len(runs) < 2:
-        return dict.fromkeys(runs)
+        return {n: (0.0, "") for n in runs}
     names = sorted(runs)
     steps = min(len(r[0]["losses"]) for r in runs.values())
     keys = [k.split(":", 1)[1] for k in runs[names[0]][0] if k.startswith("param0:")]
@@ -130,10 +169,7 @@ def judge(runs: Mapping[str, tuple[Mapping[str, np.ndarray], Mapping[str, np.nda
             mine = {n: _moved_by(runs[n][0], key, t) for n in names}
             again = {n: _moved_by(runs[n][1], key, t) for n in names}
             consider(f"{key} after step {t}", mine, again)
-    return {
-        n: None if ratio <= 1 else f"backend parity: differs from the median of {len(names)} Keras backends: {what}"
-        for n, (ratio, what) in worst.items()
-    }
+    return worst
 
 
 def _moved_by(result: Mapping[str, np.ndarray], key: str, t: int) -> np.ndarray:

@@ -22,6 +22,7 @@ from harness.reporting import (
     html,
     ops,
     overview,
+    parity,
     pipelines,
     plots,
     static_dynamic,
@@ -100,6 +101,7 @@ def build(
     ``raw``: runs' records as already loaded."""
     run_dirs = [run_dirs] if isinstance(run_dirs, Path) else list(run_dirs)
     recs, envs = load_runs(run_dirs, raw)
+    checked = parity.load(run_dirs)
     title = ", ".join(sorted({str(r.get("run_id", "")) for r in recs})) or ", ".join(d.name for d in run_dirs)
     counts = pd.Series([r["status"] for r in recs]).value_counts().to_dict() if recs else {}
     out = [
@@ -123,7 +125,8 @@ def build(
     for (workload, key), group in resident.items():
         if not group:
             continue
-        out += [table_title(group[0]), "", *generations_note(group), workload_table(group), ""]
+        out += [table_title(group[0]), "", *generations_note(group), *parity.note(workload, checked)]
+        out += [workload_table(group), ""]
         if plot_dir is not None:
             out += _plots(group, workload, key, plot_dir, colors)
     out += static_dynamic.section(resident)
