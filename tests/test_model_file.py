@@ -249,9 +249,7 @@ def test_several_inputs_and_outputs_and_generated_batches_of_varying_shape_keep_
     loss = json.loads(spec.loss)
     assert loss[0]["class_name"] == "SparseCategoricalCrossentropy" and loss[1] == "mse"
     # every block of such a workload holds whole passes, as for the caption workloads
-    from harness.running.cell_work import _shapes_vary
-
-    assert _shapes_vary(batches) and not _shapes_vary([batches[0], dict(batches[0])])
+    assert spec.steps_differ(batches) and not spec.steps_differ([batches[0], dict(batches[0])])
 
 
 @pytest.mark.frameworks

@@ -130,6 +130,10 @@ class ModelFile(Workload):
         kernels = self.kernels(batch)
         return sum(kernel_flops(k) * count for k, count in kernels) if kernels else None
 
+    def steps_differ(self, batches: list[Batch]) -> bool:
+        """Where the batches' shapes differ too (a dynamic model described without a FLOP count)."""
+        return super().steps_differ(batches) or len({_signature(b) for b in batches}) > 1
+
     def sample_inputs(self, rows: int = 2) -> Any:
         """The first ``rows`` rows of the first batch's inputs: what builds the model (a
         subclassed model has no weights before its first call)."""

@@ -163,6 +163,11 @@ class Workload(Declared, abc.ABC):
         Their FLOPs add up to ``flops(batch)`` (kernel_flops; a test holds every workload to it)."""
         return None
 
+    def steps_differ(self, batches: list[Batch]) -> bool:
+        """Whether steps on ``batches`` differ in size, so that every timed block must hold whole
+        passes to do the same work: by default, where their FLOPs differ."""
+        return len({self.flops(b) for b in batches}) > 1
+
     def tiny(self) -> Workload | None:
         """The same step structure on tiny tensors (every width 1-3), for the dispatch floor: its
         step time is the framework's and adapter's overhead alone. None where there is none."""

@@ -279,16 +279,10 @@ def start(cell: Cell) -> Started:
         pipe,
         flops,
         # Steps of different sizes: a block is whole passes, so every block does the same work.
-        pass_steps=len(batches) if len(set(flops)) > 1 or _shapes_vary(batches) else 1,
+        pass_steps=len(batches) if spec.steps_differ(batches) else 1,
         chained=spec.task == "train",
         compiles_before=adapter.compile_stats(),
     )
-
-
-def _shapes_vary(batches: list) -> bool:
-    """Whether the batches' arrays differ in shape (a model file's dynamic model, which states no
-    FLOPs to tell its steps apart by)."""
-    return len({tuple((k, np.shape(v)) for k, v in b.items()) for b in batches}) > 1
 
 
 def finish(cell: Cell, s: Started, m: timing.Measurement, profile, sampler) -> dict[str, Any]:
