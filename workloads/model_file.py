@@ -179,7 +179,11 @@ def _located(path: str) -> Path:
 
 
 def _cache_dir(file: Path, batch_size: int | None, seed: int, num_batches: int) -> Path:
-    key = hashlib.sha256(file.read_bytes() + repr((batch_size, seed, num_batches)).encode()).hexdigest()[:24]
+    """The description's folder, keyed by the file, the settings and the code that describes it (a
+    description written by an older harness is never read)."""
+    describing = b"".join(Path(m).read_bytes() for m in (__file__, Path(__file__).with_name("model_flops.py")))
+    key = hashlib.sha256(file.read_bytes() + describing + repr((batch_size, seed, num_batches)).encode())
+    key = key.hexdigest()[:24]
     root = Path(os.environ.get("DLCOMPARE_CACHE", Path(tempfile.gettempdir()) / "dlcompare-model-files"))
     return root / key
 
