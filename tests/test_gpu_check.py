@@ -69,3 +69,36 @@ def test_a_step_not_checked_counts_as_neither_passed_nor_failed(tmp_path, monkey
     assert "- FAILED doctor: is healthy. Found: not ok: x" in summary
     monkeypatch.setattr(gpu_check, "steps", lambda budget, install: steps[:1])
     assert gpu_check.run(tmp_path, gpu=False) == 0
+
+
+def test_an_image_without_tensorflow_lists_keras_tf_absent_and_still_checks_the_other_keras_adapters(
+    tmp_path, monkeypatch
+):
+    """INSTALL=0 on an image without TensorFlow: the libraries step names the absent adapters (by
+    adapter, not framework) and maps the others', keras-torch and keras-jax among them."""
+    from types import SimpleNamespace
+
+    adapters = {
+        "keras-torch": SimpleNamespace(available=True),
+        "keras-jax": SimpleNamespace(available=True),
+        "keras-tf": SimpleNamespace(available=False),
+        "tf-function": SimpleNamespace(available=False),
+    }
+    asked: list[list[str]] = []
+
+    def maps(found, threads, names):
+        asked.append(list(names))
+        return [{"adapter": n, "verdict": "ok"} for n in names]
+
+    monkeypatch.setattr(gpu_check, "discover", lambda: adapters)
+    monkeypatch.setattr(gpu_check.doctor, "library_maps", maps)
+    monkeypatch.setattr(gpu_check.doctor, "render_maps", lambda rows: "")
+    ok, said = gpu_check.check_libraries(tmp_path, installed_only=True)
+    assert asked == [["keras-torch", "keras-jax"]]
+    assert (
+        ok
+        and said == "2 framework builds, one CUDA major each; not installed here: keras-tf, tf-function (libraries.txt)"
+    )
+    # after the install step (no INSTALL=0) the locks put every framework there: every adapter takes the step
+    ok, said = gpu_check.check_libraries(tmp_path, installed_only=False)
+    assert asked[-1] == list(adapters) and "not installed here" not in said
