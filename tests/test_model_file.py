@@ -232,6 +232,11 @@ def test_a_model_file_benches_on_every_keras_backend_and_a_wrong_backend_is_fail
     assert "Backend parity, checked before anything was timed" in report
     assert "keras-jax, keras-tf and keras-torch agree" in report
     assert "fault-keras-lr failed it and was not timed: backend parity: differs" in report
+    assert "A model file's work is counted from one forward pass on Keras's NumPy backend" in report
+    spec = get_workload("examples/residual_cnn.py")
+    for name in ("keras-jax", "keras-tf", "keras-torch"):  # the counted step's FLOPs and kernel floor
+        assert recs[name]["flops_per_step"] == spec.flops(spec.batches()[0]) > 1e9
+        assert recs[name]["kernel_floor_s"] > 0
 
 
 @pytest.mark.workers

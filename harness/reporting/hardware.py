@@ -73,9 +73,18 @@ def hardware(recs: list[dict[str, Any]], envs: dict[str, dict[str, Any]]) -> lis
         out += ["Kernels compiled by the driver before timing (the build ships only PTX for this GPU):", "", *jit, ""]
     if rows:
         headers = ["adapter", "workload", "strategy", "device", "GFLOP per step", "GFLOP/s", "% of peak", "best step"]
-        out += [
+        counted = (
             "Useful work per step is counted from the spec (matmul and convolution multiply-adds, "
-            "padding not counted); GFLOP/s is that work over the steady window's time.",
+            "padding not counted); GFLOP/s is that work over the steady window's time."
+        )
+        if any((r.get("spec") or {}).get("family") == "keras-model" and r.get("gflops") is not None for r in recs):
+            counted += (
+                " A model file's work is counted from one forward pass on Keras's NumPy backend: each matmul, "
+                "einsum and convolution it asks of keras.ops, and one backward product per operand that needs a "
+                "gradient (workloads/model_flops.py)."
+            )
+        out += [
+            counted,
             "",
             tabulate(rows, headers, tablefmt="github", disable_numparse=True),
             "",
