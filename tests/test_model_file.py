@@ -296,6 +296,19 @@ def test_a_layer_calling_one_framework_is_skipped_on_the_other_backends_naming_t
         reason = adapters[name].cls().supports(spec)
         assert reason.startswith(f"the model does not build on Keras's {backend} backend (it does on another)")
         assert "in layer 'torch_gelu' (TorchGelu)" in reason and "\n" not in reason
+    # parity with one backend left: nothing to hold it to, said so, nothing trained or failed
+    from harness.reporting import parity
+    from harness.running import plan
+
+    cells = plan.plan(adapters, "keras-jax,keras-tf,keras-torch", str(path), "cpu", [], "quick", 1, "t")
+    results = tmp_path / "run" / records.RESULTS
+    results.parent.mkdir()
+    backends.check_model_files(adapters, cells, results, 60)
+    assert not results.exists()  # no cell failed (the skipped ones are the rounds' to record)
+    kept = parity.load([results.parent])
+    assert list(kept[spec.name]) == ["keras-torch"] and kept[spec.name]["keras-torch"]["of_allowance"] is None
+    line = parity.note(spec.name, kept)[0]
+    assert line.startswith("Backend parity: keras-torch is the only Keras backend that runs this model here")
 
 
 @pytest.mark.workers

@@ -81,8 +81,9 @@ class ModelFile(Workload):
         return _located(self.path)
 
     def described(self) -> dict[str, Any]:
-        """What ``describe`` found: ``{"params": {...}, "batches": [...], "settings": {...}}``."""
-        return _describe(self.file(), self.batch_size, self.seed, self.num_batches)
+        """What ``describe`` found: ``{"params": {...}, "batches": [...], "settings": {...}}``;
+        looked up once per spec and process (a Keras adapter's step reads the batch structure)."""
+        return _described(self)
 
     def init_params(self) -> Params:
         return dict(self.described()["params"])
@@ -115,10 +116,7 @@ class ModelFile(Workload):
     def backend_fault(self, backend: str) -> str | None:
         """Why the model does not build on Keras backend ``backend`` ("torch", "jax", "tensorflow")
         where it does on another (a layer calling one framework's API directly), or None."""
-        faults = self.described()["settings"].get("backend_faults", {})
-        return (
-            faults.get(backend) if backend not in ("numpy", self.described()["settings"].get("described_on")) else None
-        )
+        return self.described()["settings"].get("backend_faults", {}).get(backend)
 
     def kernels(self, batch: Batch) -> list[tuple[Kernel, int]] | None:
         """Counted from one forward pass on the description's NumPy backend (workloads.model_flops);
@@ -138,6 +136,11 @@ class ModelFile(Workload):
         """The first ``rows`` rows of the first batch's inputs: what builds the model (a
         subclassed model has no weights before its first call)."""
         return _rows(self.described()["settings"]["structure"], self.batches()[0], rows)
+
+
+@functools.cache
+def _described(spec: ModelFile) -> dict[str, Any]:
+    return _describe(spec.file(), spec.batch_size, spec.seed, spec.num_batches)
 
 
 def from_file(path: str) -> ModelFile:
@@ -337,8 +340,7 @@ def _child(file: Path, batch_size: int, seed: int, num_batches: int, out: Path) 
 
 
 def _kernels(model: Any, batches: list[dict[str, np.ndarray]], structure: dict) -> dict[str, list]:
-    """Each batch shape's training-step kernels (workloads.model_flops), by ``_signature``; the
-    model's weights are read back unchanged (a forward pass on the NumPy backend trains nothing)."""
+    """Each batch shape's training-step kernels (workloads.model_flops), by ``_signature``."""
     from workloads import model_flops
 
     found: dict[str, list] = {}

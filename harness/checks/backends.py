@@ -44,6 +44,8 @@ FACTOR = 10.0
 FLOOR = float(256 * np.finfo(np.float32).eps)
 #: The seed of the one-ulp move of the second run's weights (cell key ``perturb_seed``).
 PERTURB_SEED = 1
+#: The outcome of a backend that is the only one to run a model (no other to compare with).
+ALONE = {"reason": None, "of_allowance": None, "where": None}
 
 
 def check_model_files(adapters: Mapping[str, AdapterInfo], cells: list[Cell], results: Path, timeout_s: float) -> None:
@@ -67,7 +69,8 @@ def check_model_files(adapters: Mapping[str, AdapterInfo], cells: list[Cell], re
             for cell in group:
                 records.append(results, records.new_record(cell, "failed", too_large, round=1))
             continue
-        if not first:
+        if len(first) < 2:  # nothing to hold one backend to: said so in the report, not trained
+            _keep(results.parent / records.PARITY, workload, {a: ALONE for a in first})
             continue
         print(f"backend parity of {workload}: {', '.join(first)}, {STEPS} steps each, twice ...", flush=True)
         outcomes = run_parity(adapters, list(first.values()), timeout_s)
@@ -93,9 +96,8 @@ def run_parity(adapters: Mapping[str, AdapterInfo], cells: list[Cell], timeout_s
         except RuntimeError as exc:
             reason = f"backend parity: the check's worker failed: {exc}"
             out[cell["cell_id"]] = {"reason": reason, "of_allowance": None, "where": None}
-    verdicts = judge(runs)
     for name, (ratio, where) in margins(runs).items():
-        out[name] = {"reason": verdicts[name], "of_allowance": ratio, "where": where}
+        out[name] = {"reason": _reason(ratio, where, len(runs)), "of_allowance": ratio, "where": where}
     return out
 
 
@@ -134,11 +136,11 @@ def judge(runs: Runs) -> dict[str, str | None]:
     """The verdict of each backend's (as described, one ulp moved) pair of check results against
     the others' (see the module docstring); None where it agrees. Fewer than two: nothing to hold
     them to, every one agrees."""
-    found = margins(runs)
-    return {
-        n: None if ratio <= 1 else f"backend parity: differs from the median of {len(found)} Keras backends: {where}"
-        for n, (ratio, where) in found.items()
-    }
+    return {n: _reason(ratio, where, len(runs)) for n, (ratio, where) in margins(runs).items()}
+
+
+def _reason(ratio: float, where: str, backends: int) -> str | None:
+    return None if ratio <= 1 else f"backend parity: differs from the median of {backends} Keras backends: {where}"
 
 
 def margins(runs: Runs) -> dict[str, tuple[float, str]]:
