@@ -274,7 +274,9 @@ def _one_line(text: str, limit: int = 600) -> str:
 
 
 def _fault(exc: BaseException) -> str:
-    return _one_line(f"{type(exc).__name__}: {exc}")
+    """The exception in one line, without the arguments Keras appends to a layer's error (a
+    tensor's repr per argument: the layer and the error are the news)."""
+    return _one_line(f"{type(exc).__name__}: {exc}".split("Arguments received by", 1)[0])
 
 
 def _import(file: Path) -> Any:

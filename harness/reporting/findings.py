@@ -93,10 +93,10 @@ def line(key: tuple, fam: Family) -> tuple[float, str]:
     return worst, text
 
 
-def section(recs: list[Record]) -> list[str]:
+def section(recs: list[Record], fams: dict[tuple, Family] | None = None) -> list[str]:
     """``## What this run found``: one line per workload with two frameworks or more, the
     largest separated gaps first, at most MAX_LINES; nothing where no workload has two."""
-    lines = [line(key, fam) for key, fam in families(recs).items()]
+    lines = [line(key, fam) for key, fam in (families(recs) if fams is None else fams).items()]
     lines = [ln for ln in lines if "no other framework ran" not in ln[1]]
     if not lines:
         return []

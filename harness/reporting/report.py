@@ -29,7 +29,7 @@ from harness.reporting import (
     summary,
 )
 from harness.reporting.breakeven import cumulative_s
-from harness.reporting.cells import strategy
+from harness.reporting.cells import families, strategy
 from harness.reporting.formatting import fingerprint_name, machine_name, slug
 from harness.reporting.hardware import hardware, memory, peak_gflops, same_machine
 from harness.reporting.sections import banner, failures, input_pipeline, method
@@ -112,10 +112,11 @@ def build(
     ]
     colors = plots.palette(recs)
     out += _overview(recs, plot_dir)
-    said = summary.sentences(recs)
+    fams = families(recs)  # every group's verdicts, once: the summary, findings and tables read them
+    said = summary.sentences(recs, fams)
     if said:
         out += ["## Summary", "", *(f"- {line}" for line in said), ""]
-    out += findings.section(recs)
+    out += findings.section(recs, fams)
     out += banner(recs)
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in sorted(recs, key=overview.setting_order):  # sections in the overview's column order
@@ -126,7 +127,7 @@ def build(
         if not group:
             continue
         out += [table_title(group[0]), "", *generations_note(group), *parity.note(workload, checked)]
-        out += [workload_table(group), ""]
+        out += [workload_table(group, fams), ""]
         if plot_dir is not None:
             out += _plots(group, workload, key, plot_dir, colors)
     out += static_dynamic.section(resident)

@@ -18,7 +18,7 @@ from harness.reporting.breakeven import pair_break_even, steps_text
 from harness.reporting.cells import axes, comparable, families, name, strategy, top, what
 from harness.reporting.formatting import sig
 from harness.reporting.static_dynamic import mode_pairs, speedup, speedup_text
-from harness.stats.verdicts import FASTER, SAME, SLOWER, UNRESOLVED, outcome, separated
+from harness.stats.verdicts import FASTER, SAME, SLOWER, UNRESOLVED, Family, outcome, separated
 
 
 def _ms(rec: Record) -> str:
@@ -61,12 +61,13 @@ def _order(key: tuple) -> tuple:
     return key[0], tuple(numbers), str(key)
 
 
-def winner_sentences(recs: list[Record]) -> list[str]:
+def winner_sentences(recs: list[Record], fams: dict[tuple, Family] | None = None) -> list[str]:
     """Per device: the fastest adapter of each workload where it is separated from every other
     (family-wise), else the adapters at the top it could not be told from: all of them, each
     workload's marked the same speed (within 5%) where every one is, else unresolved."""
     by_device: dict[str, tuple[list[str], list[str], list[str]]] = {}
-    for key, fam in sorted(families(recs).items(), key=lambda kv: _order(kv[0])):
+    fams = families(recs) if fams is None else fams
+    for key, fam in sorted(fams.items(), key=lambda kv: _order(kv[0])):
         first = fam.leader
         where = f"{first['machine_label']}: {key[1]}" if first.get("machine_label") else str(key[1])
         clear, same, unresolved = by_device.setdefault(where, ([], [], []))
@@ -251,11 +252,11 @@ def _spec_strategy(rec: Record) -> str | None:
     return strategy_override(rec)
 
 
-def sentences(recs: list[Record]) -> list[str]:
-    """The summary, in reading order."""
+def sentences(recs: list[Record], fams: dict[tuple, Family] | None = None) -> list[str]:
+    """The summary, in reading order; ``fams``: ``cells.families(recs)`` where the caller has it."""
     return [
         *contention_sentences(recs),
-        *winner_sentences(recs),
+        *winner_sentences(recs, fams),
         *framework_sentences(recs),
         *input_sentences(recs),
         *device_sentences(recs),

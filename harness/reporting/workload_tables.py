@@ -234,11 +234,12 @@ def _table(
     return headers, tabulate(body, headers, tablefmt="github", disable_numparse=True)
 
 
-def workload_table(recs: list[Record]) -> str:
+def workload_table(recs: list[Record], fams: dict[tuple, Family] | None = None) -> str:
     """One workload's markdown: the main table (at most MAIN_MAX columns), then the details table
-    in a collapsed ``<details>`` block whose summary names its columns."""
+    in a collapsed ``<details>`` block whose summary names its columns. ``fams``: the report's
+    ``cells.families`` (a group's verdicts depend on its own cells only), else computed here."""
     key, main, details = layout(recs)
-    rows, fastest, fams = ordered(recs), _fastest(recs), families(recs)
+    rows, fastest, fams = ordered(recs), _fastest(recs), families(recs) if fams is None else fams
     _, main_table = _table(rows, key + main, fastest, fams)
     headers, details_table = _table(rows, key + details, fastest, fams)
     summary = f"{DETAILS_LEAD} {', '.join(h for h in headers if h not in {c.header for c in key})}"
