@@ -357,6 +357,12 @@ def test_the_report_states_a_parity_that_passed_and_one_that_failed(tmp_path):
     )
     assert "keras-torch failed it and was not timed: backend parity: differs" in line
     assert parity.note("other.py", loaded) == []
+    # the others' workers failed: the one left was held to nothing, and the line says so
+    crashed = {"ok": False, "reason": "backend parity: the check's worker failed: boom", "of_allowance": None}
+    left = {"ok": True, "reason": None, "of_allowance": 0.0, "where": ""}
+    line = parity.note("m.py", {"m.py": {"keras-jax": left | rule, "keras-tf": crashed | {"where": None} | rule}})[0]
+    assert "keras-jax trained, with no other backend left to hold it to" in line and "agree" not in line
+    assert "keras-tf failed it and was not timed: backend parity: the check's worker failed: boom" in line
 
 
 #: The built-in cnn written as a model file: its step's kernels must be the ones the cnn states.

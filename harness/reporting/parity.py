@@ -47,7 +47,10 @@ def note(workload: str, kept: dict[str, dict[str, dict[str, Any]]]) -> list[str]
         "spread they measured (at least "
         f"{rule['floor_ulps']} ulps). "
     )
-    if agree:
+    trained = [a for a, o in outcomes.items() if o["of_allowance"] is not None]
+    if agree and len(trained) < 2:  # the others' workers failed: nothing to hold it to
+        said += f"{_names(agree)} trained, with no other backend left to hold it to. "
+    elif agree:
         closest = max(agree, key=lambda a: outcomes[a]["of_allowance"])
         said += f"{_names(agree)} {'agrees' if len(agree) == 1 else 'agree'}"
         if outcomes[closest]["of_allowance"] > 0:
