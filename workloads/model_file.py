@@ -101,13 +101,18 @@ class ModelFile(Workload):
         """The file, imported in this process (a Keras adapter's worker, whose backend is set)."""
         return _import(self.file())
 
+    @functools.cached_property
+    def _structure(self) -> dict[str, Any]:
+        # Read once per spec object: inputs() and targets() run inside every timed Keras step.
+        return self.described()["settings"]["structure"]
+
     def inputs(self, batch: Mapping[str, Any]) -> Any:
         """A batch's (placed or NumPy) inputs as ``data()`` gave them: an array, a list or a dict."""
-        return _structured(batch, "x", self.described()["settings"]["structure"]["x"])
+        return _structured(batch, "x", self._structure["x"])
 
     def targets(self, batch: Mapping[str, Any]) -> Any:
         """A batch's targets as ``data()`` gave them: an array, a list or a dict."""
-        return _structured(batch, "y", self.described()["settings"]["structure"]["y"])
+        return _structured(batch, "y", self._structure["y"])
 
     def too_large(self) -> str | None:
         """Why the model cannot be built here (it asks for more memory than the machine has), or None."""
@@ -135,7 +140,7 @@ class ModelFile(Workload):
     def sample_inputs(self, rows: int = 2) -> Any:
         """The first ``rows`` rows of the first batch's inputs: what builds the model (a
         subclassed model has no weights before its first call)."""
-        return _rows(self.described()["settings"]["structure"], self.batches()[0], rows)
+        return _rows(self._structure, self.batches()[0], rows)
 
 
 @functools.cache
@@ -213,22 +218,22 @@ def _describe_on_frameworks(args: list[str], out: Path, numpy_said: str) -> None
     """Describe on every framework backend this interpreter has; the first that succeeds gives the
     description, which records the others' faults (``backend_faults``: their cells are skipped with
     it). None succeeding: the NumPy backend's fault."""
-    faults, chosen = {"numpy": numpy_said}, None
+    faults, chosen, folder = {"numpy": numpy_said}, None, out
     for backend, module in FRAMEWORK_BACKENDS.items():
         if importlib.util.find_spec(module) is None:
             continue
-        folder = out.with_name(f"{out.name}-{backend}")
-        code, said = _run_child(args, folder, backend)
+        tried = out.with_name(f"{out.name}-{backend}")
+        code, said = _run_child(args, tried, backend)
         if code:
             faults[backend] = said
         elif chosen is None:
-            chosen = folder
+            chosen, folder = backend, tried
     if chosen is None:
         raise SpecError(numpy_said)
-    settings = json.loads((chosen / "settings.json").read_text())
-    settings |= {"described_on": chosen.name.rsplit("-", 1)[1], "backend_faults": faults}
+    settings = json.loads((folder / "settings.json").read_text())
+    settings |= {"described_on": chosen, "backend_faults": faults}
     out.mkdir(parents=True, exist_ok=True)
-    for f in chosen.glob("*.npz"):
+    for f in folder.glob("*.npz"):
         shutil.copy(f, out / f.name)
     (out / "settings.json").write_text(json.dumps(settings))
 

@@ -8,6 +8,7 @@ from tabulate import tabulate
 
 from harness.reporting.formatting import DASH, row_label, sig
 from harness.reporting.workload_tables import ordered
+from workloads.model_file import FAMILY as MODEL_FILE
 
 #: Measured peaks are the best of repeats at the run's start and end; a step may beat them by
 #: noise, not by more than this.
@@ -77,7 +78,7 @@ def hardware(recs: list[dict[str, Any]], envs: dict[str, dict[str, Any]]) -> lis
             "Useful work per step is counted from the spec (matmul and convolution multiply-adds, "
             "padding not counted); GFLOP/s is that work over the steady window's time."
         )
-        if any((r.get("spec") or {}).get("family") == "keras-model" and r.get("gflops") is not None for r in recs):
+        if any((r.get("spec") or {}).get("family") == MODEL_FILE and r.get("gflops") is not None for r in recs):
             counted += (
                 " A model file's work is counted from one forward pass on Keras's NumPy backend: each matmul, "
                 "einsum and convolution it asks of keras.ops, and one backward product per operand that needs a "
