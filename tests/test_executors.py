@@ -20,7 +20,7 @@ import pytest
 
 from adapters import discover
 from harness import cli, env, records
-from harness.reporting import report
+from harness.reporting import model, report
 from harness.running import clusters, executors
 from harness.running.plan import plan
 from harness.running.progress import MatrixProgress
@@ -291,7 +291,7 @@ def test_cells_of_unlike_machines_are_never_compared_and_the_report_groups_by_ma
     (run / records.ENV).write_text(json.dumps({"hostname": "login", "cpu": "Xeon A", "fingerprint": a}))
     for r in recs:
         records.append(run / records.RESULTS, r)
-    combined, _ = report.load_runs([run])
+    combined, _ = model.load_runs([run])
     machines = {(r["adapter"], r["machine"]) for r in combined}
     assert machines == {
         ("torch-eager", "Xeon A, 64 cores"),

@@ -6,14 +6,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from harness.reporting import findings, report
+from harness.reporting import findings, model
 from harness.reporting.workload_tables import workload_table
 
 DEFAULT = Path(__file__).resolve().parent.parent / "reports" / "2026-11-25-cpu-default"
 
 
 def _default():
-    recs, _ = report.load_runs([DEFAULT])
+    recs, _ = model.load_runs([DEFAULT])
     return recs
 
 

@@ -351,10 +351,10 @@ def test_the_report_states_a_parity_that_passed_and_one_that_failed(tmp_path):
     loaded = parity.load([tmp_path])
     line = parity.note("m.py", loaded)[0]
     assert "over 5 training steps" in line and "10 times the float32 rounding spread" in line
-    assert (
-        "keras-jax and keras-tf agree; the closest to its allowance, keras-tf, reached 0.12 of it (k after step 3)"
-        in line
-    )
+    assert "keras-jax and keras-tf agree; the closest to its allowance, keras-tf, reached 0.12 of it." in line
+    table = parity.note("m.py", loaded)[2]  # the numbers the line quotes, and where each backend came closest
+    assert "| keras-tf    | agrees            | 0.12 " in table and "k after step 3" in table
+    assert "| keras-torch | failed, not timed | 3 " in table
     assert "keras-torch failed it and was not timed: backend parity: differs" in line
     assert parity.note("other.py", loaded) == []
     # the others' workers failed: the one left was held to nothing, and the line says so

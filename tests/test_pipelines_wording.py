@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from harness.reporting import pipelines, report
+from harness.reporting import model, pipelines, report
 from tests.conftest import REPO
 
 PIPELINES = REPO / "reports" / "2026-11-25-cpu-input-pipelines"  # every adapter at workers=2 only
@@ -11,7 +11,7 @@ WORKERS = REPO / "reports" / "2026-11-25-cpu-input-workers"  # workers=0,1,2,4
 
 
 def _section(run) -> str:
-    recs, _ = report.load_runs([run])
+    recs, _ = model.load_runs([run])
     return "\n".join(pipelines.section(recs, None))
 
 
@@ -40,6 +40,6 @@ def test_tensorflow_loader_is_worded_as_this_projects_loader_through_numpy_funct
     assert "GIL" in mlp and "not the speed of a tf.data pipeline" in mlp
     assert "67.7-69.3 batches/s at workers=2 against 140-150 for the others" in mlp
     resident = "\n".join(
-        pipelines.section([r for r in report.load_runs([PIPELINES])[0] if "tf" not in r["adapter"]], None)
+        pipelines.section([r for r in model.load_runs([PIPELINES])[0] if "tf" not in r["adapter"]], None)
     )
     assert "numpy_function`" not in resident, "no TensorFlow loader, no note"

@@ -3,8 +3,9 @@
 A reader believes each sentence of a report until one is wrong. These tests walk every committed
 ``report.md`` and check what its prose claims against what its tables print:
 
-- every measured number in the Summary is one a table of the same report prints (the sentences
-  show the tables' values, not a second computation);
+- every measured number in the Summary, and in every other section's sentences, is one a table of
+  the same report prints (the sentences show the tables' values, not a second computation); the
+  sections that state the protocol and the machine (``PROTOCOL_SECTIONS``) are not measurements;
 - no sentence says "tie"/"tied" (a report has three outcomes: separated, same speed, unresolved);
 - every list of adapters "at the top" of a workload is the overview's whole top (none left out),
   and every "fastest" is the overview's framed cell.
@@ -17,12 +18,16 @@ from pathlib import Path
 
 import pytest
 
+from harness.reporting.plots import HORIZON
+
 REPORTS_DIR = Path(__file__).resolve().parent.parent / "reports"
 REPORTS = sorted(REPORTS_DIR.glob("**/report.md"))
 
 #: A measured number as sentences print it: 8.77, 1.55x, 13,892 (thousands), 23x. Counts ("4 of 6
 #: workloads", "60 cells"), levels and shares ("95%", "23%") and settings ("batch_size=16") are not.
-NUMBER = re.compile(r"(?<![\w.=\-/])(\d{1,3}(?:,\d{3})+|\d+\.\d+|\d+(?=x\b)|\d+(?= steps?\b))(?![\d%])")
+NUMBER = re.compile(
+    r"(?<![\w.=\-/])(\d{1,3}(?:,\d{3})+|\d+\.\d+|\d+(?=x\b)|\d+(?= steps?\b))(?![\d%]|\.\d)"  # 0.10.2: a version
+)
 TIE = re.compile(r"\btie[sd]?\b", re.IGNORECASE)
 
 
@@ -48,8 +53,15 @@ def prose(lines: list[str]) -> list[str]:
     return [line for line in lines if line.strip() and not line.lstrip().startswith(("|", "#", "![", "<", "```"))]
 
 
+#: Sections whose sentences state the protocol, its calibration and the machine, not this run's
+#: measurements: their numbers are settings and constants (block seconds, levels, versions).
+PROTOCOL_SECTIONS = ("Method", "Environment", "Machines", "Framework settings")
+
+
 def numbers(sentence: str) -> list[str]:
-    # Names carry digits that are no measurement ("mlp (batch_size=16)", "repeat-01", "fp32").
+    # Names carry digits that are no measurement ("mlp (batch_size=16)", "repeat-01", "fp32"), and
+    # the cumulative plot's horizon is a setting of the report.
+    sentence = sentence.replace(f"{HORIZON:,} steps", "")
     sentence = re.sub(r"\([^()]*=[^()]*\)", "", sentence)
     sentence = re.sub(r"`[^`]*`", "", sentence)
     return NUMBER.findall(sentence)
@@ -69,6 +81,37 @@ def test_summary_numbers_are_printed_in_a_table(path: Path) -> None:
     tables = table_text(text)
     missing = [(n, line[:120]) for line in summary(text) for n in numbers(line) if not in_tables(n, tables)]
     assert not missing, f"{path}: Summary numbers no table prints: {missing}"
+
+
+@pytest.mark.parametrize("path", REPORTS, ids=lambda p: str(p.parent.relative_to(REPORTS_DIR)))
+def test_every_sections_numbers_are_printed_in_a_table(path: Path) -> None:
+    """Every section's sentences (list items, notes, captions) quote only numbers a table of the
+    report prints: fails on the reports of 7e87494 for the measured peaks (a list), the sweeps'
+    crossover intervals, the ops profile's milliseconds and differences, and the parity line."""
+    text = path.read_text()
+    tables = table_text(text)
+    missing = [
+        (head, n, line[:100])
+        for head, lines in sections(text).items()
+        if head not in PROTOCOL_SECTIONS
+        for line in prose(lines)
+        for n in numbers(line)
+        if not in_tables(n, tables)
+    ]
+    assert not missing, f"{path}: numbers no table prints: {missing}"
+
+
+def test_the_claims_walk_reads_every_sections_sentences() -> None:
+    """Guards the walk above against matching nothing: the default run's sentences hold numbers."""
+    text = (REPORTS_DIR / "2026-11-26-cpu-default-30m" / "report.md").read_text()
+    checked = [
+        n
+        for head, lines in sections(text).items()
+        if head not in PROTOCOL_SECTIONS
+        for line in prose(lines)
+        for n in numbers(line)
+    ]
+    assert len(checked) > 50 and numbers("copy 0.10.2 and 1.17 [0.98, 1.41], 3x") == ["1.17", "0.98", "1.41", "3"]
 
 
 @pytest.mark.parametrize("path", REPORTS, ids=lambda p: str(p.parent.relative_to(REPORTS_DIR)))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from harness import records
-from harness.reporting import breakeven, compare, report, static_dynamic, summary, sweeps
+from harness.reporting import breakeven, compare, model, report, static_dynamic, summary, sweeps
 from tests.conftest import REPO
 from tests.fakes import as_rounds, process_levels, record
 
@@ -157,7 +157,7 @@ def test_missing_cells_name_the_setting_they_were_skipped_for():
 
 
 def test_summary_of_the_full_cpu_run_fits_in_eight_sentences():
-    recs, _ = report.load_runs([REPO / "reports" / "2026-11-25-cpu-default"])
+    recs, _ = model.load_runs([REPO / "reports" / "2026-11-25-cpu-default"])
     found = summary.sentences(recs)
     assert 4 <= len(found) <= 8
     assert sum(line.count(". ") + 1 for line in found) <= 8, "each bullet is one sentence"
@@ -225,7 +225,7 @@ def test_sweep_section_and_plots_are_written(tmp_path):
     path = report.write(run)
     md = path.read_text()
     assert "## Sweep: mlp over batch_size" in md
-    assert "- between batch_size=16 and 256: torch-eager / cuda overtakes torch-eager / cpu" in md
+    assert "| batch_size=16 to 256 | torch-eager / cuda | torch-eager / cpu " in md
     pngs = sorted(p.name for p in run.glob("*.png"))
     assert "mlp-sweep-batch_size.png" in pngs and any(p.endswith("-steps.png") for p in pngs)
     for name in pngs:

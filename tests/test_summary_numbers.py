@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.reporting import report, static_dynamic, summary, sweeps
+from harness.reporting import model, static_dynamic, summary, sweeps
 from harness.reporting.cells import families, name, top, what
 from harness.reporting.workload_tables import workload_table
 from tests.conftest import REPO
@@ -36,12 +36,12 @@ def _rows(table: str) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def default_run() -> list[dict]:
-    return report.load_runs([DEFAULT])[0]
+    return model.load_runs([DEFAULT])[0]
 
 
 @pytest.fixture(scope="module")
 def sweep_run() -> list[dict]:
-    return report.load_runs([SWEEP])[0]
+    return model.load_runs([SWEEP])[0]
 
 
 def test_framework_sentences_quote_the_within_frameworks_table(default_run):
@@ -97,8 +97,8 @@ def test_the_top_lists_every_adapter_not_told_from_the_leader(sweep_run):
 
 def test_a_crossover_prints_the_paired_ratio_its_verdict_used(sweep_run):
     text = "\n".join(sweeps.sweep_section(sweep_run, None))
-    crossover = "tf-function / cpu overtakes jax-jit / cpu (1.31 [1.06, 1.61] at 128, 1.25 [1.23, 1.28] at 1024)"
-    assert f"- between batch_size=128 and 1024: {crossover}" in text
+    crossover = "| tf-function / cpu | jax-jit / cpu       | 1.31 [1.06, 1.61] at 128 | 1.25 [1.23, 1.28] at 1024 |"
+    assert "| batch_size=128 to 1024 " + crossover in text
     assert "ratio of the two series' cells" in text and "paired generation by generation;" in text
     assert "its interval at 95%" in text
     assert "`same speed` or `unresolved` are skipped" in text

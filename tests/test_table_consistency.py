@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from harness.reporting import attention, report
+from harness.reporting import attention, model, report
 from harness.reporting.formatting import DASH
 from harness.reporting.workload_tables import DETAILS_LEAD, floor_text, table_title, workload_table
 from harness.stats.cells import combine
@@ -24,7 +24,7 @@ PIPELINED = "pipelined (ms/step)"
 
 @pytest.fixture(scope="module")
 def recs() -> list[dict]:
-    return report.load_runs([RUN])[0]
+    return model.load_runs([RUN])[0]
 
 
 @pytest.fixture(scope="module")

@@ -53,9 +53,9 @@ def hardware(recs: list[dict[str, Any]], envs: dict[str, dict[str, Any]]) -> lis
     machine name; a plain env dict is one machine)."""
     if "peaks" in envs or not all(isinstance(v, dict) for v in envs.values()):
         envs = {"": envs}
-    lines = []
+    peaks = []
     for machine, env in envs.items():
-        lines += _peak_lines(machine if len(envs) > 1 else "", env.get("peaks") or {})
+        peaks += _peak_rows(machine if len(envs) > 1 else "", env.get("peaks") or {})
     rows = []
     for r in ordered(recs):
         if r["status"] != "ok" or r.get("data", "resident") != "resident" or r.get("gflops") is None:
@@ -65,11 +65,17 @@ def hardware(recs: list[dict[str, Any]], envs: dict[str, dict[str, Any]]) -> lis
         best = f"{r['gflops_max_step'] / peak:.1%}" if peak else DASH
         rows.append([*row_label(r), sig(r["flops_per_step"] / 1e9), sig(r["gflops"]), pct, best])
     jit = [line for env in envs.values() for line in kernel_jit_lines(env.get("kernel_jit") or [])]
-    if not rows and not lines and not jit:
+    if not rows and not peaks and not jit:
         return []
     out = ["## How close to the hardware", ""]
-    if lines or rows:
-        out += ["Measured peaks (at the run's start and, in runs since 2026-11-23, at its end):", "", *lines, ""]
+    if peaks:
+        out += [
+            "Measured peaks (at the run's start and, in runs since 2026-11-23, at its end; the better of the two "
+            "counts):",
+            "",
+            tabulate(peaks, PEAK_HEADERS, tablefmt="github", disable_numparse=True),
+            "",
+        ]
     if jit:
         out += ["Kernels compiled by the driver before timing (the build ships only PTX for this GPU):", "", *jit, ""]
     if rows:
@@ -121,27 +127,35 @@ def kernel_jit_lines(warmed: list[dict[str, Any]]) -> list[str]:
 PEAK_KIND = {"tf32": "float32 (TF32 allowed)", "bf16": "bfloat16 or float32 (the faster)"}
 
 
-def _peak_lines(machine: str, peaks: dict[str, Any]) -> list[str]:
-    lines = []
+def _peak_rows(machine: str, peaks: dict[str, Any]) -> list[list[str]]:
+    """One table row per device's measured peaks (the numbers the report's sentences may quote)."""
+    rows = []
     for device, peak in peaks.items():
         where = f"{machine}: {device}" if machine else device
         if "error" in peak:
-            lines.append(f"- {where}: peak not measured ({peak['error'].splitlines()[-1]})")
+            rows.append([where, f"not measured ({peak['error'].splitlines()[-1]})", *[DASH] * 5])
             continue
         by = peak["matmul_gflops_by"]
         source = ", ".join(f"{k} {sig(v)}" for k, v in by.items()) if isinstance(by, dict) else by
-        when = ""
-        if "matmul_gflops_end" in peak:
-            start, end = sig(peak["matmul_gflops_start"]), sig(peak["matmul_gflops_end"])
-            when = f", the better of {start} at the run's start and {end} at its end"
+        start = sig(peak.get("matmul_gflops_start", peak["matmul_gflops"]))  # runs before 2026-11-23: start only
+        end = sig(peak["matmul_gflops_end"]) if "matmul_gflops_end" in peak else DASH
         kind = PEAK_KIND.get(peak.get("precision", "fp32"), "float32")
         if peak.get("bf16_emulated"):  # harness.measuring.peak: an emulated bfloat16 matmul is not timed
             kind = f"float32 (bfloat16 not timed: emulated here, {peak['bf16_emulated']})"
-        lines.append(
-            f"- {where}: {kind} matmul {sig(peak['matmul_gflops'])} GFLOP/s ({source}{when}); "
-            f"copy {sig(peak['copy_gbs'])} GB/s (read + write)"
-        )
-    return lines
+        rows.append([where, sig(peak["matmul_gflops"]), kind, source, start, end, sig(peak["copy_gbs"])])
+    return rows
+
+
+#: The measured peaks' table columns.
+PEAK_HEADERS = [
+    "device",
+    "matmul GFLOP/s",
+    "matmul in",
+    "by library",
+    "at the run's start",
+    "at its end",
+    "copy GB/s (read + write)",
+]
 
 
 def _mib(value: Any) -> str:

@@ -23,6 +23,8 @@ from harness.stats import taxonomy
 
 #: The profiler's own cost, apart from *uncovered* (``split_seconds``).
 PROFILER = "profiler overhead"
+#: Columns of the shares table that also print their time (ms): what the sentences quote.
+TIMED = (taxonomy.UNCOVERED, PROFILER)
 
 
 def split_seconds(r: Record) -> dict[str, float]:
@@ -108,8 +110,8 @@ def shares_table(group: list[Record]) -> str:
         # The unprofiled step of the same process and round: another round's may differ by drift.
         unprofiled = p.get("unprofiled_step_s") or r["median_s"]
         row = [r["adapter"], sig(p["profiled_step_s"] * 1e3), sig(unprofiled * 1e3), sig(p["ops_per_step"])]
-        total = sum(split[id(r)].values())
-        row += [_pct(split[id(r)][c] / total if total else 0.0) for c in used]
+        # the time outside any op, and the profiler's, also in ms: the sentences below quote both
+        row += [_share_ms(split[id(r)], c) if c in TIMED else _share(split[id(r)], c) for c in used]
         if gpu:
             row += [_pct(p.get("device_busy_share")), sig((p.get("kernel_gap_s") or 0) * 1e6)]
         rows.append(row)
@@ -140,10 +142,8 @@ def pair_sentences(group: list[Record]) -> list[str]:
         for dyn in graphs.get("dynamic", []):
             for sta in graphs.get("static", []):
                 d, s = split_seconds(dyn), split_seconds(sta)
-                gap = (d[taxonomy.UNCOVERED] - s[taxonomy.UNCOVERED]) * 1e3
-                whole = (dyn["ops_profile"].get("unprofiled_step_s") or dyn["median_s"]) - (
-                    sta["ops_profile"].get("unprofiled_step_s") or sta["median_s"]
-                )
+                more = d[taxonomy.UNCOVERED] > s[taxonomy.UNCOVERED]
+                whole = [sig((r["ops_profile"].get("unprofiled_step_s") or r["median_s"]) * 1e3) for r in (dyn, sta)]
                 out.append(
                     f"{framework}: {dyn['adapter']} launches {sig(dyn['ops_profile']['ops_per_step'])} ops per step "
                     f"and {_share_ms(d, taxonomy.UNCOVERED)} of its profiled step is uncovered, "
@@ -151,19 +151,24 @@ def pair_sentences(group: list[Record]) -> list[str]:
                     f"{sig(sta['ops_profile']['ops_per_step'])}, {_share_ms(s, taxonomy.UNCOVERED)} uncovered, "
                     f"{_share_ms(s, PROFILER)} profiler overhead"
                     + (
-                        f": the dynamic mode's profiled step holds {sig(gap)} ms more outside any op, its profiler "
-                        f"overhead apart (unprofiled, the whole steps differ by {sig(whole * 1e3)} ms)."
-                        if gap > 0
+                        ": the dynamic mode's profiled step holds more outside any op, its profiler overhead apart "
+                        f"(unprofiled, the whole steps take {whole[0]} and {whole[1]} ms)."
+                        if more
                         else "."
                     )
                 )
     return out
 
 
-def _share_ms(seconds: dict[str, float], category: str) -> str:
-    """``25% (0.5 ms)``: a category's share of the profiled step and its time, as the table reads."""
+def _share(seconds: dict[str, float], category: str) -> str:
+    """``25%``: a category's share of the profiled step."""
     total = sum(seconds.values())
-    return f"{_pct(seconds[category] / total if total else 0.0)} ({sig(seconds[category] * 1e3)} ms)"
+    return _pct(seconds[category] / total if total else 0.0)
+
+
+def _share_ms(seconds: dict[str, float], category: str) -> str:
+    """``25% (0.5 ms)``: a category's share of the profiled step and its time, as the table prints it."""
+    return f"{_share(seconds, category)} ({sig(seconds[category] * 1e3)} ms)"
 
 
 #: A share at or above this is "mostly" one thing, for floor_disagreements.

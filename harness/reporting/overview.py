@@ -88,9 +88,10 @@ def _cell(recs: list[Record], fastest: Record | None, fams: dict[tuple, Family])
     return Cell("failed" if any(r["status"] == "failed" for r in recs) else "skipped")
 
 
-def grid(recs: list[Record]) -> Grid | None:
+def grid(recs: list[Record], fams: dict[tuple, Family] | None = None) -> Grid | None:
     """The overview of a report's cells on resident data (other data modes have their own
-    section), or None where nothing ran."""
+    section), or None where nothing ran. ``fams``: ``cells.families(recs)`` where the caller has
+    them (the report model): a column's marks are its group's family verdicts, judged once."""
     resident = [r for r in recs if r.get("data", "resident") == "resident"]
     if not any(r["status"] == "ok" for r in resident):
         return None
@@ -105,10 +106,10 @@ def grid(recs: list[Record]) -> Grid | None:
     kinds = {r["adapter"]: (r.get("framework", ""), r.get("graph") != "dynamic") for r in resident}
     rows = sorted(kinds, key=lambda a: (*kinds[a], a))  # each framework's dynamic mode above its static one
     out = Grid(rows, order, [])
+    fams = families(recs) if fams is None else fams
     for column in order:
         usable = [r for a in rows for r in comparable(members.get((column, a), []))]
         fastest = min(usable, key=lambda r: r["median_s"], default=None)
-        fams = families(usable)
         out.fastest_s.append(fastest["median_s"] if fastest else None)
         for adapter in rows:
             if (column, adapter) in members:

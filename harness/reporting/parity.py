@@ -1,4 +1,4 @@
-"""The backend-parity line of a model file's workload section (harness/checks/backends.py).
+"""The backend-parity line and table of a model file's workload section (harness/checks/backends.py).
 
 A check that passed is stated as plainly as one that failed: the reader of a model file's
 timings learns that its backends computed the same numbers first, and how close the closest
@@ -12,7 +12,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from tabulate import tabulate
+
 from harness.records import PARITY
+from harness.reporting.formatting import DASH
 
 
 def load(run_dirs: Iterable[Path]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -27,7 +30,8 @@ def load(run_dirs: Iterable[Path]) -> dict[str, dict[str, dict[str, Any]]]:
 
 
 def note(workload: str, kept: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
-    """The workload's parity line and a blank line, or nothing where it was not checked."""
+    """The workload's parity line and, where several backends were held to each other, the table of
+    their outcomes (each followed by a blank line); nothing where it was not checked."""
     outcomes = kept.get(workload)
     if not outcomes:
         return []
@@ -55,13 +59,28 @@ def note(workload: str, kept: dict[str, dict[str, dict[str, Any]]]) -> list[str]
         said += f"{_names(agree)} {'agrees' if len(agree) == 1 else 'agree'}"
         if outcomes[closest]["of_allowance"] > 0:
             share = outcomes[closest]["of_allowance"]
-            said += (
-                f"; the closest to its allowance, {closest}, reached {share:.2g} of it ({outcomes[closest]['where']})"
-            )
+            said += f"; the closest to its allowance, {closest}, reached {share:.2g} of it"
         said += ". "
     for adapter in sorted(set(outcomes) - set(agree)):
         said += f"{adapter} failed it and was not timed: {outcomes[adapter]['reason']}. "
-    return [said.strip(), ""]
+    return [said.strip(), "", _table(outcomes), ""]
+
+
+def _table(outcomes: dict[str, dict[str, Any]]) -> str:
+    """Each backend's outcome and its closest approach to its allowance: the numbers the line quotes."""
+    rows = []
+    for adapter, o in sorted(outcomes.items()):
+        share = o.get("of_allowance")
+        rows.append(
+            [
+                adapter,
+                "agrees" if o["ok"] else "failed, not timed",
+                DASH if share is None else f"{share:.2g}",
+                o.get("where") or DASH,
+            ]
+        )
+    headers = ["backend", "parity", "closest approach, of its allowance", "where"]
+    return tabulate(rows, headers, tablefmt="github", disable_numparse=True)
 
 
 def _names(names: list[str]) -> str:

@@ -1,5 +1,6 @@
-"""report.md of one run, or several merged: loads records (rounds combined) and assembles the
-sections; report.html beside it is the same page rendered (harness.reporting.html).
+"""report.md of one run, or several merged: renders the report model (harness.reporting.model:
+the records, rounds combined, and what is computed from them once) section by section;
+report.html beside it is the same page rendered (harness.reporting.html).
 
 The page opens with the answer: the overview (picture and table) and the summary sentences; the
 tables, plots and sections that back them follow."""
@@ -13,13 +14,14 @@ from typing import Any
 import pandas as pd
 
 from harness import records
-from harness.records import is_idiomatic, load_env
+from harness.records import is_idiomatic
 from harness.reporting import (
     attention,
     export,
     fidelity,
     findings,
     html,
+    model,
     ops,
     overview,
     parity,
@@ -29,50 +31,13 @@ from harness.reporting import (
     summary,
 )
 from harness.reporting.breakeven import cumulative_s
-from harness.reporting.cells import families, strategy
-from harness.reporting.formatting import fingerprint_name, machine_name, slug
-from harness.reporting.hardware import hardware, memory, peak_gflops, same_machine
+from harness.reporting.cells import strategy
+from harness.reporting.formatting import slug
+from harness.reporting.hardware import hardware, memory
 from harness.reporting.sections import banner, failures, input_pipeline, method
 from harness.reporting.sweeps import sweep_section
 from harness.reporting.tables import env_table, machines_table, settings_table
 from harness.reporting.workload_tables import table_title, workload_table
-from harness.stats.cells import combine_all, fingerprint_key
-
-
-def load_runs(
-    run_dirs: list[Path], raw: Mapping[Path, list[dict[str, Any]]] | None = None
-) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """Records of one or several runs, combined per cell, each a new record annotated with its
-    machine and the measured peak of its device; with several machines, device labels name the
-    machine. ``raw``: a run's records as already loaded (results.jsonl is read once per report).
-
-    A run's machine is the one its env.json describes, unless its records carry several machine
-    fingerprints (a cluster run over unlike nodes): then each record's machine is its fingerprint.
-    The peaks and kernel floors measured on the submitting host stay with the cells that ran on
-    a machine like it."""
-    recs, envs = [], {}
-    for run_dir in run_dirs:
-        env = load_env(run_dir)
-        name = machine_name(env) if env else run_dir.name
-        if name in envs:
-            name = f"{name} [{run_dir.name}]"
-        envs[name] = env
-        loaded = (raw or {}).get(run_dir)
-        loaded = records.load(run_dir / records.RESULTS) if loaded is None else loaded
-        combined = combine_all([r for r in loaded if not is_idiomatic(r)])
-        mixed = len({fingerprint_key(r) for r in combined if r.get("fingerprint")}) > 1
-        for r in combined:
-            r = {**r, "machine": name}
-            if mixed and r.get("fingerprint"):
-                suffix = f" [{run_dir.name}]" if len(run_dirs) > 1 else ""
-                r["machine"] = fingerprint_name(r["fingerprint"]) + suffix
-            r["peak_gflops"] = peak_gflops(env, r)
-            if not same_machine(env, r):
-                r.pop("kernel_floor_s", None)
-            recs.append(r)
-    if len(envs) > 1 or len({r["machine"] for r in recs}) > 1:
-        recs = [{**r, "machine_label": r["machine"]} for r in recs]
-    return recs, envs
 
 
 def generations_note(group: list[dict[str, Any]]) -> list[str]:
@@ -99,38 +64,34 @@ def build(
 ) -> str:
     """The report's markdown; with ``plot_dir``, its PNG plots are written there and embedded.
     ``raw``: runs' records as already loaded."""
-    run_dirs = [run_dirs] if isinstance(run_dirs, Path) else list(run_dirs)
-    recs, envs = load_runs(run_dirs, raw)
-    checked = parity.load(run_dirs)
-    title = ", ".join(sorted({str(r.get("run_id", "")) for r in recs})) or ", ".join(d.name for d in run_dirs)
+    m = model.load([run_dirs] if isinstance(run_dirs, Path) else list(run_dirs), raw)
+    with m.judged():  # every pair judged once: a sentence reads the verdict its table printed
+        return render(m, plot_dir)
+
+
+def render(m: model.Model, plot_dir: Path | None = None) -> str:
+    """The report's markdown from its model (``build``), every section in reading order."""
+    recs, fams = m.recs, m.families
     counts = pd.Series([r["status"] for r in recs]).value_counts().to_dict() if recs else {}
     out = [
-        f"# dlcompare report: run {title}",
+        f"# dlcompare report: run {m.title}",
         "",
         f"{len(recs)} cells: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in records.STATUSES) + ".",
         "",
     ]
     colors = plots.palette(recs)
-    out += _overview(recs, plot_dir)
-    fams = families(recs)  # every group's verdicts, once: the summary, findings and tables read them
+    out += _overview(m.grid, recs, plot_dir)
     said = summary.sentences(recs, fams)
     if said:
         out += ["## Summary", "", *(f"- {line}" for line in said), ""]
     out += findings.section(recs, fams)
     out += banner(recs)
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in sorted(recs, key=overview.setting_order):  # sections in the overview's column order
-        key = records.setting_overrides(r)
-        groups.setdefault((r["workload"], key), []).append(r)
-    resident = {k: [r for r in g if r.get("data", "resident") == "resident"] for k, g in groups.items()}
-    for (workload, key), group in resident.items():
-        if not group:
-            continue
-        out += [table_title(group[0]), "", *generations_note(group), *parity.note(workload, checked)]
+    for (workload, key), group in m.sections.items():
+        out += [table_title(group[0]), "", *generations_note(group), *parity.note(workload, m.parity)]
         out += [workload_table(group, fams), ""]
         if plot_dir is not None:
             out += _plots(group, workload, key, plot_dir, colors)
-    out += static_dynamic.section(resident)
+    out += static_dynamic.section(m.sections)
     out += ops.section(recs, plot_dir)
     out += attention.section(recs)
     out += sweep_section(recs, plot_dir, colors)
@@ -138,7 +99,7 @@ def build(
     out += pipes
     if not pipes or any(r.get("data", "resident") != "loader" for r in recs):
         out += input_pipeline(recs)
-    out += hardware(recs, envs)
+    out += hardware(recs, m.envs)
     out += memory(recs)
     out += failures(recs)
     settings = settings_table(recs)
@@ -148,9 +109,9 @@ def build(
     if machines:
         intro = "Cells are compared only with cells of the same machine (CPU, cores, GPUs, driver)."
         out += ["## Machines", "", intro, "", machines, ""]
-    for name, env in envs.items():
+    for name, env in m.envs.items():
         if env:
-            heading = "## Environment" + (f": {name}" if len(envs) > 1 else "")
+            heading = "## Environment" + (f": {name}" if len(m.envs) > 1 else "")
             out += [heading, "", env_table(env), ""]
     out += ["## Method", "", method(recs), ""]
     return "\n".join(out)
@@ -160,9 +121,8 @@ def build(
 OVERVIEW_PNG = "overview.png"
 
 
-def _overview(recs: list[dict[str, Any]], plot_dir: Path | None) -> list[str]:
+def _overview(grid: overview.Grid | None, recs: list[dict[str, Any]], plot_dir: Path | None) -> list[str]:
     """The picture (where plots are drawn) and the same grid as a compact table."""
-    grid = overview.grid(recs)
     if grid is None:
         return []
     out = ["## Overview", ""]

@@ -147,15 +147,24 @@ def sweep_section(recs: list[dict[str, Any]], plot_dir: Path | None, colors: plo
         found = crossovers(series)
         if found:
             out += [
-                f"Crossovers, where the faster of two series changes, {rule}. Each gives the slower's time over "
-                "the faster's at the two values:",
+                f"Crossovers, where the faster of two series changes, {rule}. Each row gives the slower's time "
+                "over the faster's at the two values:",
                 "",
-            ]
-            out += [
-                f"- between {field}={c['before']:g} and {c['after']:g}: {c['faster_after']} overtakes "
-                f"{c['faster_before']} ({verdict_text(c['ratios'][0])} at {c['before']:g}, "
-                f"{verdict_text(c['ratios'][1])} at {c['after']:g})"
-                for c in found
+                tabulate(
+                    [
+                        [
+                            f"{field}={c['before']:g} to {c['after']:g}",
+                            c["faster_after"],
+                            c["faster_before"],
+                            f"{verdict_text(c['ratios'][0])} at {c['before']:g}",
+                            f"{verdict_text(c['ratios'][1])} at {c['after']:g}",
+                        ]
+                        for c in found
+                    ],
+                    ["between", "overtakes", "the faster before", "before", "after"],
+                    tablefmt="github",
+                    disable_numparse=True,
+                ),
             ]
         else:
             out += [f"No crossover: no pair of series changes order within the swept range, {rule}."]

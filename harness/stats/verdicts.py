@@ -31,12 +31,17 @@ of cell c in generation k) and what its group's model says:
   alone would not hold the family's rate).
 - **Sequential looks** (a time budget adds generations to unsettled groups and looks again): the
   level per look comes from Pocock's constants (``pocock_level``).
+- **Judged once** (``judged_once``): within a report's scope every pair's verdict is computed
+  once and read by every table, picture and sentence that needs it (harness.reporting.model).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -178,10 +183,41 @@ def _judged(log_point: float, se: float, df: float, level: float, reason: str = 
     return PairVerdict(math.exp(log_point), low, high, word, why, df, p)
 
 
+#: Where ``judged_once`` keeps its verdicts: (id(a), id(b), level) -> (a, b, verdict); the records
+#: are held too, so an id is never reused while its verdict is kept. None outside the scope.
+_JUDGED: ContextVar[dict[tuple[int, int, float], tuple[Record, Record, PairVerdict]] | None] = ContextVar(
+    "judged", default=None
+)
+
+
+@contextmanager
+def judged_once(store: dict[tuple[int, int, float], tuple[Record, Record, PairVerdict]]) -> Iterator[None]:
+    """Within it, ``pair_verdict`` answers each pair of records (by identity) and level from
+    ``store``, computing a verdict only the first time it is asked: one report's verdicts,
+    computed once and read by every section (harness.reporting.model). Records must not change
+    while it lasts."""
+    token = _JUDGED.set(store)
+    try:
+        yield
+    finally:
+        _JUDGED.reset(token)
+
+
 def pair_verdict(a: Record, b: Record, level: float | None = None) -> PairVerdict:
     """time(b) / time(a) and the verdict on b against a (module docstring): paired by
-    generation within a group, Welch's t between groups and between runs."""
+    generation within a group, Welch's t between groups and between runs. Within ``judged_once``,
+    each pair's verdict is computed once."""
     level = level_of(a, b) if level is None else level
+    store = _JUDGED.get()
+    if store is None:
+        return _pair_verdict(a, b, level)
+    key = (id(a), id(b), level)
+    if key not in store:
+        store[key] = (a, b, _pair_verdict(a, b, level))
+    return store[key][2]
+
+
+def _pair_verdict(a: Record, b: Record, level: float) -> PairVerdict:
     la, lb = levels_of(a), levels_of(b)
     if not la or not lb:
         return _not_judged(b["median_s"] / a["median_s"], ONE_PROCESS)

@@ -1,0 +1,110 @@
+"""The report model: what a report says, computed once from its runs' records, from which
+harness.reporting.report renders every table, picture and sentence.
+
+It holds the combined cells (``load_runs``) and each process's own record, the runs'
+environments and parity outcomes, each
+group's family verdicts (leaders, "vs fastest" marks: ``cells.families``), the overview's grid
+(which reads those families), the workload sections' cells in the overview's order, and the store
+of pair verdicts: while a report renders inside ``Model.judged`` every pair of cells is judged once
+(harness.stats.verdicts.judged_once), so a sentence quoting a verdict reads the one its table printed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import records
+from harness.records import Record, is_idiomatic, load_env
+from harness.reporting import overview, parity
+from harness.reporting.cells import families
+from harness.reporting.formatting import fingerprint_name, machine_name
+from harness.reporting.hardware import peak_gflops, same_machine
+from harness.stats.cells import combine_all, fingerprint_key
+from harness.stats.verdicts import Family, PairVerdict, judged_once
+
+
+def load_runs(
+    run_dirs: list[Path], raw: Mapping[Path, list[dict[str, Any]]] | None = None
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Records of one or several runs, combined per cell, each a new record annotated with its
+    machine and the measured peak of its device; with several machines, device labels name the
+    machine. ``raw``: a run's records as already loaded (results.jsonl is read once per report).
+
+    A run's machine is the one its env.json describes, unless its records carry several machine
+    fingerprints (a cluster run over unlike nodes): then each record's machine is its fingerprint.
+    The peaks and kernel floors measured on the submitting host stay with the cells that ran on
+    a machine like it."""
+    recs, envs = [], {}
+    for run_dir in run_dirs:
+        env = load_env(run_dir)
+        name = machine_name(env) if env else run_dir.name
+        if name in envs:
+            name = f"{name} [{run_dir.name}]"
+        envs[name] = env
+        loaded = (raw or {}).get(run_dir)
+        loaded = records.load(run_dir / records.RESULTS) if loaded is None else loaded
+        combined = combine_all([r for r in loaded if not is_idiomatic(r)])
+        mixed = len({fingerprint_key(r) for r in combined if r.get("fingerprint")}) > 1
+        for r in combined:
+            r = {**r, "machine": name}
+            if mixed and r.get("fingerprint"):
+                suffix = f" [{run_dir.name}]" if len(run_dirs) > 1 else ""
+                r["machine"] = fingerprint_name(r["fingerprint"]) + suffix
+            r["peak_gflops"] = peak_gflops(env, r)
+            if not same_machine(env, r):
+                r.pop("kernel_floor_s", None)
+            recs.append(r)
+    if len(envs) > 1 or len({r["machine"] for r in recs}) > 1:
+        recs = [{**r, "machine_label": r["machine"]} for r in recs]
+    return recs, envs
+
+
+@dataclass
+class Model:
+    """One report's facts (module docstring). Its records are never changed after ``load``."""
+
+    run_dirs: list[Path]
+    recs: list[Record]
+    envs: dict[str, dict[str, Any]]
+    #: The runs' parity outcomes by workload, then adapter (harness.reporting.parity).
+    parity: dict[str, dict[str, dict[str, Any]]]
+    #: Every group's family verdicts, by ``cells.axes``: the summary, findings, tables and overview read them.
+    families: dict[tuple, Family]
+    #: The overview's adapter x column grid, None where nothing ran on resident data.
+    grid: overview.Grid | None
+    #: Each workload table's cells (resident data), by (workload, setting), in the overview's column order.
+    sections: dict[tuple[str, tuple], list[Record]]
+    #: Every process's own record, rounds apart (the runs' results.jsonl as written; idiomatic scripts left out).
+    processes: list[Record] = field(default_factory=list)
+    #: Every pair verdict asked so far (harness.stats.verdicts.judged_once).
+    verdicts: dict[tuple[int, int, float], tuple[Record, Record, PairVerdict]] = field(default_factory=dict)
+
+    def judged(self) -> AbstractContextManager[None]:
+        """The scope a report renders in: each pair of its cells judged once, whoever asks."""
+        return judged_once(self.verdicts)
+
+    @property
+    def title(self) -> str:
+        """The runs' ids, or their folders' names where the records carry none."""
+        ids = ", ".join(sorted({str(r.get("run_id", "")) for r in self.recs}))
+        return ids or ", ".join(d.name for d in self.run_dirs)
+
+
+def load(run_dirs: list[Path], raw: Mapping[Path, list[dict[str, Any]]] | None = None) -> Model:
+    """The model of a report over ``run_dirs`` (``raw``: their records as already loaded)."""
+    loaded = {d: records.load(d / records.RESULTS) if (raw or {}).get(d) is None else raw[d] for d in run_dirs}
+    recs, envs = load_runs(run_dirs, loaded)
+    sections: dict[tuple[str, tuple], list[Record]] = {}
+    for r in sorted(recs, key=overview.setting_order):  # sections in the overview's column order
+        if r.get("data", "resident") == "resident":
+            sections.setdefault((r["workload"], records.setting_overrides(r)), []).append(r)
+    processes = [r for d in run_dirs for r in loaded[d] if not is_idiomatic(r)]
+    model = Model(list(run_dirs), recs, envs, parity.load(run_dirs), {}, None, sections, processes)
+    with model.judged():
+        model.families = families(recs)
+        model.grid = overview.grid(recs, model.families)
+    return model

@@ -1,0 +1,95 @@
+"""The report model (harness.reporting.model): a report's verdicts are computed once, whoever
+asks, and every section reads those; the overview's marks are the families the tables read."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import pytest
+
+from harness import records
+from harness.reporting import cells, export, model, overview, report
+from harness.stats import verdicts
+
+REPORTS_DIR = Path(__file__).resolve().parent.parent / "reports"
+#: Every committed run whose report.md report.build draws (a folder with its records; an export
+#: run's page is harness.reporting.export's and judges no pairs).
+RUNS = sorted(
+    p.parent
+    for p in REPORTS_DIR.glob("**/report.md")
+    if (p.parent / records.RESULTS).is_file()
+    and not all(export.is_export(r) for r in records.load(p.parent / records.RESULTS))
+)
+
+
+def _cell(adapter: str, levels: dict[int, float]) -> dict:
+    gens = sorted(levels)
+    return {
+        "adapter": adapter,
+        "status": "ok",
+        "median_s": 0.01,
+        "process_levels": levels,
+        "group": "g",
+        "group_generations": gens,
+        "verdict_level": 0.95,
+    }
+
+
+def test_a_pair_is_judged_once_inside_the_scope_and_afresh_outside_it(monkeypatch):
+    computed = collections.Counter()
+    real = verdicts._pair_verdict
+
+    def counting(a, b, level):
+        computed[(a["adapter"], b["adapter"], level)] += 1
+        return real(a, b, level)
+
+    monkeypatch.setattr(verdicts, "_pair_verdict", counting)
+    a = _cell("a", {1: -4.60, 2: -4.61, 3: -4.59})
+    b = _cell("b", {1: -4.40, 2: -4.42, 3: -4.39})
+    store: dict = {}
+    with verdicts.judged_once(store):
+        first = verdicts.pair_verdict(a, b)
+        assert verdicts.pair_verdict(a, b) is first, "asked again: the same verdict, not a second computation"
+        verdicts.pair_verdict(b, a)  # the other direction is another question
+        verdicts.pair_verdict(a, b, 0.99)  # and so is another level
+    assert computed == {("a", "b", 0.95): 1, ("b", "a", 0.95): 1, ("a", "b", 0.99): 1}
+    assert store[(id(a), id(b), 0.95)] == (a, b, first), "the store holds the records its keys name"
+    verdicts.pair_verdict(a, b)
+    assert computed[("a", "b", 0.95)] == 2, "outside the scope nothing is kept"
+    assert first.point == pytest.approx(verdicts.pair_verdict(a, b).point)
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: str(p.relative_to(REPORTS_DIR)))
+def test_every_committed_report_computes_each_verdict_and_family_once(run, monkeypatch):
+    """Fails on the reports of 7e87494: the overview judged every column's family again (135 pair
+    verdicts twice in 2026-11-26-cpu-default-30m) and the break-even sentences of the summary
+    and the static-vs-dynamic tables each judged their pairs anew."""
+    pairs, groups = collections.Counter(), collections.Counter()
+    real_pair, real_family = verdicts._pair_verdict, cells.family
+
+    def pair(a, b, level):
+        pairs[(id(a), id(b), level)] += 1
+        return real_pair(a, b, level)
+
+    def family(members, *args, **kwargs):
+        groups[frozenset(id(c) for c in members)] += 1
+        return real_family(members, *args, **kwargs)
+
+    monkeypatch.setattr(verdicts, "_pair_verdict", pair)
+    monkeypatch.setattr(cells, "family", family)
+    report.build(run)
+    assert not [k for k, n in pairs.items() if n > 1], f"{sum(n - 1 for n in pairs.values())} verdicts judged again"
+    assert not [k for k, n in groups.items() if n > 1], "a group's family judged again"
+
+
+def test_the_model_holds_the_families_the_overview_marks():
+    m = model.load([REPORTS_DIR / "2026-11-26-cpu-default-30m"])
+    assert m.families and m.grid is not None
+    assert m.sections and all(r.get("data", "resident") == "resident" for g in m.sections.values() for r in g)
+    # the overview drawn alone (its own families) marks the same cells as the model's
+    alone = overview.grid(m.recs)
+    assert alone.cells == m.grid.cells and alone.fastest_s == m.grid.fastest_s
+    for fam in m.families.values():
+        best = [r for r in m.recs if r is fam.leader]
+        assert best, "a family's leader is one of the model's own records, not a copy"
