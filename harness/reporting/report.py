@@ -27,6 +27,7 @@ from harness.reporting import (
     parity,
     pipelines,
     plots,
+    run_time,
     static_dynamic,
     summary,
 )
@@ -102,6 +103,7 @@ def render(m: model.Model, plot_dir: Path | None = None) -> str:
     out += hardware(recs, m.envs)
     out += memory(recs)
     out += failures(recs)
+    out += run_time.section(m.processes)
     settings = settings_table(recs)
     if settings:
         out += ["## Framework settings", "", settings, ""]

@@ -1,0 +1,131 @@
+"""Where a run's time went: its generations' wall time split into starting processes and taking
+turns, per workload group and per adapter, read from every process's record (the model's
+``processes``, harness.reporting.model).
+
+A generation (harness.running.turns) starts its workers one at a time, each alone (import,
+set-up, cold window, and a dispatch floor where one is timed: the record's ``ready_s``), then
+takes turns; its wall time is its longest-lived worker's (``wall_s``, the first started lives
+through all of it). So a generation's start-ups are the sum of its workers' ``ready_s`` and the
+rest of its wall time is turns (warm-up and retaken turns included) and finishing. Cells that run
+alone (no turns: idiomatic scripts, image loaders) count whole. The run's own start and close (the
+doctor, device peaks, kernel floors, the report) are in no record, so the totals here are the
+generations' alone.
+"""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from harness.records import Record, round_of, setting_overrides
+from harness.reporting.cells import strategy, what
+from harness.reporting.formatting import DASH, sig
+
+
+def _label(rec: Record) -> str:
+    loop = (rec.get("spec") or {}).get("strategy") if strategy(rec) else None
+    label = what((rec["workload"], None, tuple(sorted(setting_overrides(rec))), rec.get("precision", "fp32"), None))
+    data = rec.get("data", "resident")
+    return label + (f", {loop}" if loop else "") + (f", {data} data" if data != "resident" else "")
+
+
+def _minutes(seconds: float) -> str:
+    return sig(seconds / 60)
+
+
+def generations(processes: list[Record]) -> dict[str, dict[int, dict[str, float]]]:
+    """Group label -> generation -> its ``wall`` and ``startup`` seconds and ``workers``, from the
+    records of processes that took turns (``ready_s``); cells that ran alone are a generation of
+    their own label's each, all of their wall time start-up and timing together (``startup`` 0)."""
+    out: dict[str, dict[int, dict[str, float]]] = {}
+    for r in processes:
+        if r.get("wall_s") is None:
+            continue  # skipped before it started
+        gen = out.setdefault(_label(r), {}).setdefault(round_of(r), {"wall": 0.0, "startup": 0.0, "workers": 0})
+        gen["workers"] += 1
+        if r.get("ready_s") is None:  # alone: its whole wall, one after another
+            gen["wall"] += r["wall_s"]
+            continue
+        gen["wall"] = max(gen["wall"], r["wall_s"])
+        gen["startup"] += r["ready_s"]
+    return out
+
+
+def section(processes: list[Record]) -> list[str]:
+    """``## Where the run's time went``, or nothing where no record says how long it took (runs
+    before resident workers kept ``wall_s``)."""
+    found = generations(processes)
+    if not found:
+        return []
+    rows, total, starts = [], 0.0, 0.0
+    for label, gens in found.items():
+        wall = sum(g["wall"] for g in gens.values())
+        startup = sum(g["startup"] for g in gens.values())
+        first = gens.get(min(gens), {})
+        later = [g["wall"] for k, g in gens.items() if k != min(gens)]
+        total, starts = total + wall, starts + startup
+        rows.append(
+            [
+                label,
+                str(len(gens)),
+                _minutes(wall),
+                _minutes(startup),
+                _minutes(wall - startup),
+                _minutes(first.get("wall", 0.0)),
+                _minutes(sum(later) / len(later)) if later else DASH,
+            ]
+        )
+    rows.append(["all", "", _minutes(total), _minutes(starts), _minutes(total - starts), "", ""])
+    headers = [
+        "workload",
+        "generations",
+        "minutes",
+        "starting processes",
+        "turns and finishing",
+        "generation 1",
+        "each later one (mean)",
+    ]
+    out = [
+        "## Where the run's time went",
+        "",
+        "Minutes of the run's generations (harness.running.turns): each starts its workers one at a time, alone "
+        "(import, set-up, cold window, a dispatch floor where one is timed), then they take turns. The run's "
+        "own start and close (doctor, device peaks, kernel floors, the report) are not counted here.",
+        "",
+        tabulate(rows, headers, tablefmt="github", disable_numparse=True),
+        "",
+    ]
+    return out + _per_adapter(processes)
+
+
+def _per_adapter(processes: list[Record]) -> list[str]:
+    """Per adapter: its processes' start-ups, in generation 1 and after, and its own timed blocks."""
+    adapters: dict[str, dict[str, float]] = {}
+    for r in processes:
+        if r.get("ready_s") is None:
+            continue
+        a = adapters.setdefault(r["adapter"], {"first": 0.0, "later": 0.0, "blocks": 0.0, "processes": 0})
+        a["first" if round_of(r) == 1 else "later"] += r["ready_s"]
+        a["processes"] += 1
+        steps = r.get("turn_block_steps") or 0
+        a["blocks"] += steps * sum(r.get("turn_block_s") or []) + sum(r.get("pipelined_blocks_s") or [])
+    if not adapters:
+        return []
+    rows = [
+        [name, str(int(a["processes"])), sig(a["first"]), sig(a["later"]), sig(a["blocks"])]
+        for name, a in sorted(adapters.items(), key=lambda kv: -(kv[1]["first"] + kv[1]["later"]))
+    ]
+    headers = [
+        "adapter",
+        "processes",
+        "start-up s, generation 1",
+        "start-up s, later generations",
+        "its kept turns' blocks, s",
+    ]
+    return [
+        "Per adapter, over every workload: the seconds its processes took to start (generation 1 compiles cold; "
+        "later ones start from the compiler cache where the framework has one) and the seconds of its kept "
+        "turns' blocks (synced and pipelined), the part of the turns that is its own.",
+        "",
+        tabulate(rows, headers, tablefmt="github", disable_numparse=True),
+        "",
+    ]

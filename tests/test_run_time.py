@@ -1,0 +1,69 @@
+"""Where a run's time went (harness.reporting.run_time), on records with known answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.reporting import model, run_time
+
+
+def _proc(adapter: str, workload: str, k: int, ready: float | None, wall: float, **extra) -> dict:
+    return {
+        "adapter": adapter,
+        "workload": workload,
+        "round": k,
+        "status": "ok",
+        "overrides": [],
+        "ready_s": ready,
+        "wall_s": wall,
+        **extra,
+    }
+
+
+def _row(lines: list[str], first: str) -> list[str]:
+    line = next(line for line in "\n".join(lines).splitlines() if line.startswith(f"| {first} "))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_a_generation_is_its_workers_start_ups_then_turns_and_cells_alone_count_whole():
+    procs = [
+        # mlp generation 1: workers start for 30 s and 60 s one after another; the first lives 150 s
+        _proc("a", "mlp", 1, 30.0, 150.0, turn_block_steps=10, turn_block_s=[0.1, 0.2], pipelined_blocks_s=[0.5]),
+        _proc("b", "mlp", 1, 60.0, 115.0),
+        # generation 2: 12 + 18 s of start-ups in 90 s
+        _proc("a", "mlp", 2, 12.0, 90.0, turn_block_steps=10, turn_block_s=[0.1]),
+        _proc("b", "mlp", 2, 18.0, 75.0),
+        # a loader cell runs alone: its wall counts whole, one after another
+        _proc("a", "cnn", 1, None, 40.0, data="loader"),
+        _proc("b", "cnn", 1, None, 20.0, data="loader"),
+        {**_proc("c", "mlp", 1, None, None), "status": "skipped"},  # never started: no time
+    ]
+    gens = run_time.generations(procs)
+    assert gens["mlp"] == {
+        1: {"wall": 150.0, "startup": 90.0, "workers": 2},
+        2: {"wall": 90.0, "startup": 30.0, "workers": 2},
+    }
+    assert gens["cnn, loader data"] == {1: {"wall": 60.0, "startup": 0.0, "workers": 2}}
+    lines = run_time.section(procs)
+    assert lines[0] == "## Where the run's time went"
+    # mlp: 240 s = 4 min, 120 s starting, 120 s of turns; generation 1 2.5 min, the later one 1.5
+    assert _row(lines, "mlp") == ["mlp", "2", "4", "2", "2", "2.5", "1.5"]
+    assert _row(lines, "cnn, loader data") == ["cnn, loader data", "1", "1", "0", "1", "1", "—"]
+    assert _row(lines, "all") == ["all", "", "5", "2", "3", "", ""]
+    # per adapter: a's start-ups 30 s then 12 s; its blocks 10 x (0.1 + 0.2) + 0.5 + 10 x 0.1 = 4.5 s
+    assert _row(lines, "a") == ["a", "2", "30", "12", "4.5"]
+    assert _row(lines, "b") == ["b", "2", "60", "18", "0"]
+
+
+def test_a_run_without_wall_times_has_no_such_section():
+    assert run_time.section([{**_proc("a", "mlp", 1, None, None), "wall_s": None}]) == []
+
+
+def test_the_model_keeps_every_process_and_the_report_says_where_the_default_runs_time_went():
+    run = Path(__file__).resolve().parent.parent / "reports" / "2026-11-26-cpu-default-30m"
+    m = model.load([run])
+    assert len(m.processes) == 80 and len(m.recs) == 30  # 30 cells in 80 processes
+    lines = run_time.section(m.processes)
+    # rnn-caption ran one generation of 13.1 minutes, 5.08 of them starting its 10 workers
+    assert _row(lines, "rnn-caption, exact")[:5] == ["rnn-caption, exact", "1", "13.1", "5.08", "8.01"]
+    assert _row(lines, "mlp")[1] == "4" and _row(lines, "cnn")[1] == "3"
