@@ -24,6 +24,7 @@ from harness.reporting import model, report
 from harness.running import clusters, executors
 from harness.running.plan import plan
 from harness.running.progress import MatrixProgress
+from harness.running.sink import RoundSink
 from tests.fakes import record as fake_record
 from tests.test_faults import FAST, bench, ended
 
@@ -214,7 +215,7 @@ def test_a_job_past_its_time_limit_is_a_failed_record_with_the_reason(tmp_path, 
     backend = clusters.SlurmBackend(tmp_path / "jobs", executors.SlurmOptions(time_min=1, signal_delay_s=57))
     assert not backend.on_slurm
     with MatrixProgress(1, live=False) as progress:
-        executors.run_rounds(backend, [(cells[0], 1)], 1, tmp_path / records.RESULTS, 120.0, progress)
+        executors.run_rounds(backend, [(cells[0], 1)], RoundSink(tmp_path / records.RESULTS, 1, 120.0, progress))
     (rec,) = records.load(tmp_path / records.RESULTS)
     assert rec["status"] == "failed"
     assert re.fullmatch(
@@ -262,7 +263,7 @@ def test_a_submission_the_scheduler_refuses_fails_its_cells_and_the_run_goes_on(
     cells = [{"cell_id": c, "adapter": c, "workload": "mlp", "device_requested": "cpu"} for c in ("a", "b")]
     order = [(c, k) for k in (1, 2) for c in cells]
     with MatrixProgress(len(order), live=False) as progress:
-        executors.run_rounds(Refusing(), order, 2, tmp_path / records.RESULTS, 10.0, progress)
+        executors.run_rounds(Refusing(), order, RoundSink(tmp_path / records.RESULTS, 2, 10.0, progress))
     recs = records.load(tmp_path / records.RESULTS)
     assert [(r["cell_id"], r["round"]) for r in recs] == [("a", 1), ("b", 1)], "no round 2 after a failed round"
     assert recs[0]["reason"] == "job not submitted: RuntimeError: sbatch: error: invalid partition specified: nope"

@@ -19,6 +19,7 @@ from harness.running import budget as policy
 from harness.running import resident, resident_handle, turns
 from harness.running.plan import plan as plan_cells
 from harness.running.plan import twins
+from harness.running.sink import RoundSink
 from tests.conftest import REPO
 from tests.test_faults import FAST, bench
 
@@ -508,7 +509,7 @@ def _generations_run(monkeypatch, tmp_path, rounds: int, budget: policy.Budget) 
     monkeypatch.setattr(turns, "run_generation", generation)
     monkeypatch.setattr(policy, "unsettled_groups", lambda recs, level: {"g": 1})
     order = [(c, k) for k in range(1, rounds + 1) for c in cells]
-    policy._run(order, rounds, {}, results, 60.0, MatrixProgress(len(order), live=False), budget, 0.95)
+    policy._run(order, {}, RoundSink(results, rounds, 60.0, MatrixProgress(len(order), live=False)), budget, 0.95)
     return started
 
 

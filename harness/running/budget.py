@@ -26,7 +26,7 @@ from harness import records
 from harness.measuring import timing
 from harness.records import Record, round_of
 from harness.running import runner, turns
-from harness.running.progress import MatrixProgress
+from harness.running.sink import RoundSink
 from harness.running.turns import Turns, group_of, servable
 from harness.stats import inference, verdicts
 from harness.stats.cells import combine_all
@@ -116,47 +116,40 @@ def turn_seconds(cells: list[Record]) -> float:
 
 def run(
     order: list[tuple[Record, int]],
-    rounds: int,
     adapters: Mapping[str, AdapterInfo],
-    results: Path,
-    timeout_s: float,
-    progress: MatrixProgress,
+    sink: RoundSink,
     budget: Budget | None = None,
     level: float = 0.95,
 ) -> None:
-    """Run (cell, round) pairs (harness.running.rounds.schedule): each round of a group as one
-    generation taking turns, round 1 of every group before any further round, then each group's
-    further rounds one after another; cells that cannot take turns alone. With a ``budget``, a
-    round after the first is not started once it is spent, and what is left after the planned
-    rounds goes to more generations of the groups whose verdicts are unsettled (harness.stats), up
-    to MAX_GENERATIONS. Records carry ``verdict_level``."""
+    """Run (cell, round) pairs (harness.running.rounds.schedule) into ``sink``: each round of a
+    group as one generation taking turns, round 1 of every group before any further round, then
+    each group's further rounds one after another; cells that cannot take turns alone. With a
+    ``budget``, a round after the first is not started once it is spent, and what is left after
+    the planned rounds goes to more generations of the groups whose verdicts are unsettled
+    (harness.stats), up to MAX_GENERATIONS. Records of generations carry ``verdict_level``."""
     budget = budget or Budget(None)
     try:
-        _run(order, rounds, adapters, results, timeout_s, progress, budget, level)
+        _run(order, adapters, sink, budget, level)
     finally:
-        shutil.rmtree(turns.cache_root(results), ignore_errors=True)
+        shutil.rmtree(turns.cache_root(sink.results), ignore_errors=True)
 
 
 def _run(
     order: list[tuple[Record, int]],
-    rounds: int,
     adapters: Mapping[str, AdapterInfo],
-    results: Path,
-    timeout_s: float,
-    progress: MatrixProgress,
+    sink: RoundSink,
     budget: Budget,
     level: float,
 ) -> None:
-    ended: set[str] = set()
-    extra = {"verdict_level": level, "rounds": rounds}
+    extra = {"verdict_level": level, "rounds": sink.rounds}  # the records' fields in the order they had
     solo = [(c, k) for c, k in order if not servable(c)]
     generations: dict[tuple[int, str], list[Record]] = {}
     for cell, k in order:
         if servable(cell):
             generations.setdefault((k, group_of(cell)), []).append(cell)
     if solo:
-        runner.run_cells(solo, rounds, adapters, results, timeout_s, progress)
-    turn = turns.next_turn(results)
+        runner.run_cells(solo, adapters, sink)
+    turn = turns.next_turn(sink.results)
     # Round 1 of every group first (every cell present, whatever the budget), then a group's
     # further rounds together: a budget that runs out leaves some groups judged, not all unjudged.
     order_of: dict[str, int] = {}
@@ -166,18 +159,18 @@ def _run(
     dropped: set[str] = set()  # groups whose next generation did not fit: none of their later ones runs
     while pending:
         (k, g), cells = pending.pop(0)
-        cells = [c for c in cells if c["cell_id"] not in ended]
+        cells = [c for c in cells if c["cell_id"] not in sink.ended]
         if not cells:
             continue
-        cost = generation_s(results, cells)
+        cost = generation_s(sink.results, cells)
         if k > 1 and (g in dropped or budget.left() < committed_s(cost, k)):
             dropped.add(g)
             for _ in cells:
-                progress.drop()
+                sink.progress.drop()
             continue
         # The floors in the group's last planned generation, where they fit beside it: the
         # generations before it are what the verdicts need.
-        floors = k >= rounds and budget.left() >= cost + floors_s(results, cells)
+        floors = k >= sink.rounds and budget.left() >= cost + floors_s(sink.results, cells)
         parts = turns.split(
             cells, turns.resident_limit(cells[0]["device_requested"], worker_bytes=cells[0].get("worker_bytes"))
         )
@@ -189,28 +182,18 @@ def _run(
                 # 104 turns where later generations took 29)
                 seconds = min(seconds, max(seconds / 4, budget.left() * TURN_SHARE / (1 + len(pending))))
             group = group_of(part[0]) + (f"#part{i + 1}" if len(parts) > 1 else "")
-            turn = turns.run_generation(
-                part, k, adapters, results, timeout_s, progress, ended, Turns(seconds), turn, extra, group, floors
-            )
+            turn = turns.run_generation(part, k, adapters, sink, Turns(seconds), turn, extra, group, floors)
     if budget.total_s is not None:
-        more_generations(rounds, adapters, results, timeout_s, progress, budget, ended, turn, extra)
+        more_generations(adapters, sink, budget, turn, extra)
 
 
 def more_generations(
-    rounds: int,
-    adapters: Mapping[str, AdapterInfo],
-    results: Path,
-    timeout_s: float,
-    progress: MatrixProgress,
-    budget: Budget,
-    ended: set[str],
-    turn: int,
-    extra: Record,
+    adapters: Mapping[str, AdapterInfo], sink: RoundSink, budget: Budget, turn: int, extra: Record
 ) -> None:
     """With budget left after the planned rounds: another generation of the group with the most
     unsettled verdicts, while one fits in what is left (judged by that group's last generation)."""
     while budget.left() > 0:
-        recs = records.load(results)
+        recs = records.load(sink.results)
         wanted = unsettled_groups(recs, extra["verdict_level"])
         candidates = []
         for group, count in wanted.items():
@@ -222,14 +205,12 @@ def more_generations(
         if not candidates:
             return
         _, group, k, mine = min(candidates, key=lambda c: c[:2])
-        cells = {r["cell_id"]: r for r in mine if r["status"] == "ok" and r["cell_id"] not in ended}
+        cells = {r["cell_id"]: r for r in mine if r["status"] == "ok" and r["cell_id"] not in sink.ended}
         planned = [_cell_of(r) for r in cells.values()]
-        progress.add(len(planned))
+        sink.progress.add(len(planned))
         seconds = turn_seconds(planned)
-        floors = budget.left() >= next_generation_s(mine) + floors_s(results, planned)
-        turn = turns.run_generation(
-            planned, k + 1, adapters, results, timeout_s, progress, ended, Turns(seconds), turn, extra, group, floors
-        )
+        floors = budget.left() >= next_generation_s(mine) + floors_s(sink.results, planned)
+        turn = turns.run_generation(planned, k + 1, adapters, sink, Turns(seconds), turn, extra, group, floors)
 
 
 def unsettled_groups(recs: list[Record], level: float) -> dict[str, int]:

@@ -29,7 +29,7 @@ from harness.running import budget
 from harness.running.clusters import EXECUTORS, ExecutorError, SlurmOptions, first_line, lost, make
 from harness.running.progress import MatrixProgress
 from harness.running.rounds import Run
-from harness.running.runner import finish_round
+from harness.running.sink import RoundSink
 
 __all__ = ["EXECUTORS", "ExecutorError", "Executor", "SlurmOptions", "executor", "run_rounds"]
 
@@ -39,27 +39,14 @@ def _rounds(order: list[tuple[Record, int]]) -> Iterator[tuple[int, list[Record]
         yield k, [cell for cell, _ in pairs]
 
 
-def run_rounds(
-    backend: Any,
-    order: list[tuple[Record, int]],
-    rounds: int,
-    results: Path,
-    timeout_s: float,
-    progress: MatrixProgress,
-) -> None:
+def run_rounds(backend: Any, order: list[tuple[Record, int]], sink: RoundSink) -> None:
     """Run (cell, round) pairs (harness.running.rounds.schedule) as jobs of ``backend``, a round at a
-    time, appending each record, with ``round`` and ``rounds``, to ``results`` as its job ends.
+    time, each record to ``sink`` as its job ends.
 
     A KeyboardInterrupt cancels the jobs in flight, then propagates; records appended before it stay.
     """
-    ended: set[str] = set()
     for k, cells in _rounds(order):
-        queue = []
-        for cell in cells:
-            if cell["cell_id"] in ended:
-                progress.drop()
-            else:
-                queue.append({**cell, "round": k})  # the worker sees its round
+        queue = [{**cell, "round": k} for cell in cells if not sink.dropped(cell)]  # the worker sees its round
         running: list[tuple[Any, Record]] = []
         try:
             while queue or running:
@@ -67,20 +54,18 @@ def run_rounds(
                 if free > 0 and queue:
                     batch, queue = queue[:free], queue[free:]
                     try:
-                        handles = backend.submit([(c, timeout_s) for c in batch])
+                        handles = backend.submit([(c, sink.timeout_s) for c in batch])
                     except Exception as exc:  # noqa: BLE001 - sbatch refused (a bad partition): data, not a crash
                         for cell in batch:
-                            finish_round(
-                                lost(cell, first_line(exc), "job not submitted"), rounds, results, progress, ended
-                            )
+                            sink.finish(lost(cell, first_line(exc), "job not submitted"))
                         continue
                     for handle, cell in zip(handles, batch, strict=True):
-                        progress.start(cell, k)
+                        sink.progress.start(cell, k)
                         running.append((handle, cell))
                 done = backend.finished([h for h, _ in running])
                 for handle, cell in [(h, c) for h, c in running if h in done]:
                     running = [(h, c) for h, c in running if h is not handle]
-                    finish_round(backend.result(handle, cell), rounds, results, progress, ended)
+                    sink.finish(backend.result(handle, cell))
         except BaseException:
             backend.cancel([h for h, _ in running])
             raise
@@ -117,7 +102,7 @@ class LocalExecutor:
         left.keep_back_for_closing()
         progress.budget = left if run.budget_s is not None else None
         level = budget.verdict_level(run.rounds, run.budget_s)
-        budget.run(todo, run.rounds, self.adapters, results, run.timeout_s, progress, left, level)
+        budget.run(todo, self.adapters, RoundSink(results, run.rounds, run.timeout_s, progress), left, level)
 
     def close(self) -> None:
         """Nothing held: every worker ends with its generation."""
@@ -132,7 +117,7 @@ class ClusterExecutor:
         self.where = f" on {backend.name}"
 
     def run(self, todo: list[tuple[Record, int]], run: Run, results: Path, progress: MatrixProgress) -> None:
-        run_rounds(self.backend, todo, run.rounds, results, run.timeout_s, progress)
+        run_rounds(self.backend, todo, RoundSink(results, run.rounds, run.timeout_s, progress))
 
     def close(self) -> None:
         self.backend.close()

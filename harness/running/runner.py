@@ -21,7 +21,7 @@ from harness.install.environments import family_python
 from harness.measuring import limits_cache
 from harness.measuring.contention import OtherLoad
 from harness.running import precision
-from harness.running.progress import MatrixProgress
+from harness.running.sink import RoundSink
 from workloads import SpecError
 from workloads.images import has_images
 
@@ -145,42 +145,20 @@ def _run_once(info: AdapterInfo, cell: records.Cell, timeout_s: float) -> dict[s
     return record
 
 
-def run_cells(
-    order: list[tuple[dict[str, Any], int]],
-    rounds: int,
-    adapters: Mapping[str, AdapterInfo],
-    results: Path,
-    timeout_s: float,
-    progress: MatrixProgress,
-) -> None:
-    """Run (cell, round) pairs in order (harness.running.rounds.schedule), appending each round's
-    record, with ``round`` and ``rounds``, to ``results`` as soon as it exists. A cell that is
-    skipped or fails runs no further round.
+def run_cells(order: list[tuple[dict[str, Any], int]], adapters: Mapping[str, AdapterInfo], sink: RoundSink) -> None:
+    """Run (cell, round) pairs in order (harness.running.rounds.schedule), one process at a time,
+    each round's record to ``sink`` as soon as it exists. A cell that is skipped or fails runs no
+    further round.
 
     An interruption (KeyboardInterrupt) propagates after the running worker is killed; every
     record appended before it stays.
     """
-    ended: set[str] = set()
     for cell, k in order:
-        if cell["cell_id"] in ended:
-            progress.drop()
+        if sink.dropped(cell):
             continue
-        progress.start(cell, k)
+        sink.progress.start(cell, k)
         # The worker sees its round: some measurements (the dispatch floor) are taken in round 1 only.
-        cell_round = {**cell, "round": k}
-        finish_round(
-            run_cell(adapters[records.base_adapter(cell)], cell_round, timeout_s), rounds, results, progress, ended
-        )
-
-
-def finish_round(record: dict[str, Any], rounds: int, results: Path, progress: MatrixProgress, ended: set[str]) -> None:
-    """Append a round's record (with the run's ``rounds``) as soon as it exists; a cell whose round
-    is not ``ok`` joins ``ended`` and runs no further round. Every executor ends a round here."""
-    record = {**record, "rounds": rounds}
-    records.append(results, record)
-    progress.finish(record)
-    if record["status"] != "ok":
-        ended.add(record["cell_id"])
+        sink.finish(run_cell(adapters[records.base_adapter(cell)], {**cell, "round": k}, sink.timeout_s))
 
 
 def measure_peaks(devices: list[str], threads: int, precision: str = "fp32") -> dict[str, Any]:

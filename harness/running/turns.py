@@ -57,8 +57,8 @@ from harness import records
 from harness.measuring.contention import MachineLoad
 from harness.records import Record
 from harness.running import runner
-from harness.running.progress import MatrixProgress
 from harness.running.resident_handle import Gone, Resident
+from harness.running.sink import RoundSink
 from workloads.images import has_images
 
 #: Fewest kept turns per generation: each is one block per worker, the unit the verdicts average.
@@ -154,10 +154,7 @@ def run_generation(
     cells: list[Record],
     k: int,
     adapters: Mapping[str, AdapterInfo],
-    results: Path,
-    timeout_s: float,
-    progress: MatrixProgress,
-    ended: set[str],
+    sink: RoundSink,
     plan: Turns,
     first_turn: int,
     extra: Record,
@@ -165,7 +162,7 @@ def run_generation(
     floors: bool = False,
 ) -> int:
     """Generation ``k`` of one group (module docstring): every cell's worker started and warmed
-    up in turn, then turns, then each record (with ``extra`` fields) appended to ``results``; with
+    up in turn, then turns, then each record (with ``extra`` fields) handed to ``sink``; with
     ``floors``, each cell whose dispatch floor no earlier record holds times it before its turns.
     A cell that is skipped, fails or hangs gets its record; the others go on. Returns the next
     free turn number. Every worker is ended on the way out, also on an interruption."""
@@ -176,24 +173,24 @@ def run_generation(
     extra = {**extra, "group": group or group_of(cells[0])}
 
     def done(rec: Record) -> None:
-        runner.finish_round({**rec, **extra}, extra["rounds"], results, progress, ended)
+        sink.finish({**rec, **extra})
 
     def take(turn: int) -> None:
         """One turn: every resident worker's block, in a shuffled order; a worker lost fails its cell."""
         for r in rng.sample(residents, len(residents)):
             try:
-                r.turn(turn, min(timeout_s, TURN_TIMEOUT_S))
+                r.turn(turn, min(sink.timeout_s, TURN_TIMEOUT_S))
             except Gone as exc:
                 residents.remove(r)
                 done(r.record(f"{exc} during turn {turn}"))
 
-    measured = floors_measured(results) if floors else set()
+    measured = floors_measured(sink.results) if floors else set()
     try:
         for cell in order:
-            cell_k = {**cell, "round": k, **compile_cache(results, cell, k)}
+            cell_k = {**cell, "round": k, **compile_cache(sink.results, cell, k)}
             if floors and cell["cell_id"] not in measured:
                 cell_k["dispatch_floor"] = True
-            progress.start(cell, k)
+            sink.progress.start(cell, k)
             try:
                 reason = runner.skip_reason(adapters[records.base_adapter(cell)], cell_k)
             except Exception as exc:  # noqa: BLE001 - a bad spec is the cell's failure
@@ -203,7 +200,7 @@ def run_generation(
                 done(records.new_record(cell_k, "skipped", reason))
                 continue
             r = Resident(adapters[records.base_adapter(cell)], cell_k)
-            if r.ready(timeout_s):
+            if r.ready(sink.timeout_s):
                 residents.append(r)
             else:
                 done(r.record())
@@ -236,7 +233,7 @@ def run_generation(
         }
         while residents:
             r = residents.pop(0)
-            rec = r.finish(kept, timeout_s)
+            rec = r.finish(kept, sink.timeout_s)
             done({**rec, **turn_fields} if rec["status"] == "ok" else rec)
         return turn
     finally:

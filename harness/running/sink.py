@@ -1,0 +1,41 @@
+"""Where a run's rounds end: one object every runner hands its records to (the local generations
+of harness.running.turns and budget, cells run alone by harness.running.runner, a cluster's jobs
+by harness.running.executors), instead of each passing the same parameters along."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import records
+from harness.records import Record
+from harness.running.progress import MatrixProgress
+
+
+@dataclass
+class RoundSink:
+    """A run's rounds, as they end: each record appended to ``results`` as soon as it exists, with
+    the run's planned ``rounds``, and counted on ``progress``; a cell whose round is not ``ok`` is
+    ``ended`` and runs no further round. ``timeout_s``: what each worker process may take."""
+
+    results: Path
+    rounds: int
+    timeout_s: float
+    progress: MatrixProgress
+    ended: set[str] = field(default_factory=set)
+
+    def finish(self, record: Record) -> None:
+        """Append a round's record (with the run's ``rounds``) and count it."""
+        record = {**record, "rounds": self.rounds}
+        records.append(self.results, record)
+        self.progress.finish(record)
+        if record["status"] != "ok":
+            self.ended.add(record["cell_id"])
+
+    def dropped(self, cell: Record) -> bool:
+        """Whether ``cell`` has ended (a round of it was not ``ok``): then its round is counted as
+        dropped and not run."""
+        if cell["cell_id"] in self.ended:
+            self.progress.drop()
+            return True
+        return False
