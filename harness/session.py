@@ -226,7 +226,7 @@ class Session:
                 print(f"fidelity: {run_dir / 'fidelity.md'}")
             measured = records.load(self.results)
             cells_done = combine_all([r for r in measured if not records.is_idiomatic(r)])
-            problems = physics_violations(cells_done, report.load_env(run_dir))
+            problems = physics_violations(cells_done, records.load_env(run_dir))
             for problem in problems:
                 print(f"warning: {problem}", file=sys.stderr)
         if interrupted:

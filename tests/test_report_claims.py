@@ -111,7 +111,7 @@ def test_the_claims_walk_reads_every_sections_sentences() -> None:
         for line in prose(lines)
         for n in numbers(line)
     ]
-    assert len(checked) > 50 and numbers("copy 0.10.2 and 1.17 [0.98, 1.41], 3x") == ["1.17", "0.98", "1.41", "3"]
+    assert len(checked) > 40 and numbers("copy 0.10.2 and 1.17 [0.98, 1.41], 3x") == ["1.17", "0.98", "1.41", "3"]
 
 
 @pytest.mark.parametrize("path", REPORTS, ids=lambda p: str(p.parent.relative_to(REPORTS_DIR)))

@@ -14,7 +14,7 @@ from tabulate import tabulate
 
 from harness import records
 from harness.records import Record, is_idiomatic
-from harness.reporting import cells, report
+from harness.reporting import cells
 from harness.reporting.formatting import fingerprint_name, machine_name, sig, status_text
 from harness.stats.cells import combine_all, fingerprint_key
 from harness.stats.verdicts import INCONCLUSIVE, MEANINGFUL_CHANGE, NO_CHANGE, Family, RunChange, change, separated
@@ -47,7 +47,7 @@ def build(run_a: Path, run_b: Path) -> str:
         if len({fingerprint_key(r) for r in recs if r.get("fingerprint")}) > 1:
             for r in recs:
                 r["machine"] = fingerprint_name(r["fingerprint"]) if r.get("fingerprint") else None
-    env_a, env_b = report.load_env(run_a), report.load_env(run_b)
+    env_a, env_b = records.load_env(run_a), records.load_env(run_b)
     pairs, unmatched = match(recs_a, recs_b)
     rows = []
     counts = {"faster": 0, "slower": 0, NO_CHANGE: 0, INCONCLUSIVE: 0}
