@@ -426,7 +426,7 @@ def test_the_local_executor_keeps_the_start_back_from_the_budget(monkeypatch, tm
     from harness.running.rounds import Run
 
     seen = []
-    monkeypatch.setattr(policy, "run", lambda *args: seen.append(args[6]))
+    monkeypatch.setattr(policy, "run", lambda order, adapters, sink, budget, level: seen.append(budget))
     LocalExecutor({}).run([], Run([], 1, 60.0, 900.0), tmp_path / records.RESULTS, SimpleNamespace(budget=None))
     (budget,) = seen
     assert budget.total_s == 900.0 and budget.reserve_s > 0
