@@ -66,9 +66,15 @@ def runs(tmp_path_factory, ray_address):
 
 def _outline(path) -> list[str]:
     """What a report shows whatever ran its cells: its headings, and each table's rows by their
-    first cell (numbers, widths and notes such as a contended cell vary from run to run)."""
+    first cell (numbers, widths and notes such as a contended cell vary from run to run). "Where
+    the run's time went" is left out: it splits this machine's generations into start-ups and
+    turns, which a cluster's jobs (side by side on nodes) do not have."""
     lines = []
-    for line in path.read_text().splitlines():
+    text = path.read_text()
+    if "## Where the run's time went" in text:
+        head, rest = text.split("## Where the run's time went", 1)
+        text = head + rest[rest.index("\n## ") + 1 :]
+    for line in text.splitlines():
         if line.startswith("#"):
             lines.append(line)
         elif line.startswith("| ") and "fault-lost" not in line.split("|")[1]:

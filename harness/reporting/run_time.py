@@ -9,7 +9,8 @@ through all of it). So a generation's start-ups are the sum of its workers' ``re
 rest of its wall time is turns (warm-up and retaken turns included) and finishing. Cells that run
 alone (no turns: idiomatic scripts, image loaders) count whole. The run's own start and close (the
 doctor, device peaks, kernel floors, the report) are in no record, so the totals here are the
-generations' alone.
+generations' alone. A cluster's jobs run side by side on its nodes and record neither time: a
+cluster run has no such section.
 """
 
 from __future__ import annotations
