@@ -33,8 +33,7 @@ def split_seconds(r: Record) -> dict[str, float]:
     uncovered time, taken out of *uncovered*, where the profiler's cost lands."""
     p = r["ops_profile"]
     seconds = {c: p["seconds"].get(c, 0.0) for c in taxonomy.CATEGORIES}
-    unprofiled = p.get("unprofiled_step_s") or r["median_s"]
-    overhead = min(max(0.0, p["profiled_step_s"] - unprofiled), seconds[taxonomy.UNCOVERED])
+    overhead = min(max(0.0, p["profiled_step_s"] - _unprofiled_s(r)), seconds[taxonomy.UNCOVERED])
     seconds[taxonomy.UNCOVERED] -= overhead
     seconds[PROFILER] = overhead
     return seconds
@@ -107,9 +106,7 @@ def shares_table(group: list[Record]) -> str:
     rows = []
     for r in ok:
         p = r["ops_profile"]
-        # The unprofiled step of the same process and round: another round's may differ by drift.
-        unprofiled = p.get("unprofiled_step_s") or r["median_s"]
-        row = [r["adapter"], sig(p["profiled_step_s"] * 1e3), sig(unprofiled * 1e3), sig(p["ops_per_step"])]
+        row = [r["adapter"], sig(p["profiled_step_s"] * 1e3), sig(_unprofiled_s(r) * 1e3), sig(p["ops_per_step"])]
         # the time outside any op, and the profiler's, also in ms: the sentences below quote both
         row += [_share_ms(split[id(r)], c) if c in TIMED else _share(split[id(r)], c) for c in used]
         if gpu:
@@ -143,7 +140,7 @@ def pair_sentences(group: list[Record]) -> list[str]:
             for sta in graphs.get("static", []):
                 d, s = split_seconds(dyn), split_seconds(sta)
                 more = d[taxonomy.UNCOVERED] > s[taxonomy.UNCOVERED]
-                whole = [sig((r["ops_profile"].get("unprofiled_step_s") or r["median_s"]) * 1e3) for r in (dyn, sta)]
+                whole = [sig(_unprofiled_s(r) * 1e3) for r in (dyn, sta)]  # as the table prints them
                 out.append(
                     f"{framework}: {dyn['adapter']} launches {sig(dyn['ops_profile']['ops_per_step'])} ops per step "
                     f"and {_share_ms(d, taxonomy.UNCOVERED)} of its profiled step is uncovered, "
@@ -158,6 +155,12 @@ def pair_sentences(group: list[Record]) -> list[str]:
                     )
                 )
     return out
+
+
+def _unprofiled_s(r: Record) -> float:
+    """The unprofiled step of the profiled process and round (another round's may differ by
+    drift), else the cell's steady median."""
+    return r["ops_profile"].get("unprofiled_step_s") or r["median_s"]
 
 
 def _share(seconds: dict[str, float], category: str) -> str:

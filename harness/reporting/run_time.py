@@ -23,7 +23,7 @@ from harness.reporting.formatting import DASH, sig
 
 
 def _label(rec: Record) -> str:
-    loop = (rec.get("spec") or {}).get("strategy") if strategy(rec) else None
+    loop = strategy(rec)
     label = what((rec["workload"], None, tuple(sorted(setting_overrides(rec))), rec.get("precision", "fp32"), None))
     data = rec.get("data", "resident")
     return label + (f", {loop}" if loop else "") + (f", {data} data" if data != "resident" else "")
