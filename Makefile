@@ -106,6 +106,7 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 
 list: $(STAMP)
 	$(PY) -m harness list

@@ -18,7 +18,7 @@ import numpy as np
 
 from adapters import _export_onnx
 from adapters.base import Forward
-from workloads import Params, Workload
+from workloads import CNN, MLP, Params, Workload
 
 PATHS = ("jax-export", "onnx")
 FILES = {"jax-export": "model.jax_exported", "onnx": _export_onnx.FILE}
@@ -97,6 +97,7 @@ def write_onnx(fn: Any, spec: Workload, directory: Path) -> Path:
     from jax2onnx import to_onnx
 
     out = directory / FILES["onnx"]
+    assert isinstance(spec, (MLP, CNN))
     to_onnx(fn, [("B", *spec.input_shape)], model_name=spec.name, return_mode="file", output_path=str(out))
     return out
 
@@ -107,6 +108,7 @@ def write(fn: Any, spec: Workload, device: str, directory: Path) -> Path:
     import jax
 
     (batch,) = jax.export.symbolic_shape("batch")
+    assert isinstance(spec, (MLP, CNN))
     shape = jax.ShapeDtypeStruct((batch, *spec.input_shape), jax.numpy.float32)
     exported = jax.export.export(jax.jit(fn), platforms=[device])(shape)
     out = directory / FILES["jax-export"]

@@ -19,7 +19,7 @@ import numpy as np
 from adapters import _export_onnx
 from adapters._keras_common import build_model, load_params
 from adapters.base import Forward
-from workloads import Params, Workload
+from workloads import CNN, MLP, Params, Workload
 
 PATHS = ("keras-file", "keras-saved-model", "onnx")
 FILES = {"keras-file": "model.keras", "keras-saved-model": "saved_model", "onnx": _export_onnx.FILE}
@@ -43,13 +43,14 @@ def path_reason(path: str, backend: str) -> str | None:
     return None
 
 
-def model(keras: Any, spec: Workload, params: Params, device: str, jit_compile: bool) -> Any:
+def model(keras: Any, spec: Workload, params: Params, device: str, jit_compile: bool | str) -> Any:
     """The spec's Keras model from canonical ``params``, compiled for inference, called once
     (Keras exports only a model that has been called)."""
     with keras.device(device):
         m, layers = build_model(keras, spec)
         load_params(layers, params, spec)
         m.compile(jit_compile=jit_compile)
+    assert isinstance(spec, (MLP, CNN))
     x = np.zeros((1, *spec.input_shape), np.float32)
     m.predict_on_batch(x)
     m(x)  # Keras's ONNX export on JAX asks that the model was called, not only predicted with
@@ -61,7 +62,7 @@ def forward_of(m: Any) -> Forward:
     return lambda x: np.asarray(m.predict_on_batch(x))
 
 
-def export(path: str, spec: Workload, params: Params, device: str, directory: Path, jit_compile: bool) -> Path:
+def export(path: str, spec: Workload, params: Params, device: str, directory: Path, jit_compile: bool | str) -> Path:
     import keras
 
     m = model(keras, spec, params, device, jit_compile)

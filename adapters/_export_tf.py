@@ -17,7 +17,7 @@ import numpy as np
 
 from adapters import _export_onnx
 from adapters.base import Forward
-from workloads import Params, Workload
+from workloads import CNN, MLP, Params, Workload
 
 PATHS = ("tf-saved-model", "onnx")
 FILES = {"tf-saved-model": "saved_model", "onnx": _export_onnx.FILE}
@@ -53,6 +53,7 @@ def variables(tf: Any, params: Params, device: str) -> dict[str, Any]:
 
 def signature(tf: Any, spec: Workload) -> list[Any]:
     """Any batch size, the workload's input shape: one trace serves batch 1 and large batches."""
+    assert isinstance(spec, (MLP, CNN))
     return [tf.TensorSpec([None, *spec.input_shape], tf.float32, name="x")]
 
 

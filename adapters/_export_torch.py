@@ -17,7 +17,7 @@ import numpy as np
 
 from adapters import _export_onnx
 from adapters.base import Forward
-from workloads import Params, Workload
+from workloads import CNN, MLP, Params, Workload
 
 PATHS = ("torch-export", "torch-aoti", "onnx")
 FILES = {"torch-export": "model.pt2", "torch-aoti": "model_aoti.pt2", "onnx": _export_onnx.FILE}
@@ -60,6 +60,7 @@ def export(path: str, spec: Workload, params: Params, device: str, directory: Pa
     import torch
 
     module = served_module(torch, spec, params, device)
+    assert isinstance(spec, (MLP, CNN))
     example = (torch.zeros((EXAMPLE_BATCH, *spec.input_shape), device=device),)
     dynamic = ({0: torch.export.Dim("batch", min=1, max=65536)},)
     out = directory / FILES[path]
@@ -82,6 +83,7 @@ def serve(path: str, artifact: Path, device: str, threads: int) -> Forward:
     import torch
 
     torch.set_num_threads(threads)
+    module: Any
     if path == "torch-export":
         module = torch.export.load(str(artifact)).module().to(device)
     else:

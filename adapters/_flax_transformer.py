@@ -21,7 +21,7 @@ import numpy as np
 
 from adapters import _jax_transformer
 from workloads import Params, Workload
-from workloads.transformer import LN_EPS
+from workloads.transformer import LN_EPS, Transformer
 
 #: What each ``attention`` setting runs, for the record's settings.
 ATTENTION_KERNELS = {
@@ -42,7 +42,7 @@ def adamw(jax: Any, optax: Any, learning_rate: float) -> Any:
     return _jax_transformer.adamw(optax, learning_rate, lambda params: jax.tree_util.tree_map_with_path(decays, params))
 
 
-def build(nnx: Any, spec: Workload) -> Any:
+def build(nnx: Any, spec: Transformer) -> Any:
     """The spec's model (initial values are replaced by the canonical ones)."""
     import jax
     import jax.numpy as jnp
@@ -102,10 +102,13 @@ def build(nnx: Any, spec: Workload) -> Any:
     return TransformerLM()
 
 
-def _pairs(model: Any, spec: Workload) -> list[tuple[str, Any, tuple[int, ...] | None]]:
+def _pairs(model: Any, spec: Transformer) -> list[tuple[str, Any, tuple[int, ...] | None]]:
     """(canonical name, nnx variable, its shape where it differs from the canonical one)."""
     h, e, d = spec.heads, spec.head_dim, spec.width
-    pairs = [("tok/table", model.tok.embedding, None), ("pos/table", model.pos.embedding, None)]
+    pairs: list[tuple[str, Any, tuple[int, ...] | None]] = [
+        ("tok/table", model.tok.embedding, None),
+        ("pos/table", model.pos.embedding, None),
+    ]
     for i, blk in enumerate(model.blocks):
         b = f"block{i}"
         for name, ln in (("ln1", blk.ln1), ("ln2", blk.ln2)):
@@ -123,14 +126,14 @@ def _pairs(model: Any, spec: Workload) -> list[tuple[str, Any, tuple[int, ...] |
     return pairs + [("out/kernel", model.head.kernel, None), ("out/bias", model.head.bias, None)]
 
 
-def load(model: Any, spec: Workload, p: Params) -> None:
+def load(model: Any, spec: Transformer, p: Params) -> None:
     import jax.numpy as jnp
 
     for name, variable, shape in _pairs(model, spec):
         variable.value = jnp.asarray(p[name].reshape(shape) if shape else p[name])
 
 
-def save(model: Any, spec: Workload) -> Params:
+def save(model: Any, spec: Transformer) -> Params:
     out: Params = {}
     d = spec.width
     for name, variable, shape in _pairs(model, spec):

@@ -12,9 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from workloads import Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ADAMW_WEIGHT_DECAY, decays
-from workloads.transformer import LN_EPS
+from workloads.transformer import LN_EPS, Transformer
 
 #: What each ``attention`` setting runs, for the record's settings.
 ATTENTION_KERNELS = {
@@ -42,7 +41,7 @@ def layer_norm(jax: Any, jnp: Any, x: Any, scale: Any, bias: Any) -> Any:
     return (x - mu) * jax.lax.rsqrt(var + LN_EPS) * scale + bias
 
 
-def loss_fn(jax: Any, jnp: Any, optax: Any, spec: Workload) -> Any:
+def loss_fn(jax: Any, jnp: Any, optax: Any, spec: Transformer) -> Any:
     """loss(params, batch) of the spec's model."""
     heads, e, d = spec.heads, spec.head_dim, spec.width
     fused = spec.attention == "fused"

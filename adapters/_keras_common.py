@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from adapters import _keras_transformer
 from adapters.kit import swap_rz_gates
 from workloads import Params, Workload
+from workloads.cnn import CNN
+from workloads.mlp import MLP
 from workloads.model_file import FAMILY as MODEL_FILE
+from workloads.model_file import ModelFile
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ADAMW_WEIGHT_DECAY
+from workloads.rnn import RNNCaption
+from workloads.transformer import Transformer
 
 #: The workload families whose loss is a masked mean over time steps (the mask as sample weights).
 _MASKED = ("rnn-caption", "transformer")
@@ -21,8 +26,10 @@ def build_model(keras, spec: Workload) -> tuple[Any, dict[str, Any]]:
     """The spec's model and its weighted layers by canonical prefix (for the transformer, its
     variables by canonical parameter name: adapters/_keras_transformer.py)."""
     if spec.family == "transformer":
+        assert isinstance(spec, Transformer)
         return _keras_transformer.build_model(keras, spec)
     if spec.family == MODEL_FILE:
+        assert isinstance(spec, ModelFile)
         keras.utils.set_random_seed(spec.seed)  # the weights are replaced: load_params
         model = spec.module().build()
         model(spec.sample_inputs())  # builds a subclassed model, as the file's description did
@@ -30,6 +37,7 @@ def build_model(keras, spec: Workload) -> tuple[Any, dict[str, Any]]:
     L = keras.layers
     layers: dict[str, Any] = {}
     if spec.family == "rnn-caption":
+        assert isinstance(spec, RNNCaption)
         features = keras.Input((spec.feature_dim,), name="features")
         tokens = keras.Input((None,), dtype="int32", name="tokens")
         layers["img"] = L.Dense(spec.hidden, activation="tanh")
@@ -38,12 +46,14 @@ def build_model(keras, spec: Workload) -> tuple[Any, dict[str, Any]]:
         layers["out"] = L.Dense(spec.vocab)
         seq = layers["gru"](layers["embed"](tokens), initial_state=[layers["img"](features)])
         return keras.Model([features, tokens], layers["out"](seq)), layers
+    assert isinstance(spec, (MLP, CNN))
     stack: list[Any] = [keras.Input(spec.input_shape)]
     if spec.family == "cnn":
+        assert isinstance(spec, CNN)
         for i, width in enumerate(spec.channels):
             layers[f"conv{i}"] = L.Conv2D(width, 3, padding="same", activation="relu")
             stack += [layers[f"conv{i}"], L.MaxPooling2D(2)]
-    sizes = spec.dense_sizes if spec.family == "cnn" else spec.layer_sizes
+    sizes = cast(CNN, spec).dense_sizes if spec.family == "cnn" else cast(MLP, spec).layer_sizes
     stack.append(L.Flatten())
     for i, width in enumerate(sizes[1:]):
         layers[f"dense{i}"] = L.Dense(width, activation="relu" if i < len(sizes) - 2 else None)
@@ -54,7 +64,7 @@ def build_model(keras, spec: Workload) -> tuple[Any, dict[str, Any]]:
 def model_file_reason(spec: Workload, backend: str) -> str | None:
     """Why a Keras adapter on ``backend`` skips ``spec``: a model file whose model builds on another
     Keras backend but not on this one (a layer calling one framework's API directly); else None."""
-    fault = spec.backend_fault(backend) if spec.family == MODEL_FILE else None
+    fault = cast(ModelFile, spec).backend_fault(backend) if spec.family == MODEL_FILE else None
     return f"the model does not build on Keras's {backend} backend (it does on another): {fault}" if fault else None
 
 
@@ -64,6 +74,7 @@ def fit_data(spec: Workload, batch: Any) -> tuple[Any, Any, Any]:
     if spec.family == "transformer":
         return batch["tokens"], batch["targets"], batch["mask"]
     if spec.family == MODEL_FILE:
+        assert isinstance(spec, ModelFile)
         return spec.inputs(batch), spec.targets(batch), None
     if spec.family == "rnn-caption":
         return [batch["features"], batch["tokens"]], batch["targets"], batch["mask"]
@@ -101,6 +112,7 @@ def save_params(layers: dict[str, Any], spec: Workload) -> Params:
     if spec.family == "transformer":
         import keras
 
+        assert isinstance(spec, Transformer)
         return _keras_transformer.save_params(keras, layers, spec)
 
     def w(name: str) -> list[np.ndarray]:
@@ -161,7 +173,7 @@ def algorithm1_adam(keras: Any, learning_rate: float, weight_decay: float | None
     twice in a batch adds the squares of its two gradients to ``v``, not the square of their sum
     (``tf.convert_to_tensor`` sums them first)."""
     ops = keras.ops
-    base = keras.optimizers.Adam if weight_decay is None else keras.optimizers.AdamW
+    base: Any = keras.optimizers.Adam if weight_decay is None else keras.optimizers.AdamW
     decay = {} if weight_decay is None else {"weight_decay": weight_decay}
 
     class Algorithm1Adam(base):
@@ -227,9 +239,11 @@ def compile_model(
     ``build_model`` names them) are excluded from Keras's weight decay."""
     optimizer = adam if spec.optimizer in ("adam", "adamw") else keras.optimizers.SGD(spec.learning_rate)
     if spec.optimizer == "adamw":
+        assert layers is not None
         optimizer.exclude_from_weight_decay(var_list=_undecayed(layers, spec))
     reduction = "mean_with_sample_weight" if spec.family in _MASKED else "sum_over_batch_size"
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction)
     if spec.family == MODEL_FILE:
+        assert isinstance(spec, ModelFile)
         loss = loss_of(keras, spec.loss)
     model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)

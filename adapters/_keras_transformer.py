@@ -28,14 +28,15 @@ import numpy as np
 
 from workloads import Params, Workload
 from workloads.optim import decays
-from workloads.transformer import LN_EPS
+from workloads.transformer import LN_EPS, Transformer
 
 
-def build_model(keras: Any, spec: Workload) -> tuple[Any, dict[str, Any]]:
+def build_model(keras: Any, spec: Transformer) -> tuple[Any, dict[str, Any]]:
     """The spec's model and its variables by canonical parameter name."""
     L, ops = keras.layers, keras.ops
+    Layer: Any = L.Layer
 
-    class PositionEmbedding(L.Layer):
+    class PositionEmbedding(Layer):
         """``x + table[:T]``: a learned position table of ``max_len`` rows."""
 
         def __init__(self, max_len: int, **kwargs: Any) -> None:
@@ -80,7 +81,7 @@ def build_model(keras: Any, spec: Workload) -> tuple[Any, dict[str, Any]]:
     return model, _variables(named, spec)
 
 
-def _variables(named: dict[str, Any], spec: Workload) -> dict[str, Any]:
+def _variables(named: dict[str, Any], spec: Transformer) -> dict[str, Any]:
     out = {"tok/table": named["tok"].embeddings, "pos/table": named["pos"].table}
     for layer in range(spec.layers):
         b = f"block{layer}"
@@ -102,7 +103,7 @@ def load_params(variables: dict[str, Any], p: Params) -> None:
         variable.assign(p[name].reshape(variable.shape))
 
 
-def save_params(keras: Any, variables: dict[str, Any], spec: Workload) -> Params:
+def save_params(keras: Any, variables: dict[str, Any], spec: Transformer) -> Params:
     d = spec.width
     out: Params = {}
     for name, variable in variables.items():

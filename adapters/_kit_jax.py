@@ -65,8 +65,8 @@ class JaxCompileEvents:
         self._events: dict[str, list[float]] = defaultdict(list)
         jax.monitoring.register_event_duration_secs_listener(self._on_event)
 
-    def _on_event(self, event: str, duration: float, **_: Any) -> None:
-        self._events[event].append(duration)
+    def _on_event(self, event: str, duration_secs: float, **_: Any) -> None:
+        self._events[event].append(duration_secs)
 
     def _durations(self, event: str) -> list[float]:
         return self._events.get(f"/jax/core/compile/{event}_duration", [])
@@ -170,11 +170,13 @@ def jax_settings() -> dict[str, Any]:
     import jax
 
     return {
-        "matmul_precision": jax.config.jax_default_matmul_precision,
+        "matmul_precision": jax.config.jax_default_matmul_precision,  # type: ignore[attr-defined]
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "gpu_autotune_level": gpu_autotune_level(),
-        "persistent_compile_cache": bool(jax.config.jax_enable_compilation_cache),
-        "persistent_cache_min_compile_s": float(jax.config.jax_persistent_cache_min_compile_time_secs),
+        "persistent_compile_cache": bool(jax.config.jax_enable_compilation_cache),  # type: ignore[attr-defined]
+        "persistent_cache_min_compile_s": float(
+            jax.config.jax_persistent_cache_min_compile_time_secs  # type: ignore[attr-defined]
+        ),
     }
 
 

@@ -21,7 +21,7 @@ import math
 from typing import Any
 
 from workloads import Workload
-from workloads.transformer import LN_EPS
+from workloads.transformer import LN_EPS, Transformer
 
 #: The attention the TensorFlow adapters run, as settings() records it.
 ATTENTION_KERNEL = "naive: tf.matmul, causal tf.where, tf.nn.softmax, tf.matmul"
@@ -35,6 +35,7 @@ NO_FUSED_ATTENTION = (
 def loss_fn(tf: Any, spec: Workload, v: dict[str, Any]) -> Any:
     """The masked mean next-token cross-entropy of a batch (``tokens``, ``targets``, ``mask``),
     from the variables ``v`` in the canonical layout."""
+    assert isinstance(spec, Transformer)
     heads, width, head_dim = spec.heads, spec.width, spec.head_dim
     scale = 1.0 / math.sqrt(head_dim)
 

@@ -9,7 +9,10 @@ import numpy as np
 
 from adapters import _torch_transformer, kit
 from workloads import Params, Workload
-from workloads.rnn import BOS, EOS, PAD
+from workloads.cnn import CNN
+from workloads.mlp import MLP
+from workloads.rnn import BOS, EOS, PAD, RNNCaption
+from workloads.transformer import Transformer
 
 
 def build(torch: Any, spec: Workload, compile_fn: Any) -> Any:
@@ -19,6 +22,7 @@ def build(torch: Any, spec: Workload, compile_fn: Any) -> Any:
     models; for the caption decoder the GRU step (fixed shapes) and the batched output head
     (time length symbolic), so the Python time loop never needs a recompile."""
     nn, F = torch.nn, torch.nn.functional
+    Module: Any = nn.Module
 
     def t(a: np.ndarray) -> Any:
         return torch.from_numpy(np.ascontiguousarray(a))
@@ -33,9 +37,10 @@ def build(torch: Any, spec: Workload, compile_fn: Any) -> Any:
                 h = F.relu(h)
         return h
 
-    class Dense(nn.Module):
+    class Dense(Module):
         def __init__(self) -> None:
             super().__init__()
+            assert isinstance(spec, MLP)
             self.dense = dense_stack(spec.layer_sizes)
             self._loss = compile_fn(self._uncompiled_loss)
 
@@ -64,6 +69,7 @@ def build(torch: Any, spec: Workload, compile_fn: Any) -> Any:
     class Conv(Dense):
         def __init__(self) -> None:
             nn.Module.__init__(self)
+            assert isinstance(spec, CNN)
             cins = [spec.input_shape[2], *spec.channels[:-1]]
             self.convs = nn.ModuleList(nn.Conv2d(a, b, 3, padding=1) for a, b in zip(cins, spec.channels, strict=True))
             self.dense = dense_stack(spec.dense_sizes)
@@ -89,9 +95,10 @@ def build(torch: Any, spec: Workload, compile_fn: Any) -> Any:
                 out[f"conv{i}/bias"] = conv.bias.detach().cpu().numpy().copy()
             return out
 
-    class Caption(nn.Module):
+    class Caption(Module):
         def __init__(self) -> None:
             super().__init__()
+            assert isinstance(spec, RNNCaption)
             self.img = nn.Linear(spec.feature_dim, spec.hidden)
             self.embed = nn.Embedding(spec.vocab, spec.embed_dim)
             self.cell = nn.GRUCell(spec.embed_dim, spec.hidden)
@@ -160,5 +167,6 @@ def build(torch: Any, spec: Workload, compile_fn: Any) -> Any:
             }
 
     if spec.family == "transformer":
+        assert isinstance(spec, Transformer)
         return _torch_transformer.build(torch, spec, compile_fn)
     return {"mlp": Dense, "cnn": Conv, "rnn-caption": Caption}[spec.family]()

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from workloads import Params, Workload
-from workloads.transformer import LN_EPS
+from workloads import Params
+from workloads.transformer import LN_EPS, Transformer
 
 #: What each ``attention`` setting runs, for the record's settings.
 ATTENTION_KERNELS = {
@@ -25,14 +25,15 @@ ATTENTION_KERNELS = {
 }
 
 
-def build(torch: Any, spec: Workload, compile_fn: Any) -> Any:
+def build(torch: Any, spec: Transformer, compile_fn: Any) -> Any:
     """The spec's model with ``load_canonical`` / ``canonical`` / ``loss``; ``compile_fn(fn)``
     wraps the whole loss (forward; torch-compile's AOTAutograd compiles its backward)."""
     nn, F = torch.nn, torch.nn.functional
+    Module: Any = nn.Module
     d, heads, e = spec.width, spec.heads, spec.head_dim
     fused = spec.attention == "fused"
 
-    class Block(nn.Module):
+    class Block(Module):
         def __init__(self) -> None:
             super().__init__()
             self.ln1 = nn.LayerNorm(d, eps=LN_EPS)
@@ -56,7 +57,7 @@ def build(torch: Any, spec: Workload, compile_fn: Any) -> Any:
             x = x + self.attention(self.ln1(x))
             return x + self.mlp_out(F.gelu(self.mlp_in(self.ln2(x)), approximate="tanh"))
 
-    class TransformerLM(nn.Module):
+    class TransformerLM(Module):
         def __init__(self) -> None:
             super().__init__()
             self.tok = nn.Embedding(spec.vocab, d)

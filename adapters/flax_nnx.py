@@ -28,15 +28,15 @@ state donated 0.57, jax-jit 0.52. At batch 1024 the step's compute dominates and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from adapters import _export_jax, _flax_transformer, _grain_data, kit
 from adapters.base import Adapter, Forward, Options
-from workloads import Batch, Params, Workload
+from workloads import CNN, MLP, Batch, Params, RNNCaption, Transformer, Workload
 from workloads.rnn import BOS, EOS, PAD
 
 
@@ -72,7 +72,7 @@ class FlaxNnx(Adapter):
         return kit.jax_build_info()
 
     # Export (docs/export.md): the model's forward through jax.export, served by JAX alone.
-    export_paths = ("jax-export",)
+    export_paths: ClassVar[tuple[str, ...]] = ("jax-export",)
     in_process_forward = True
 
     def _model(self, spec: Workload, params: Params, device: str) -> Any:
@@ -207,11 +207,12 @@ class FlaxNnxCached(FlaxNnx):
 def _build(nnx: Any, spec: Workload) -> Any:
     """The spec's model as nnx Modules (initial values are replaced by the canonical ones)."""
     if spec.family == "transformer":
+        assert isinstance(spec, Transformer)
         return _flax_transformer.build(nnx, spec)
     rngs = nnx.Rngs(0)
 
     class Mlp(nnx.Module):
-        def __init__(self, sizes: tuple[int, ...]) -> None:
+        def __init__(self, sizes: Sequence[int]) -> None:
             self.dense = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:], strict=True)])
 
         def __call__(self, x: Any) -> Any:
@@ -226,6 +227,7 @@ def _build(nnx: Any, spec: Workload) -> Any:
 
     class Cnn(nnx.Module):
         def __init__(self) -> None:
+            assert isinstance(spec, CNN)
             ins = [spec.input_shape[2], *spec.channels[:-1]]
             self.conv = nnx.List(
                 [nnx.Conv(a, b, (3, 3), padding="SAME", rngs=rngs) for a, b in zip(ins, spec.channels, strict=True)]
@@ -243,6 +245,7 @@ def _build(nnx: Any, spec: Workload) -> Any:
         """PyTorch's GRU equations, gates [r | z | n], separate input and recurrent biases."""
 
         def __init__(self) -> None:
+            assert isinstance(spec, RNNCaption)
             self.input = nnx.Linear(spec.embed_dim, 3 * spec.hidden, rngs=rngs)
             self.recurrent = nnx.Linear(spec.hidden, 3 * spec.hidden, rngs=rngs)
 
@@ -259,12 +262,14 @@ def _build(nnx: Any, spec: Workload) -> Any:
 
     class Caption(nnx.Module):
         def __init__(self) -> None:
+            assert isinstance(spec, RNNCaption)
             self.img = nnx.Linear(spec.feature_dim, spec.hidden, rngs=rngs)
             self.embed = nnx.Embed(spec.vocab, spec.embed_dim, rngs=rngs)
             self.gru = Gru()
             self.out = nnx.Linear(spec.hidden, spec.vocab, rngs=rngs)
 
     if spec.family == "mlp":
+        assert isinstance(spec, MLP)
         return Mlp(spec.layer_sizes)
     return Cnn() if spec.family == "cnn" else Caption()
 
@@ -283,6 +288,7 @@ def _load(nnx: Any, model: Any, spec: Workload, p: Params) -> None:
     import jax.numpy as jnp
 
     if spec.family == "transformer":
+        assert isinstance(spec, Transformer)
         return _flax_transformer.load(model, spec, p)
 
     for prefix, layer in _linears(model, spec).items():
@@ -301,6 +307,7 @@ def _save(model: Any, spec: Workload) -> Params:
         return np.asarray(variable.value, dtype=np.float32).copy()
 
     if spec.family == "transformer":
+        assert isinstance(spec, Transformer)
         return _flax_transformer.save(model, spec)
     out: Params = {}
     for prefix, layer in _linears(model, spec).items():

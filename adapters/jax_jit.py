@@ -23,14 +23,14 @@ import collections
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from adapters import _export_jax, _grain_data, _jax_transformer, kit
 from adapters._jax_layers import dense as _dense
 from adapters.base import Adapter, Forward, Options
-from workloads import Batch, Params, Workload
+from workloads import Batch, Params, Transformer, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
 from workloads.rnn import BOS, EOS, PAD
 
@@ -43,7 +43,7 @@ class JaxJit(Adapter):
     extra = "jax"
     loader_kind = "double-buffered asynchronous jax.device_put (prefetch_to_device pattern)"
     image_loader_kind = _grain_data.IMAGE_LOADER_KIND
-    graph_loop = "lax.scan over max_len with lax.cond skipping steps past the batch length"
+    graph_loop: ClassVar[str | None] = "lax.scan over max_len with lax.cond skipping steps past the batch length"
     families = ("mlp", "cnn", "rnn-caption", "transformer")
     precisions = ("fp32", "tf32", "bf16")
 
@@ -99,7 +99,7 @@ class JaxJit(Adapter):
     python_loop = False
     """Run the caption loops as Python loops (op by op) instead of lax.scan / lax.while_loop."""
 
-    export_paths = _export_jax.PATHS
+    export_paths: ClassVar[tuple[str, ...]] = _export_jax.PATHS
     in_process_forward = True
 
     def export_reason(self, path: str, spec: Workload) -> str | None:
@@ -212,6 +212,7 @@ def _gru(jax, jnp, p: Params, h, token, hidden: int):
 def _loss_fn(jax, jnp, optax, spec: Workload, python_loop: bool = False):
     lax = jax.lax
     if spec.family == "transformer":
+        assert isinstance(spec, Transformer)
         return _jax_transformer.loss_fn(jax, jnp, optax, spec)
     if spec.family == "mlp":
 

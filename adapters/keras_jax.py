@@ -51,7 +51,7 @@ from adapters._keras_data import IMAGE_LOADER_KIND, image_batches
 from adapters.base import Adapter, Forward, Options
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAMW_WEIGHT_DECAY
-from workloads.rnn import BOS, EOS, PAD
+from workloads.rnn import BOS, EOS, PAD, RNNCaption
 
 
 class KerasJax(Adapter):
@@ -176,6 +176,7 @@ class KerasJax(Adapter):
 
     def infer_step(self, batch: Any) -> Any:
         jnp, layers, spec = self._jax.numpy, self._layers, self.spec
+        assert isinstance(spec, RNNCaption)
         features = batch["features"]
         h = layers["img"](features)
         token = jnp.full((len(features),), BOS, jnp.int32)
@@ -223,8 +224,10 @@ class KerasJax(Adapter):
             "steps_per_execution": self.model.steps_per_execution,
             **attention,
             "mixed_precision": self._mixed,
-            "matmul_precision": self._jax.config.jax_default_matmul_precision,
+            "matmul_precision": self._jax.config.jax_default_matmul_precision,  # type: ignore[attr-defined]
             "gpu_autotune_level": kit.gpu_autotune_level(),
-            "persistent_compile_cache": bool(self._jax.config.jax_enable_compilation_cache),
-            "persistent_cache_min_compile_s": float(self._jax.config.jax_persistent_cache_min_compile_time_secs),
+            "persistent_compile_cache": bool(self._jax.config.jax_enable_compilation_cache),  # type: ignore[attr-defined]
+            "persistent_cache_min_compile_s": float(
+                self._jax.config.jax_persistent_cache_min_compile_time_secs  # type: ignore[attr-defined]
+            ),
         }

@@ -49,7 +49,7 @@ from adapters._keras_data import IMAGE_LOADER_KIND, image_batches
 from adapters.base import Adapter, Forward, Options
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAMW_WEIGHT_DECAY
-from workloads.rnn import BOS, EOS, PAD
+from workloads.rnn import BOS, EOS, PAD, RNNCaption
 
 #: Keras's default, resolved per machine (see the module docstring).
 JIT_COMPILE = "auto"
@@ -160,6 +160,7 @@ class KerasTf(Adapter):
 
     def infer_step(self, batch: Any) -> Any:
         tf, layers, spec = self._tf, self._layers, self.spec
+        assert isinstance(spec, RNNCaption)
         features = batch["features"]
         n = int(features.shape[0])
         with tf.device(self._device):

@@ -51,7 +51,7 @@ from adapters._keras_data import IMAGE_LOADER_KIND, image_batches
 from adapters._torch_data import LOADER_KIND, data_loader
 from adapters.base import Adapter, Forward, Options
 from workloads import Batch, Params, Workload
-from workloads.rnn import BOS, EOS, PAD
+from workloads.rnn import BOS, EOS, PAD, RNNCaption
 
 
 class KerasTorch(Adapter):
@@ -162,6 +162,7 @@ class KerasTorch(Adapter):
 
     def infer_step(self, batch: Any) -> Any:
         torch, layers, spec = self._torch, self._layers, self.spec
+        assert isinstance(spec, RNNCaption)
         features = batch["features"]
         with torch.inference_mode(), self._keras.device(self._device):
             h = layers["img"](features)

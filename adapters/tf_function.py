@@ -34,14 +34,14 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from adapters import _export_tf, _tf_data, _tf_transformer, kit
 from adapters._tf_layers import dense as _dense
 from adapters.base import Adapter, Forward, Options
-from workloads import Batch, Params, Workload
+from workloads import MLP, Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ADAMW_WEIGHT_DECAY, decays
 from workloads.rnn import BOS, EOS, PAD
 
@@ -54,10 +54,10 @@ class TfFunction(Adapter):
     extra = "tensorflow"
     loader_kind = _tf_data.LOADER_KIND
     image_loader_kind = _tf_data.IMAGE_LOADER_KIND
-    graph_loop = "tf.while_loop via AutoGraph over tf.range(length)"
+    graph_loop: ClassVar[str | None] = "tf.while_loop via AutoGraph over tf.range(length)"
     families = ("mlp", "cnn", "rnn-caption", "transformer")
     precisions = ("fp32", "tf32", "bf16")
-    export_paths = _export_tf.PATHS
+    export_paths: ClassVar[tuple[str, ...]] = _export_tf.PATHS
     in_process_forward = True
 
     @classmethod
@@ -253,6 +253,7 @@ def _loss_fn(tf, spec: Workload, v):
         return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=tf.cast(logits, tf.float32))
 
     if spec.family == "mlp":
+        assert isinstance(spec, MLP)
         return lambda b: tf.reduce_mean(
             xent(_dense(tf, v, tf.reshape(b["x"], [tf.shape(b["x"])[0], -1]), len(spec.layer_sizes) - 1), b["y"])
         )

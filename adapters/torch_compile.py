@@ -21,6 +21,7 @@ from typing import Any
 
 from adapters import kit
 from adapters.torch_eager import TorchEager
+from workloads.transformer import Transformer
 
 
 class TorchCompile(TorchEager):
@@ -30,6 +31,7 @@ class TorchCompile(TorchEager):
 
     def _compile(self, fn: Any, dynamic: bool = False) -> Any:
         if self.spec.family == "transformer":
+            assert isinstance(self.spec, Transformer)
             # One graph per sequence length under ``exact``: TorchDynamo's default limit (8
             # recompiles of a function, then it runs eagerly) would hide every later one.
             config = self.torch._dynamo.config

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -35,7 +35,7 @@ from adapters._torch_model import build as _build
 from adapters.base import Adapter, Forward, Options
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ADAMW_WEIGHT_DECAY
-from workloads.rnn import PAD
+from workloads.rnn import PAD, RNNCaption
 
 
 class TorchEager(Adapter):
@@ -48,7 +48,7 @@ class TorchEager(Adapter):
     image_loader_kind = IMAGE_LOADER_KIND
     families = ("mlp", "cnn", "rnn-caption", "transformer")
     precisions = ("fp32", "tf32", "bf16")
-    export_paths = _export_torch.PATHS
+    export_paths: ClassVar[tuple[str, ...]] = _export_torch.PATHS
     in_process_forward = True
 
     @classmethod
@@ -102,7 +102,9 @@ class TorchEager(Adapter):
         self.model.load_canonical(params)
         betas = (ADAM_BETA1, ADAM_BETA2)
         if spec.optimizer == "sgd":
-            self.opt = torch.optim.SGD(self.model.parameters(), lr=spec.learning_rate, foreach=True)
+            self.opt: torch.optim.Optimizer = torch.optim.SGD(
+                self.model.parameters(), lr=spec.learning_rate, foreach=True
+            )
         elif spec.optimizer == "adamw":
             # Decay on kernels and tables (workloads.optim.decays): in torch exactly the tensors of
             # two or more dimensions, as every canonical kernel and table is and no bias or norm.
@@ -158,6 +160,7 @@ class TorchEager(Adapter):
         return loss.detach()
 
     def infer_step(self, batch: Any) -> Any:
+        assert isinstance(self.spec, RNNCaption)
         with self.torch.inference_mode():
             return self.model.decode(batch["features"], self.spec.max_len)
 

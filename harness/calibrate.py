@@ -24,6 +24,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +43,11 @@ from harness.stats.inference import wilson
 TARGETS = {0.0: ("false differences", "<= 5%"), 0.1: ("detected", ">= 80%"), 0.25: ("detected", ">= 99%")}
 
 
-def effect(rec: dict[str, Any]) -> float:
+def effect(rec: Mapping[str, Any]) -> float:
     return float(rec.get("slowdown") or 0.0)
 
 
-def judge(recs: list[dict[str, Any]], level: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def judge(recs: Sequence[Mapping[str, Any]], level: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One repeat judged at ``level``: every pair of cells of one adapter whose true effects differ
     by 0 or a known factor (one side identical code), with its true ratio, the estimate, the
     interval and the verdict; and the repeat as one group (``verdicts.family`` over all its cells,
@@ -56,7 +57,7 @@ def judge(recs: list[dict[str, Any]], level: float) -> tuple[list[dict[str, Any]
     from harness.stats import verdicts
 
     cells = [r for r in stats_cells.combine_all(recs) if r["status"] == "ok"]
-    out = []
+    out: list[dict[str, Any]] = []
     for a, b in itertools.combinations(cells, 2):
         if records.base_adapter(a) != records.base_adapter(b):
             continue  # two adapters: no known ratio
@@ -84,7 +85,7 @@ def judge(recs: list[dict[str, Any]], level: float) -> tuple[list[dict[str, Any]
         fam = verdicts.family(cells, level)
         lead = fam.leader
 
-        def same(r: dict[str, Any]) -> bool:
+        def same(r: Mapping[str, Any]) -> bool:
             return records.base_adapter(r) == records.base_adapter(lead) and not effect(r) and not effect(lead)
 
         known = [v for r, v in fam.rivals if same(r) and v.judged]
@@ -92,13 +93,13 @@ def judge(recs: list[dict[str, Any]], level: float) -> tuple[list[dict[str, Any]
     return out, group
 
 
-def contended(recs: list[dict[str, Any]]) -> bool:
+def contended(recs: Sequence[Mapping[str, Any]]) -> bool:
     """Whether a repeat had a cell its run flags ``contended`` (other load through its kept turns, the
     cap on retakes reached): a report does not rank such a cell, so its pairs are judged apart."""
     return any(r.get("contended") for r in recs if r["status"] == "ok")
 
 
-def turn_counts(recs: list[dict[str, Any]]) -> dict[str, int]:
+def turn_counts(recs: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     """A repeat's turns over its cells and generations: kept, retaken for contention, kept under it."""
     ok = [r for r in recs if r["status"] == "ok"]
     return {
@@ -158,7 +159,7 @@ def write(
     pairs: list[dict[str, Any]],
     groups: list[dict[str, Any]],
     meta: dict[str, Any],
-    busy: list[dict[str, Any]] = (),
+    busy: Sequence[dict[str, Any]] = (),
 ) -> Path:
     """``calibration-<K>-generations.md`` and ``.json``: the tables from the uncontended repeats,
     then the contended ones (``busy``) apart, with their turn counts."""

@@ -15,7 +15,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from harness import jsonlines
 
@@ -74,6 +74,9 @@ class Cell(_Worker, total=False):
     compile_cache_dir: str  #: the cell's compiler cache for the run (harness.running.turns.compile_cache)
     warm_compiles: bool  #: an earlier process of the cell may have filled that cache
     worker_bytes: float  #: host memory a resident worker of the cell may take (turns.resident_limit)
+    profile_ops: str  #: the run folder a profiled pass writes its trace under (``--profile-ops``)
+    floors: bool  #: False: skip the kernel floors (calibration twins run none)
+    perturb_seed: int  #: backend parity's perturbed-weights run: the seed of its one-ulp moves
 
 
 class Record(Cell, total=False):
@@ -86,7 +89,7 @@ class Record(Cell, total=False):
     status: str  #: one of STATUSES
     reason: str
     # identity of where it ran
-    machine: str
+    machine: str | None  #: None where a merged run's records name unlike machines without a fingerprint
     node: str
     device: str
     versions: dict[str, Any]
@@ -150,6 +153,38 @@ class Record(Cell, total=False):
     to_device_s: float
     traces: int | None
     ops_profile: dict[str, Any]
+    ready_s: float  #: the worker's start: import, set-up, cold window and floor (resident workers)
+    setup_s: float  #: the worker's set-up before its first step (build, data, parameters)
+    pipelined_blocks_s: list[float]
+    turn_block_steps: int  #: steps in each of its blocks (resident workers)
+    settings: dict[str, Any]  #: the adapter's settings as the worker ran them (compile mode, XLA flags ...)
+    compute_median_s: float  #: the step without its input wait (``data: loader``)
+    loss_last: float
+    decode_len_min: int
+    decode_len_max: int
+    gflops_max_step: float | None
+    # serving (the export task, harness.measuring.serving)
+    p50_s: float
+    p99_s: float
+    # input pipelines' own measurements (``data: loader``)
+    cpu_cores_busy: float
+    cpu_worker_cores_busy: float
+    cpu_count: int
+    pipeline_batches_per_s: float
+    pipeline_ceiling_s: float
+    # set when records are combined (harness.stats.cells) or a report reads them (harness.reporting.model)
+    rounds_ok: int
+    rounds_done: int
+    round_cold_contended: list[bool]
+    group_generations: list[int]  #: the generations every cell of the record's group ran (annotate_groups)
+    group_cells: int
+    group_prior_var: float | None  #: the group's prior for a pair's variance (harness.stats.verdicts)
+    group_prior_df: float | None
+    prior_weight: float
+    process_levels: dict[int, float]
+    round_cold_times_s: list[list[float]]
+    peak_gflops: float | None
+    machine_label: str | None
 
 
 def spec_of(cell: Cell | Mapping[str, Any]) -> Workload:
@@ -161,7 +196,7 @@ def spec_of(cell: Cell | Mapping[str, Any]) -> Workload:
     return override(get_workload(cell["workload"]), list(cell.get("overrides", [])))
 
 
-def pipeline_of(cell: Cell) -> PipelineSettings:
+def pipeline_of(cell: Cell | Mapping[str, Any]) -> PipelineSettings:
     """A cell's input pipeline settings (defaults where it names none). The plan parsed and
     validated them from ``--set`` and ``--sweep`` (harness.running.plan); read as they are."""
     from workloads.images import PipelineSettings
@@ -182,7 +217,7 @@ def upgrade(record: dict[str, Any]) -> Record:
     readable = sorted({*UPGRADES, SCHEMA_VERSION})
     while version != SCHEMA_VERSION:
         step = UPGRADES.get(version) if isinstance(version, int) else None
-        if step is None:
+        if step is None or not isinstance(version, int):
             newer = " (written by a newer dlcompare)" if isinstance(version, int) and version > SCHEMA_VERSION else ""
             raise RecordError(f"schema_version {version!r}{newer}: this version reads {', '.join(map(str, readable))}")
         record = step(record)
@@ -196,7 +231,7 @@ def upgrade(record: dict[str, Any]) -> Record:
 IDIOMATIC = "idiomatic"
 
 
-def is_idiomatic(rec: dict[str, Any]) -> bool:
+def is_idiomatic(rec: Cell | Mapping[str, Any]) -> bool:
     """Whether a record (or cell) is an idiomatic script's rather than an adapter's."""
     return rec.get("kind") == IDIOMATIC
 
@@ -228,9 +263,9 @@ def round_of(rec: Cell | Mapping[str, Any]) -> int:
     return int(rec.get("round") or 1)
 
 
-def base_adapter(cell: Cell) -> str:
+def base_adapter(cell: Cell | Mapping[str, Any]) -> str:
     """The adapter module a cell runs (``torch-eager@torch-next`` runs ``torch-eager``)."""
-    return cell.get("base_adapter") or cell["adapter"]
+    return str(cell.get("base_adapter") or cell["adapter"])
 
 
 def cell_id(adapter: str, workload: str, device: str, overrides: list[str]) -> str:
@@ -260,11 +295,11 @@ def setting_of(cell: Cell | Mapping[str, Any]) -> str:
     return (cell.get("cell_id") or "").partition("|")[2]
 
 
-def new_record(cell: Cell, status: str, reason: str = "", **fields: Any) -> Record:
+def new_record(cell: Cell | Mapping[str, Any], status: str, reason: str = "", **fields: Any) -> Record:
     """A record of the current version: the cell's keys, status and reason, then ``fields``."""
     if status not in STATUSES:
         raise ValueError(f"status {status!r} is not one of {STATUSES}")
-    return {"schema_version": SCHEMA_VERSION, **cell, "status": status, "reason": reason, **fields}
+    return cast(Record, {"schema_version": SCHEMA_VERSION, **cell, "status": status, "reason": reason, **fields})
 
 
 def _unwritable(value: Any, path: str, found: list[str]) -> Any:
@@ -280,7 +315,7 @@ def _unwritable(value: Any, path: str, found: list[str]) -> Any:
     return repr(value)
 
 
-def writable(record: dict[str, Any]) -> dict[str, Any]:
+def writable(record: Mapping[str, Any]) -> Mapping[str, Any]:
     """``record`` itself when strict JSON can hold it; otherwise a ``failed`` record whose
     reason names the fields that could not be written (their values kept as text)."""
     found: list[str] = []
@@ -293,7 +328,7 @@ def writable(record: dict[str, Any]) -> dict[str, Any]:
     return {**clean, "status": "failed", "reason": reason}
 
 
-def append(path: Path, record: dict[str, Any]) -> None:
+def append(path: Path, record: Mapping[str, Any]) -> None:
     """Append one record as one line, whole or not at all (harness.jsonlines.append: written in
     full and fsynced, or the file truncated back; a torn last line left by a crash mended first:
     kept where it is a whole record, cut away with a warning otherwise). A record JSON cannot hold
@@ -346,7 +381,7 @@ def load(path: Path) -> list[Record]:
     raw = path.read_bytes()
     lines = raw.decode("utf-8", errors="replace").split("\n")
     torn = not raw.endswith(b"\n")  # then the last element is an unfinished line
-    records = []
+    records: list[Record] = []
     for n, line in enumerate(lines, start=1):
         if not line.strip():
             continue

@@ -111,7 +111,7 @@ class ImageDataset:
         epoch, index = divmod(int(g), len(self))
         h, w = self.shape[:2]
         with Image.open(io.BytesIO(self.encoded[index])) as im:
-            pixels = np.asarray(im.resize((w, h), Image.BILINEAR, reducing_gap=None))
+            pixels = np.asarray(im.resize((w, h), Image.BILINEAR, reducing_gap=None))  # type: ignore[attr-defined]  # set via globals()
         pad = ((PAD, PAD), (PAD, PAD)) + ((0, 0),) * (pixels.ndim - 2)
         dy, dx, flip = self.decisions(epoch, index)
         crop = np.pad(pixels, pad)[dy : dy + h, dx : dx + w]
@@ -154,7 +154,7 @@ def _encoded(spec: Workload) -> ImageDataset:
     for batch in batches:
         for x in batch["x"]:
             pixels = np.clip(np.rint(x * 48.0 + 128.0), 0, 255).astype(np.uint8)
-            big = Image.fromarray(pixels).resize((w * STORED_SCALE, h * STORED_SCALE), Image.BICUBIC)
+            big = Image.fromarray(pixels).resize((w * STORED_SCALE, h * STORED_SCALE), Image.BICUBIC)  # type: ignore[attr-defined]  # set via globals()
             buf = io.BytesIO()
             big.save(buf, format="JPEG", quality=JPEG_QUALITY)
             encoded.append(buf.getvalue())

@@ -53,7 +53,12 @@ FAMILY = "keras-model"
 REPO = Path(__file__).resolve().parents[1]
 #: Seconds the describing child may take (a Keras import and one forward pass on NumPy).
 DESCRIBE_TIMEOUT_S = 300
-DEFAULTS = {"LOSS": "sparse_categorical_crossentropy", "OPTIMIZER": "adam", "LEARNING_RATE": 1e-3, "BATCH_SIZE": 32}
+DEFAULTS: dict[str, Any] = {
+    "LOSS": "sparse_categorical_crossentropy",
+    "OPTIMIZER": "adam",
+    "LEARNING_RATE": 1e-3,
+    "BATCH_SIZE": 32,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,8 +195,8 @@ def _cache_dir(file: Path, batch_size: int | None, seed: int, num_batches: int) 
     """The description's folder, keyed by the file, the settings and the code that describes it (a
     description written by an older harness is never read)."""
     describing = b"".join(Path(m).read_bytes() for m in (__file__, Path(__file__).with_name("model_flops.py")))
-    key = hashlib.sha256(file.read_bytes() + describing + repr((batch_size, seed, num_batches)).encode())
-    key = key.hexdigest()[:24]
+    digest = hashlib.sha256(file.read_bytes() + describing + repr((batch_size, seed, num_batches)).encode())
+    key = digest.hexdigest()[:24]
     root = Path(os.environ.get("DLCOMPARE_CACHE", Path(tempfile.gettempdir()) / "dlcompare-model-files"))
     return root / key
 
@@ -364,7 +369,7 @@ def _signature(batch: Mapping[str, Any]) -> str:
 
 
 def _write(out: Path, settings: dict[str, Any], params: dict[str, np.ndarray], batches: list[dict]) -> None:
-    np.savez(out / "params.npz", **params)
+    np.savez(out / "params.npz", **params)  # type: ignore[arg-type]  # numpy stubs: a key could be allow_pickle
     for i, b in enumerate(batches):
         np.savez(out / f"batch{i}.npz", **b)
     settings["param_order"] = list(params)
@@ -376,7 +381,7 @@ class _OnThisBackend(SpecError):
     which another Keras backend may not have (a layer that calls one framework's API directly)."""
 
 
-def _layer_in(exc: BaseException, file: Path) -> str:
+def _layer_in(exc: BaseException | None, file: Path) -> str:
     """`` in layer 'name' (Class)``: the innermost layer of ``file`` the traceback passes
     through, or "" where none does."""
     import keras

@@ -88,7 +88,7 @@ class Counter:
         self, inputs: Any, kernel: Any, result: Any, strides: Any, padding: str, data_format: str, dilation: Any
     ) -> None:
         x, w, y = np.shape(inputs), np.shape(kernel), np.shape(result)
-        spatial_in = x[1:-1] if data_format == "channels_last" else x[2:]
+        spatial_in: tuple[int, ...] = x[1:-1] if data_format == "channels_last" else x[2:]
         spatial_out = y[1:-1] if data_format == "channels_last" else y[2:]
         cin_group, cout = w[-2], w[-1]
         groups = (x[-1] if data_format == "channels_last" else x[1]) // cin_group

@@ -51,13 +51,13 @@ class Declared:
     has. A plain base class, not dataclass fields: a subclass may make one of them a field
     (rnn-caption's ``task``, ``strategy``), and a workload that does not records no such field."""
 
-    task: ClassVar[str] = "train"
+    task: str = "train"
     """``train`` (a step trains) or another task (rnn-decode's ``decode``: a step infers)."""
-    strategy: ClassVar[str] = "exact"
+    strategy: str = "exact"
     """The loop strategy of a variable-length workload; fixed-shape workloads are ``exact``."""
     strategies: ClassVar[tuple[str, ...]] = ()
     """The loop strategies a run plans for this workload when it trains (empty: none, fixed shapes)."""
-    attention: ClassVar[str] = "naive"
+    attention: str = "naive"
     """The attention kernel (the transformer's field); ``naive`` where a workload has no attention."""
     plan_axes: ClassVar[Mapping[str, tuple[str, ...]]] = MappingProxyType({})
     """Fields a run plans every value of unless ``--set`` fixes one (harness.running.plan.variants)."""
@@ -131,7 +131,7 @@ class Workload(Declared, abc.ABC):
         workloads.optim) replaces the spec's own, for tests that train a deliberately wrong model."""
         from workloads import optim
 
-        p = {k: v.astype(dtype) for k, v in params.items()}
+        p: Params = {k: v.astype(dtype) for k, v in params.items()}
         data = data if data is not None else self.batches()
         opt = optimizer or optim.make(self.optimizer, self.learning_rate, p)
         losses, snapshots = [], [{k: v.copy() for k, v in p.items()}]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from adapters import AdapterInfo
 from harness import records
 from harness.records import Cell
 from harness.running import runner
-from workloads.model_file import is_model_file
+from workloads.model_file import ModelFile, is_model_file
 
 #: Training steps compared (each one's parameters are kept).
 STEPS = 5
@@ -48,7 +48,9 @@ PERTURB_SEED = 1
 ALONE = {"reason": None, "of_allowance": None, "where": None}
 
 
-def check_model_files(adapters: Mapping[str, AdapterInfo], cells: list[Cell], results: Path, timeout_s: float) -> None:
+def check_model_files(
+    adapters: Mapping[str, AdapterInfo], cells: Sequence[Cell], results: Path, timeout_s: float
+) -> None:
     """Before a run's rounds: each group of model-file cells (one workload, device and precision)
     checked for parity, one check per adapter (its data modes compute the same numbers); every
     cell of an adapter that fails gets its failed record in ``results`` now, so it is never
@@ -63,7 +65,9 @@ def check_model_files(adapters: Mapping[str, AdapterInfo], cells: list[Cell], re
         for cell in group:
             if not runner.skip_reason(adapters[cell["adapter"]], cell):
                 first.setdefault(cell["adapter"], cell)
-        too_large = records.spec_of(group[0]).too_large()
+        spec = records.spec_of(group[0])
+        assert isinstance(spec, ModelFile)  # model-file cells (is_model_file)
+        too_large = spec.too_large()
         if too_large:  # nothing to build, on any backend: every cell fails, naming what the model asked for
             print(f"{workload}: {too_large}", flush=True)
             for cell in group:
@@ -109,7 +113,9 @@ def _keep(path: Path, workload: str, outcomes: dict[str, dict[str, Any]]) -> Non
     path.write_text(json.dumps(kept, indent=1) + "\n")
 
 
-def _train_twice(info: AdapterInfo, cell: Cell, timeout_s: float) -> tuple[dict[str, np.ndarray], ...]:
+def _train_twice(
+    info: AdapterInfo, cell: Cell, timeout_s: float
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     plain = dict(cell, check_steps=STEPS)
     moved = dict(plain, perturb_seed=PERTURB_SEED)
     with tempfile.TemporaryDirectory() as tmp:

@@ -92,7 +92,7 @@ def diagnose(
     adapters: Mapping[str, AdapterInfo],
     threads: int,
     names: list[str] | None = None,
-    envs: Mapping[str, str] | None = None,
+    envs: Mapping[str, str | None] | None = None,
 ) -> dict[str, Any]:
     """The doctor's findings as data (what env.json keeps): machine, variants and one row per
     framework build, in this environment and in each named one (``envs``: name -> python)."""
@@ -109,7 +109,9 @@ def diagnose(
             {
                 "framework": info.framework,
                 "adapter": f"{info.name}@{env_name}" if env_name else info.name,
-                "python": runner.interpreter(info, {"python": (envs or {}).get(env_name)}),
+                "python": runner.interpreter(
+                    info, {"python": (envs or {}).get(env_name) if env_name is not None else None}
+                ),
                 "versions": result.get("versions", {}),
                 "build": build_text(build) if "error" not in result else "-",
                 "gpus": build.get("gpus", []),
@@ -189,6 +191,7 @@ def library_maps(adapters: Mapping[str, AdapterInfo], threads: int, names: list[
             except subprocess.TimeoutExpired:
                 proc, found = None, {"device_failed": f"no answer within {PROBE_TIMEOUT_S} s"}
         if found is None:
+            assert proc is not None  # None only where the worker timed out, which sets found
             row["verdict"] = f"fails: {(proc.stderr.strip().splitlines() or [f'exit {proc.returncode}'])[-1]}"
         else:
             row.update(libraries=found.get("libraries", []), majors=found.get("majors", []))

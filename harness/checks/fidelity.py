@@ -13,10 +13,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from adapters import AdapterInfo
-from harness.records import IDIOMATIC
+from harness.records import IDIOMATIC, Cell
 
 FIDELITY_DIR = Path(__file__).resolve().parents[2] / "fidelity"
 WORKLOAD = "mlp"
@@ -37,15 +36,15 @@ def scripts(folder: Path = FIDELITY_DIR) -> dict[str, str]:
     return found
 
 
-def with_scripts(cells: list[dict[str, Any]], known: Mapping[str, str]) -> list[dict[str, Any]]:
+def with_scripts(cells: list[Cell], known: Mapping[str, str]) -> list[Cell]:
     """The adapter cells that have a script, each followed by its idiomatic twin (same spec,
     device and environment; its own cell id)."""
-    out = []
+    out: list[Cell] = []
     for cell in cells:
         module = known.get(cell["adapter"])
         if module is None:
             continue
-        twin = {**cell, "cell_id": f"{cell['cell_id']}|{IDIOMATIC}", "kind": IDIOMATIC, "script": module}
+        twin: Cell = {**cell, "cell_id": f"{cell['cell_id']}|{IDIOMATIC}", "kind": IDIOMATIC, "script": module}
         out += [cell, twin]
     return out
 

@@ -25,11 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import cast
 
 from adapters import discover
 from harness import env, processes, records
 from harness.checks import doctor
 from harness.install import environments, variant
+from harness.records import Cell
 from harness.running import kernel_jit
 
 STEP_TIMEOUT_S = 3600
@@ -154,9 +156,12 @@ def check_kernel_jit(out: Path) -> tuple[bool, str]:
     adapters = discover()
     found = json.loads(doctor_json.read_text()) if doctor_json.is_file() else doctor.diagnose(adapters, 1)
     needs = kernel_jit.needs_of(found["frameworks"])
-    cells = [
-        {"adapter": a.name, "framework": a.framework, "graph": a.graph, "device_requested": "cuda"}
-        | {"threads": env.default_threads(), "workload": w, "overrides": [], "precision": "fp32"}
+    cells: list[Cell] = [
+        cast(
+            Cell,
+            {"adapter": a.name, "framework": a.framework, "graph": a.graph, "device_requested": "cuda"}
+            | {"threads": env.default_threads(), "workload": w, "overrides": [], "precision": "fp32"},
+        )
         for a in adapters.values()
         for w in ("mlp", "cnn")
         if a.available
@@ -191,6 +196,7 @@ def check_compute_cache(out: Path) -> tuple[bool, str]:
 
 def steps(budget: str = BENCH_BUDGET, install: bool = True) -> tuple[Step, ...]:
     """The steps in order; ``budget`` is the bench's, ``install`` False for ``--no-install``."""
+    replaced: dict[str, Callable[[Path], tuple[bool | None, str]]]
     if install:
         replaced = {"bench": _bench(budget)}
     else:
@@ -279,6 +285,7 @@ def run(out: Path, gpu: bool, budget: str = BENCH_BUDGET, install: bool = True) 
     head = f"# make gpu-check: {', '.join(g['name'] for g in gpus) or 'no NVIDIA GPU on this machine'}\n\n"
     if not gpu:
         head += "No GPU here: the steps marked 'would verify' need one and did not run.\n\n"
+    lines: list[str]
     lines, failed, planned = [], 0, steps(budget, install)
 
     def write_summary(after: int) -> None:

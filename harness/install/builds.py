@@ -99,6 +99,7 @@ def problems(
     most telling first: a framework built for another device, another build of a pinned release,
     another version, a pin not installed."""
     lock = f"locks/{environment.lock}.txt"
+    builds_wrong: list[str]
     builds_wrong, labels, versions_wrong, missing = [], [], [], []
     for name, want in sorted(pins.items()):
         got = versions.get(name)

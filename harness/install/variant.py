@@ -94,8 +94,8 @@ def choose(driver: str | None, problem: str | None = None) -> Choice:
         need = MIN_DRIVER[variant]
         if version >= need:
             return Choice(variant, f"NVIDIA driver {driver} (>= {'.'.join(map(str, need))})", driver)
-    need = ".".join(map(str, MIN_DRIVER["cuda12"]))
-    return Choice("cpu", f"NVIDIA driver {driver} is older than {need}, the oldest CUDA 12 builds run on", driver)
+    oldest = ".".join(map(str, MIN_DRIVER["cuda12"]))
+    return Choice("cpu", f"NVIDIA driver {driver} is older than {oldest}, the oldest CUDA 12 builds run on", driver)
 
 
 def detect() -> Choice:

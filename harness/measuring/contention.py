@@ -18,7 +18,7 @@ from harness.records import CONTENDED_CORES  # the ``contended`` tag's rule, wit
 
 def _snapshot() -> dict[tuple[int, float], tuple[float, int | None]]:
     """(pid, create time) -> (CPU seconds, session id) of every process we may read."""
-    found = {}
+    found: dict[tuple[int, float], tuple[float, int | None]] = {}
     for proc in psutil.process_iter():
         try:
             with proc.oneshot():
@@ -118,7 +118,7 @@ class MachineLoad:
         """The load over all of ``loads``' intervals together (none: an idle, zero-length one)."""
         both = cls()
         sums = [sum(getattr(ld, f) for ld in loads) for f in ("_other_s", "_steal_s", "_total_s", "_wall")]
-        both._set(*sums[:3], max(sums[3], 1e-9))
+        both._set(sums[0], sums[1], sums[2], max(sums[3], 1e-9))
         return both
 
     @property

@@ -29,14 +29,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from harness import processes
 from harness.install.environments import family_python
 from harness.measuring import limits_cache
-from harness.records import Cell, spec_of
+from harness.records import spec_of
 
 #: Seconds one library's process may take to time its kernels.
 LIBRARY_TIMEOUT_S = 1200
@@ -48,11 +48,11 @@ def _key(kernel: tuple) -> str:
     return json.dumps(list(kernel))
 
 
-def cell_kernels(cell: Cell) -> list[list[tuple[tuple, int]]] | None:
+def cell_kernels(cell: Mapping[str, Any]) -> list[list[tuple[tuple, int]]] | None:
     """Per batch of the cell's workload, its kernels and counts; None where it states none."""
     spec = spec_of(cell)
     per_batch = [spec.kernels(b) for b in spec.batches()]
-    return None if any(k is None for k in per_batch) else per_batch
+    return None if any(k is None for k in per_batch) else cast("list[list[tuple[tuple, int]]]", per_batch)
 
 
 def _best(fn: Callable[[], Any], sync: Callable[[Any], Any]) -> float:
@@ -98,7 +98,7 @@ def _torch(device: str, precision: str) -> Callable[[tuple], Callable[[], Any] |
     torch.set_grad_enabled(False)
     if device == "cuda":
         torch.backends.cuda.matmul.fp32_precision = "tf32" if tf32 else "ieee"
-        torch.backends.cudnn.conv.fp32_precision = "tf32" if tf32 else "ieee"
+        torch.backends.cudnn.conv.fp32_precision = "tf32" if tf32 else "ieee"  # type: ignore[attr-defined]
         torch.backends.cudnn.benchmark = True
 
     def make(kernel: tuple) -> Callable[[], Any] | None:
@@ -225,14 +225,14 @@ def measure(library: str, device: str, kernels: list[tuple], precision: str = "f
     return out
 
 
-def floor_s(per_batch: list[list[tuple[tuple, int]]], seconds: dict[str, float | None]) -> float | None:
+def floor_s(per_batch: list[list[tuple[tuple, int]]], seconds: Mapping[str, float | None]) -> float | None:
     """A step's kernel floor: per batch the sum of count x seconds, averaged over batches."""
     totals = []
     for kernels in per_batch:
         times = [seconds.get(_key(k)) for k, _ in kernels]
         if any(t is None for t in times):
             return None
-        totals.append(sum(t * count for t, (_, count) in zip(times, kernels, strict=True)))
+        totals.append(sum(cast(float, t) * count for t, (_, count) in zip(times, kernels, strict=True)))
     return sum(totals) / len(totals)
 
 
@@ -274,7 +274,9 @@ def _installed(library: str) -> bool:
     return importlib.util.find_spec(library) is not None or family_python(library) is not None
 
 
-def kernel_floors(cells: list[dict[str, Any]], devices: list[str], threads: int, precision: str) -> dict[str, Any]:
+def kernel_floors(
+    cells: Sequence[Mapping[str, Any]], devices: list[str], threads: int, precision: str
+) -> dict[str, Any]:
     """Each cell's kernel floor (seconds per step, keyed by cell id; None where its workload
     states no kernels or nothing could time them), the library that was fastest per kernel
     count, and each library x device whose process failed, with its last line of stderr."""
@@ -282,7 +284,7 @@ def kernel_floors(cells: list[dict[str, Any]], devices: list[str], threads: int,
     shapes = sorted({tuple(k) for per_batch in wanted.values() if per_batch for b in per_batch for k, _ in b})
     by_key = {_key(s): s for s in shapes}
     best: dict[str, dict[str, float]] = {d: {} for d in devices}
-    winners: dict[str, dict[str, int]] = {d: {} for d in devices}
+    winners: dict[str, dict[str, str]] = {d: {} for d in devices}
     errors: dict[str, str] = {}
     for device in devices:
         for library in LIBRARIES:
@@ -292,8 +294,11 @@ def kernel_floors(cells: list[dict[str, Any]], devices: list[str], threads: int,
             found = limits_cache.cached_each(
                 inputs,
                 list(by_key),
-                lambda keys, lib=library, dev=device: _run_library(
-                    lib, dev, [by_key[k] for k in keys], threads, precision
+                cast(
+                    "Callable[[list[str]], dict[str, Any]]",
+                    lambda keys, lib=library, dev=device: _run_library(
+                        lib, dev, [by_key[k] for k in keys], threads, precision
+                    ),
                 ),
                 "seconds",
             )

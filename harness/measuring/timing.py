@@ -224,7 +224,7 @@ class Stepper:
         """``steps`` steps issued back to back, then synced: (seconds, last loss). ``chained``
         (training): the last step's sync covers the block; else every step is synced at its end."""
         t0 = self.clock()
-        handles = []
+        handles: list[Any] = []
         for _ in range(steps):
             handle = self.step_fn(self.batches[self.step % len(self.batches)])
             handles = [handle] if chained else [*handles, handle]

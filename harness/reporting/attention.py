@@ -4,6 +4,9 @@ the swept value at which fused overtakes naive (or naive fused) for each adapter
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, cast
+
 from tabulate import tabulate
 
 from harness.records import Record, strategy_override
@@ -32,7 +35,7 @@ def _loop(rec: Record) -> str:
     return strategy(rec) or strategy_override(rec) or DASH
 
 
-def _cell(rec: Record | None) -> tuple[str, str, str]:
+def _cell(rec: Mapping[str, Any] | None) -> tuple[str, str, str]:
     """ms/step, tokens/s and compiles of one cell; a cell that did not run gives its status."""
     if rec is None:
         return DASH, DASH, DASH
@@ -42,7 +45,7 @@ def _cell(rec: Record | None) -> tuple[str, str, str]:
     return sig(rec["median_s"] * 1e3), sig(tokens_per_s(rec)), compiles_text(rec)
 
 
-def _ratio(naive: Record | None, fused: Record | None) -> str:
+def _ratio(naive: Mapping[str, Any] | None, fused: Mapping[str, Any] | None) -> str:
     """naive time over fused time (above 1: fused is faster) with its interval and verdict, as every
     table prints a pair (formatting.verdict_text)."""
     if not naive or not fused or naive["status"] != "ok" or fused["status"] != "ok":
@@ -62,7 +65,7 @@ def section(recs: list[Record]) -> list[str]:
 
 
 def _side_by_side(cells: list[Record]) -> list[str]:
-    pairs: dict[tuple, dict[str, Record]] = {}
+    pairs: dict[tuple, dict[str | None, Mapping[str, Any]]] = {}
     for r in cells:
         key = (*_others(r), r["adapter"], _loop(r), device_label(r))
         pairs.setdefault(key, {})[attention(r)] = r
@@ -130,7 +133,7 @@ def _crossover_lengths(cells: list[Record]) -> list[str]:
     series: dict[tuple, dict[str, list[Record]]] = {}
     for r in sorted(cells, key=lambda r: r["sweep"]["value"]):
         key = (*_others(r), r["sweep"]["field"], r["adapter"], _loop(r), device_label(r))
-        series.setdefault(key, {}).setdefault(attention(r), []).append(r)
+        series.setdefault(key, {}).setdefault(cast(str, attention(r)), []).append(r)  # one of KINDS (section)
     rows = []
     for key in sorted(series, key=lambda k: [str(x) for x in k]):
         *_, field, adapter, loop, device = key

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
 
@@ -115,7 +116,8 @@ def break_even_range(static: Record, base: Record) -> tuple[int, int] | None:
     ]
     if None in found:
         return None
-    return min(found), max(found)
+    ends = cast(list[int], found)  # no None left
+    return min(ends), max(ends)
 
 
 def cold_load_note(static: Record, base: Record) -> str:

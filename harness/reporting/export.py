@@ -6,6 +6,7 @@ exporters and other served paths as detail."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,8 @@ from harness import records
 from harness.reporting import html, plots
 from harness.reporting.formatting import DASH, machine_name, sig, slug
 
-Record = dict[str, Any]
+#: An export record, only read here: most of its keys (``export_path``, ...) are not records.Record's.
+Record = Mapping[str, Any]
 IN_PROCESS = "in-process"  # adapters.base.IN_PROCESS; the report reads records, not adapters
 COLUMNS = [
     "row",
@@ -177,10 +179,10 @@ METHOD = (
 )
 
 
-def build(run_dir: Path, plot_dir: Path, raw: list[Record] | None = None) -> str:
+def build(run_dir: Path, plot_dir: Path, raw: Sequence[Record] | None = None) -> str:
     """An export run's markdown from its records (``raw``: as loaded, else read from the run)."""
-    loaded = records.load(run_dir / records.RESULTS) if raw is None else raw
-    recs = [r for r in loaded if is_export(r)]
+    loaded: Sequence[Record] = records.load(run_dir / records.RESULTS) if raw is None else raw
+    recs: list[Record] = [r for r in loaded if is_export(r)]
     env = records.load_env(run_dir)
     colors = plots.palette(recs)
     keys = list(dict.fromkeys((r["workload"], r["device_requested"]) for r in recs))
@@ -207,7 +209,7 @@ def build(run_dir: Path, plot_dir: Path, raw: list[Record] | None = None) -> str
     return "\n".join(head + body)
 
 
-def write(run_dir: Path, out_dir: Path | None = None, raw: list[Record] | None = None) -> Path:
+def write(run_dir: Path, out_dir: Path | None = None, raw: Sequence[Record] | None = None) -> Path:
     """report.md (with its plots) and report.html of an export run; returns report.md's path.
     ``raw``: its records as already loaded."""
     target = out_dir or run_dir

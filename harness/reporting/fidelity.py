@@ -14,6 +14,7 @@ slower one: a harness quicker than the code a framework's users run misrepresent
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ MEASURES = ("latency", "throughput")
 LOSS_RTOL = 1e-4
 
 
-def _pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def _pooled(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """A cell's rounds as one record that harness.stats.verdicts.pair_verdict reads."""
     runs = sorted(runs, key=round_of)
     return {
@@ -53,13 +54,13 @@ def _pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _batch(rec: dict[str, Any]) -> int:
+def _batch(rec: Mapping[str, Any]) -> int:
     return int(rec["spec"]["batch_size"])
 
 
-def rows(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rows(recs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per adapter cell with a script: the two sides' times and ratios, or why not."""
-    cells: dict[str, list[dict[str, Any]]] = {}
+    cells: dict[str, list[Mapping[str, Any]]] = {}
     for r in recs:
         cells.setdefault(r["cell_id"], []).append(r)
     out = []

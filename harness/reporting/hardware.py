@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tabulate import tabulate
@@ -15,14 +16,14 @@ from workloads.model_file import FAMILY as MODEL_FILE
 PEAK_SLACK = 1.10
 
 
-def same_machine(env: dict[str, Any], rec: dict[str, Any]) -> bool:
+def same_machine(env: Mapping[str, Any], rec: Mapping[str, Any]) -> bool:
     """False where the record ran on another machine than the one ``env`` describes (a cluster
     node unlike the submitting host): that machine's peaks and floors say nothing about it."""
     here, there = env.get("fingerprint"), rec.get("fingerprint")
     return not (here and there) or here == there
 
 
-def peak_gflops(env: dict[str, Any], rec: dict[str, Any]) -> float | None:
+def peak_gflops(env: Mapping[str, Any], rec: Mapping[str, Any]) -> float | None:
     """The matmul peak ``env`` measured on the record's device, None where it ran elsewhere."""
     if not same_machine(env, rec):
         return None
@@ -30,7 +31,7 @@ def peak_gflops(env: dict[str, Any], rec: dict[str, Any]) -> float | None:
     return peak.get("matmul_gflops")
 
 
-def physics_violations(recs: list[dict[str, Any]], env: dict[str, Any]) -> list[str]:
+def physics_violations(recs: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -> list[str]:
     """Cells whose fastest step or pipelined block claims more FLOP/s than the device's measured
     matmul peak (with PEAK_SLACK): a missing sync or a wrong FLOP count, never a real result. A
     record's own ``peak_gflops`` (merged runs) wins over ``env``'s."""
@@ -48,7 +49,7 @@ def physics_violations(recs: list[dict[str, Any]], env: dict[str, Any]) -> list[
     return problems
 
 
-def hardware(recs: list[dict[str, Any]], envs: dict[str, dict[str, Any]]) -> list[str]:
+def hardware(recs: Sequence[Mapping[str, Any]], envs: dict[str, dict[str, Any]]) -> list[str]:
     """Achieved useful GFLOP/s against the measured matmul peak of the device (``envs`` by
     machine name; a plain env dict is one machine)."""
     if "peaks" in envs or not all(isinstance(v, dict) for v in envs.values()):
@@ -162,7 +163,7 @@ def _mib(value: Any) -> str:
     return "unavailable" if value is None else sig(value / 2**20)
 
 
-def memory(recs: list[dict[str, Any]]) -> list[str]:
+def memory(recs: Sequence[Mapping[str, Any]]) -> list[str]:
     rows = [
         [
             *row_label(r),

@@ -28,8 +28,8 @@ from harness.stats.verdicts import Family, PairVerdict, judged_once
 
 
 def load_runs(
-    run_dirs: list[Path], raw: Mapping[Path, list[dict[str, Any]]] | None = None
-) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    run_dirs: list[Path], raw: Mapping[Path, list[Record]] | None = None
+) -> tuple[list[Record], dict[str, dict[str, Any]]]:
     """Records of one or several runs, combined per cell, each a new record annotated with its
     machine and the measured peak of its device; with several machines, device labels name the
     machine. ``raw``: a run's records as already loaded (results.jsonl is read once per report).
@@ -38,7 +38,8 @@ def load_runs(
     fingerprints (a cluster run over unlike nodes): then each record's machine is its fingerprint.
     The peaks and kernel floors measured on the submitting host stay with the cells that ran on
     a machine like it."""
-    recs, envs = [], {}
+    recs: list[Record] = []
+    envs: dict[str, dict[str, Any]] = {}
     for run_dir in run_dirs:
         env = load_env(run_dir)
         name = machine_name(env) if env else run_dir.name
@@ -94,9 +95,9 @@ class Model:
         return ids or ", ".join(d.name for d in self.run_dirs)
 
 
-def load(run_dirs: list[Path], raw: Mapping[Path, list[dict[str, Any]]] | None = None) -> Model:
+def load(run_dirs: list[Path], raw: Mapping[Path, list[Record]] | None = None) -> Model:
     """The model of a report over ``run_dirs`` (``raw``: their records as already loaded)."""
-    loaded = {d: records.load(d / records.RESULTS) if (raw or {}).get(d) is None else raw[d] for d in run_dirs}
+    loaded = {d: records.load(d / records.RESULTS) if (raw or {}).get(d) is None else (raw or {})[d] for d in run_dirs}
     recs, envs = load_runs(run_dirs, loaded)
     sections: dict[tuple[str, tuple], list[Record]] = {}
     for r in sorted(recs, key=overview.setting_order):  # sections in the overview's column order

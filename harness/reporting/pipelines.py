@@ -6,6 +6,7 @@ harness.reporting.sections, compares the data modes instead.)"""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from tabulate import tabulate
 
@@ -116,7 +117,11 @@ def _plot(groups: dict[str, list[Record]], field: str, title: str, path: Path, c
     left.set_yscale("log")
     plots._log_ticks(left.yaxis)
     left.set_ylabel("ms per batch")
-    kinds = [("-", "step"), (":", "step less its wait"), ("--", "pipeline alone (no training)")]
+    kinds: list[tuple[Literal["-", ":", "--"], str]] = [
+        ("-", "step"),
+        (":", "step less its wait"),
+        ("--", "pipeline alone (no training)"),
+    ]
     left.legend(
         [plots.plt.Line2D([], [], color="grey", linestyle=ls) for ls, _ in kinds],
         [text for _, text in kinds],
@@ -178,6 +183,7 @@ def section(recs: list[Record], plot_dir: Path | None, colors: plots.Colors | No
                 "",
             ]
         if plot_dir is not None:
+            assert colors is not None  # _plot colours each adapter's lines
             path = _plot(series, field, workload, plot_dir / f"{slug(workload, device, 'pipeline', field)}.png", colors)
             out += [f"![{workload}: input pipeline vs {field}]({path.name})", ""]
         rows = []

@@ -7,9 +7,9 @@ the axes so they never cover data.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import matplotlib
 import numpy as np
@@ -35,7 +35,7 @@ SPAN = 10.0
 IDLE_COLOR = "#e0e0e0"
 
 
-def palette(recs: list[Record]) -> Colors:
+def palette(recs: Sequence[Mapping[str, Any]]) -> Colors:
     """One colour per adapter for every plot of a report: each framework a hue (tab20's pairs, in
     the order of the framework names), its static-graph adapter the dark shade and its dynamic one
     the light shade; a second adapter of the same framework and graph takes the next free pair."""
@@ -58,10 +58,10 @@ def _wide(values: list[float]) -> bool:
     return bool(positive) and max(positive) / min(positive) > SPAN
 
 
-def _label(rec: Record) -> str:
+def _label(rec: Mapping[str, Any]) -> str:
     parts = [f"{rec['adapter']} ({rec['graph']})" if rec.get("graph") else rec["adapter"]]
     if strategy(rec):
-        parts.append(strategy(rec))
+        parts.append(cast(str, strategy(rec)))
     if rec.get("device"):
         parts.append(rec["device"])
     return " / ".join(parts)
@@ -359,7 +359,9 @@ def ops_breakdown(split: list[tuple[Record, dict[str, float]]], path: Path) -> P
     return _save(fig, path)
 
 
-def serve_latency(rows: list[tuple[str, Record]], workload: str, path: Path, colors: Colors) -> Path | None:
+def serve_latency(
+    rows: Sequence[tuple[str, Mapping[str, Any]]], workload: str, path: Path, colors: Colors
+) -> Path | None:
     """Batch-1 latency of each served or in-process forward (export task): the bar the median
     (p50), the whisker up to p99, the p50 written at the bar's end; bars in the adapter's colour,
     labelled by row (``rows``: (label, record) of the ok cells, in the table's order)."""

@@ -7,14 +7,14 @@ tables, plots and sections that back them follow."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from harness import records
-from harness.records import is_idiomatic
+from harness.records import Record, is_idiomatic
 from harness.reporting import (
     attention,
     export,
@@ -41,7 +41,7 @@ from harness.reporting.tables import env_table, machines_table, settings_table
 from harness.reporting.workload_tables import table_title, workload_table
 
 
-def generations_note(group: list[dict[str, Any]]) -> list[str]:
+def generations_note(group: Sequence[Mapping[str, Any]]) -> list[str]:
     """A line where the workload's cells ran in fewer generations (fresh processes each) than the
     run planned (a time budget that ran out, or cells that failed in some): what its verdicts rest on."""
     ok = [r for r in group if r["status"] == "ok" and r.get("group_generations")]
@@ -61,7 +61,7 @@ def generations_note(group: list[dict[str, Any]]) -> list[str]:
 
 
 def build(
-    run_dirs: Path | list[Path], plot_dir: Path | None = None, raw: Mapping[Path, list[dict[str, Any]]] | None = None
+    run_dirs: Path | list[Path], plot_dir: Path | None = None, raw: Mapping[Path, list[Record]] | None = None
 ) -> str:
     """The report's markdown; with ``plot_dir``, its PNG plots are written there and embedded.
     ``raw``: runs' records as already loaded."""
@@ -123,7 +123,7 @@ def render(m: model.Model, plot_dir: Path | None = None) -> str:
 OVERVIEW_PNG = "overview.png"
 
 
-def _overview(grid: overview.Grid | None, recs: list[dict[str, Any]], plot_dir: Path | None) -> list[str]:
+def _overview(grid: overview.Grid | None, recs: Sequence[Mapping[str, Any]], plot_dir: Path | None) -> list[str]:
     """The picture (where plots are drawn) and the same grid as a compact table."""
     if grid is None:
         return []
@@ -135,7 +135,7 @@ def _overview(grid: overview.Grid | None, recs: list[dict[str, Any]], plot_dir: 
     return [*out, overview.caption(grid, modes), "", overview.table(grid), ""]
 
 
-def _plots(group: list[dict[str, Any]], workload: str, key: tuple, plot_dir: Path, colors: plots.Colors) -> list[str]:
+def _plots(group: list[Record], workload: str, key: tuple, plot_dir: Path, colors: plots.Colors) -> list[str]:
     """Embedded plots of one workload table; only plots with data are drawn."""
     made = []
     name = slug(workload, *key)
@@ -157,7 +157,7 @@ def _plots(group: list[dict[str, Any]], workload: str, key: tuple, plot_dir: Pat
     return made
 
 
-def write(run_dir: Path, extra: list[Path] = (), out_dir: Path | None = None) -> Path:
+def write(run_dir: Path, extra: Sequence[Path] = (), out_dir: Path | None = None) -> Path:
     """Write report.md, its plots and report.html (the same page, self-contained) for one run, or
     merge ``extra`` runs into it; merged reports go to ``out_dir``. A fidelity run
     (idiomatic-script records) also gets fidelity.md."""

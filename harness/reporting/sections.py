@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 from tabulate import tabulate
 
@@ -17,7 +18,7 @@ from harness.stats import inference, verdicts
 from harness.stats.steps import NOISY_IQR_RATIO
 
 
-def banner(recs: list[dict[str, Any]]) -> list[str]:
+def banner(recs: Sequence[Mapping[str, Any]]) -> list[str]:
     """A warning at the top naming every requested adapter x device that produced no result."""
     missing = missing_pairs(recs)
     if not missing:
@@ -29,7 +30,7 @@ def banner(recs: list[dict[str, Any]]) -> list[str]:
     return [*out, ""]
 
 
-def failures(recs: list[dict[str, Any]]) -> list[str]:
+def failures(recs: Sequence[Mapping[str, Any]]) -> list[str]:
     """A section with each failed cell's reason and the tail of its stderr."""
     out = []
     for r in recs:
@@ -41,9 +42,10 @@ def failures(recs: list[dict[str, Any]]) -> list[str]:
     return ["## Failed cells", "", *out, ""] if out else []
 
 
-def input_pipeline(recs: list[dict[str, Any]]) -> list[str]:
+def input_pipeline(recs: Sequence[Mapping[str, Any]]) -> list[str]:
     """Per adapter/workload/device: steady step time per data mode against ``resident``."""
-    cells: dict[tuple, dict[str, dict[str, Any]]] = {}
+    cells: dict[tuple, dict[str, Mapping[str, Any]]] = {}
+    r: Mapping[str, Any] | None  # a record; below, the row's record of a data mode, if any
     for r in recs:
         key = (r["adapter"], r["workload"], strategy(r), r["device_requested"], r.get("machine"))
         cells.setdefault(key, {})[r.get("data", "resident")] = r
@@ -65,13 +67,13 @@ def input_pipeline(recs: list[dict[str, Any]]) -> list[str]:
         host = modes.get("host")
         row.append(sig(host["to_device_s"] * 1e3) if host and host["status"] == "ok" else DASH)
         both_ok = host and host["status"] == "ok" and base["status"] == "ok"
-        share = max(0.0, 1 - base["median_s"] / host["median_s"]) if both_ok else None
+        share = max(0.0, 1 - base["median_s"] / cast(Mapping[str, Any], host)["median_s"]) if both_ok else None
         row.append(DASH if share is None else f"{share:.0%}")
         rows.append(row)
     if not rows:
-        modes = sorted({r.get("data", "resident") for r in recs})
+        measured = sorted({r.get("data", "resident") for r in recs})
         note = (
-            f"This run measured one data mode ({', '.join(modes)}). Run with `DATA=all` (`--data all`) to "
+            f"This run measured one data mode ({', '.join(measured)}). Run with `DATA=all` (`--data all`) to "
             "time the same cells with each step copying its batch from host memory (`host`) and with the "
             "framework's native input pipeline (`loader`), and to see the input-bound share here."
         )
@@ -96,7 +98,7 @@ def input_pipeline(recs: list[dict[str, Any]]) -> list[str]:
     return ["## Input pipeline", "", intro, "", tabulate(rows, headers, tablefmt="github", disable_numparse=True), ""]
 
 
-def _xla_floor(ok: list[dict[str, Any]]) -> str:
+def _xla_floor(ok: Sequence[Mapping[str, Any]]) -> str:
     """The compile time from which the run's XLA cache kept an executable, in words: as the
     records say (``persistent_cache_min_compile_s``), else both values it has had, since records
     written before it was recorded do not say which applied."""
@@ -144,7 +146,7 @@ def _protocol_line(p: dict[str, Any]) -> str:
     )
 
 
-def _turns_left_out(ok: list[dict[str, Any]]) -> list[str]:
+def _turns_left_out(ok: Sequence[Mapping[str, Any]]) -> list[str]:
     """How many turns were retaken for contention, counted once per generation of a group."""
     seen: dict[tuple, list[int]] = {}
     for r in ok:
@@ -160,7 +162,7 @@ def _turns_left_out(ok: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def _resolution(ok: list[dict[str, Any]]) -> list[str]:
+def _resolution(ok: Sequence[Mapping[str, Any]]) -> list[str]:
     """What differences this run's verdicts could tell apart: per group, the slow-down a pair of its
     cells would be called different for with 80% power, from the group's prior (a typical pair)."""
     found = {}
@@ -183,13 +185,13 @@ def _resolution(ok: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def level_text(recs: list[dict[str, Any]]) -> str:
+def level_text(recs: Sequence[Mapping[str, Any]]) -> str:
     """The confidence level the records' verdicts and intervals use, as printed: ``95%``, ``97.06%``."""
     level = verdicts.level_of(*recs)
     return f"{100 * level:.4g}%"
 
 
-def method(recs: list[dict[str, Any]]) -> str:
+def method(recs: Sequence[Mapping[str, Any]]) -> str:
     """The protocol each cell's record says it was timed with (cells recorded before records
     carried it are said to be so, not described by today's settings)."""
     ok = [r for r in recs if r["status"] == "ok"]

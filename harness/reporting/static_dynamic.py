@@ -3,6 +3,8 @@ compiling costs each static-graph cell and when it pays off, and the loop strate
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tabulate import tabulate
 
 from harness.records import Record
@@ -25,7 +27,7 @@ def section(groups: dict[tuple, list[Record]]) -> list[str]:
     return ["## Static vs dynamic", "", *parts] if parts else []
 
 
-def _table(rows: list[list[str]], headers: list[str]) -> str:
+def _table(rows: Sequence[Sequence[str | None]], headers: list[str]) -> str:
     return tabulate(rows, headers, tablefmt="github", disable_numparse=True)
 
 

@@ -116,8 +116,8 @@ def framework_sentences(recs: list[Record]) -> list[str]:
             text = f"{framework}: {static} is faster than {dynamic} once compiled on {len(f[FASTER])} of {n} "
             text += f"workloads ({', '.join(w for w, _ in f[FASTER])}: {_speedups(f[FASTER])})"
             if f["pays"]:
-                steps = "step" if max(f["pays"]) == 1 else "steps"
-                text += f", its compiles paid off after {steps_text((min(f['pays']), max(f['pays'])))} {steps} "
+                unit = "step" if max(f["pays"]) == 1 else "steps"
+                text += f", its compiles paid off after {steps_text((min(f['pays']), max(f['pays'])))} {unit} "
                 text += "from a cold start"
         else:
             text = f"{framework}: {static} is faster than {dynamic} on none of {n} workloads"

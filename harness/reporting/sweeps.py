@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from harness.reporting.sections import level_text
 from harness.stats.verdicts import MIN_GENERATIONS, SAME, SLOWER, UNRESOLVED, levels_of, pair_verdict, same_group
 
 
-def crossovers(series: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def crossovers(series: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
     """Where the ranking of two series changes along a sweep.
 
     ``series`` maps a label to records sorted by swept value. At each value both series ran, the
@@ -33,6 +34,7 @@ def crossovers(series: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
                 rb = by_value_b.get(ra["sweep"]["value"])
                 verdict = pair_verdict(ra, rb) if rb is not None else None  # time(b) / time(a)
                 if verdict is not None and verdict.separated:
+                    assert rb is not None  # a verdict means b ran at this value
                     slower = verdict.outcome == SLOWER  # b is slower: a is the faster
                     order.append(
                         (ra["sweep"]["value"], a if slower else b, verdict if slower else pair_verdict(rb, ra))
@@ -45,7 +47,7 @@ def crossovers(series: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return found
 
 
-def shown_interval(rec: dict[str, Any]) -> tuple[float, float] | None:
+def shown_interval(rec: Mapping[str, Any]) -> tuple[float, float] | None:
     """The cell's own interval as the sweep draws it: None where it ran in fewer than
     MIN_GENERATIONS processes (an interval on one or two degrees of freedom says nothing)."""
     if len(levels_of(rec)) < MIN_GENERATIONS or "ci_low_s" not in rec:
@@ -53,7 +55,7 @@ def shown_interval(rec: dict[str, Any]) -> tuple[float, float] | None:
     return rec["ci_low_s"], rec["ci_high_s"]
 
 
-def _varied_settings(cells: list[dict[str, Any]], field: str) -> set[str]:
+def _varied_settings(cells: Sequence[Mapping[str, Any]], field: str) -> set[str]:
     """Fields other than the swept one and the strategy whose --set value differs between the
     cells of one sweep (the transformer's attention kernel): they name the series apart."""
     values: dict[str, set[str]] = {}
@@ -65,15 +67,15 @@ def _varied_settings(cells: list[dict[str, Any]], field: str) -> set[str]:
     return {k for k, v in values.items() if len(v) > 1}
 
 
-def _levels(cells: list[dict[str, Any]]) -> str:
+def _levels(cells: Sequence[Mapping[str, Any]]) -> str:
     """The confidence levels the cells' intervals use (sections.level_text): ``95%`` or ``95% or 97.06%``."""
     return " or ".join(sorted({level_text([r]) for r in cells}))
 
 
-def _pairing(cells: list[dict[str, Any]]) -> str:
+def _pairing(cells: Sequence[Mapping[str, Any]]) -> str:
     """How the pairs at each swept value are judged (verdicts.pair_verdict): paired by generation
     where the two cells ran side by side in one group, else Welch's t on their processes."""
-    at: dict[float, list[dict[str, Any]]] = {}
+    at: dict[float, list[Mapping[str, Any]]] = {}
     for r in cells:
         at.setdefault(r["sweep"]["value"], []).append(r)
     if all(same_group(a, b) for rs in at.values() for a in rs for b in rs):
@@ -81,7 +83,9 @@ def _pairing(cells: list[dict[str, Any]]) -> str:
     return "paired generation by generation where the two cells ran side by side in one group, else Welch's t"
 
 
-def sweep_section(recs: list[dict[str, Any]], plot_dir: Path | None, colors: plots.Colors | None = None) -> list[str]:
+def sweep_section(
+    recs: Sequence[Mapping[str, Any]], plot_dir: Path | None, colors: plots.Colors | None = None
+) -> list[str]:
     """Step time and throughput against the swept field, with the crossovers marked; lines in
     their adapter's colour (``colors``, the report's palette), one line style per device."""
     swept = [r for r in recs if r.get("sweep") and r["status"] == "ok" and r.get("data", "resident") == "resident"]
@@ -89,7 +93,7 @@ def sweep_section(recs: list[dict[str, Any]], plot_dir: Path | None, colors: plo
     for workload in sorted({r["workload"] for r in swept}):
         cells = [r for r in swept if r["workload"] == workload]
         field = cells[0]["sweep"]["field"]
-        series: dict[str, list[dict[str, Any]]] = {}
+        series: dict[str, list[Mapping[str, Any]]] = {}
         varied = _varied_settings(cells, field)
         for r in sorted(cells, key=lambda r: r["sweep"]["value"]):
             setting = [o.split("=", 1)[1] for o in r.get("overrides", []) if o.split("=")[0] in varied]

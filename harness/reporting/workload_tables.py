@@ -8,9 +8,9 @@ same rows in the same order: fastest steady step first, cells that did not run l
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from tabulate import tabulate
 
@@ -26,6 +26,9 @@ from harness.reporting.formatting import (
     verdict_text,
 )
 from harness.stats.verdicts import Family, PairVerdict, pair_verdict
+
+#: A record, or any mapping read like one (``ordered`` returns what it is given).
+_R = TypeVar("_R", bound=Mapping[str, Any])
 
 #: The most columns the main table may have; the rest go to the details table.
 MAIN_MAX = 10
@@ -55,12 +58,13 @@ def _trains(rec: Record) -> bool:
     return (rec.get("spec") or {}).get("task", "train") == "train"
 
 
-def _vs_fastest(rec: Record, fastest: Record, found: PairVerdict | None = None, leads: bool = False) -> str:
+def _vs_fastest(rec: Record, fastest: Record | None, found: PairVerdict | None = None, leads: bool = False) -> str:
     """The ratio to the fastest with its interval and verdict (formatting.verdict_text): ``found``,
     the family-wise verdict of the cell's group (cells.families), else the pair's own. The
     fastest reads ``1.00 fastest`` where it ``leads``: separated from every rival (verdicts.family)."""
     if rec is fastest:
         return "1.00 fastest" if leads else "1.00"
+    assert fastest is not None  # a timed row's machine has a fastest cell: at worst the row itself
     if "ci_low_s" not in rec:
         return f"{rec['median_s'] / fastest['median_s']:.2f}"
     return verdict_text(found or pair_verdict(fastest, rec))
@@ -116,7 +120,7 @@ class Column:
     machine), and whether the cell needs a timed record (a dash for cells that did not run)."""
 
     header: str
-    cell: Callable[[Record, Record], str]
+    cell: Callable[[Record, Record | None], str]
     timed: bool = True
 
 
@@ -175,13 +179,13 @@ def layout(recs: list[Record]) -> tuple[list[Column], list[Column], list[Column]
     return key, main, details
 
 
-def _group(rec: Record) -> tuple:
+def _group(rec: Mapping[str, Any]) -> tuple:
     """What a table never ranks across: workload, setting, data mode and machine."""
     setting = setting_overrides(rec)
     return (rec["workload"], setting, rec.get("data", "resident"), str(rec.get("machine") or ""))
 
 
-def ordered(recs: list[Record]) -> list[Record]:
+def ordered(recs: Sequence[_R]) -> list[_R]:
     """Rows in report order, for every table that lists cells: grouped by workload, setting, data
     mode and machine (groups in the order the records first name them); within a group, cells that
     ran by steady time (fastest first), then the cells that did not run; ties broken by adapter,
@@ -190,7 +194,7 @@ def ordered(recs: list[Record]) -> list[Record]:
     for r in recs:
         groups.setdefault(_group(r), len(groups))
 
-    def rank(r: Record) -> tuple:
+    def rank(r: _R) -> tuple:
         ran = r["status"] == "ok"
         median = r["median_s"] if ran else math.inf
         return (groups[_group(r)], not ran, median, r["adapter"], strategy(r) or "", device_label(r))

@@ -15,16 +15,17 @@ from __future__ import annotations
 import math
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 import psutil
 
 from adapters import AdapterInfo
 from harness import records
 from harness.measuring import timing
-from harness.records import Record, round_of
+from harness.records import Cell, Record, round_of
 from harness.running import runner, turns
 from harness.running.sink import RoundSink
 from harness.running.turns import Turns, group_of, servable
@@ -62,7 +63,7 @@ class Budget:
         self.reserve_s = self.spent()
 
 
-def generation_s(results: Path, cells: list[Record]) -> float:
+def generation_s(results: Path, cells: Sequence[Cell]) -> float:
     """What a further generation of these cells should take (``next_generation_s``), 0 where none
     is recorded. A generation is started only when this fits in what is left of a budget."""
     ids = {c["cell_id"] for c in cells}
@@ -94,7 +95,7 @@ def committed_s(cost: float, k: int) -> float:
     return cost * max(1, verdicts.MIN_GENERATIONS - k + 1)
 
 
-def floors_s(results: Path, cells: list[Record]) -> float:
+def floors_s(results: Path, cells: Sequence[Cell]) -> float:
     """What timing the dispatch floors still missing among ``cells`` should take: each such cell's
     set-up and cold window in its first process (a floor is a second, tiny instance of the
     adapter, set up, compiled and timed the same way; the floors measured in the 2026-11-25
@@ -108,14 +109,14 @@ def floors_s(results: Path, cells: list[Record]) -> float:
     )
 
 
-def turn_seconds(cells: list[Record]) -> float:
+def turn_seconds(cells: Sequence[Cell]) -> float:
     """Seconds of turns a generation of these cells takes without a budget: its profile's
     ``turn_s`` per cell."""
     return sum(timing.PROFILES[c["profile"]].turn_s for c in cells)
 
 
 def run(
-    order: list[tuple[Record, int]],
+    order: Sequence[tuple[Cell, int]],
     adapters: Mapping[str, AdapterInfo],
     sink: RoundSink,
     budget: Budget | None = None,
@@ -135,7 +136,7 @@ def run(
 
 
 def _run(
-    order: list[tuple[Record, int]],
+    order: Sequence[tuple[Cell, int]],
     adapters: Mapping[str, AdapterInfo],
     sink: RoundSink,
     budget: Budget,
@@ -143,7 +144,7 @@ def _run(
 ) -> None:
     extra = {"verdict_level": level, "rounds": sink.rounds}  # the records' fields in the order they had
     solo = [(c, k) for c, k in order if not servable(c)]
-    generations: dict[tuple[int, str], list[Record]] = {}
+    generations: dict[tuple[int, str], list[Cell]] = {}
     for cell, k in order:
         if servable(cell):
             generations.setdefault((k, group_of(cell)), []).append(cell)
@@ -188,7 +189,7 @@ def _run(
 
 
 def more_generations(
-    adapters: Mapping[str, AdapterInfo], sink: RoundSink, budget: Budget, turn: int, extra: Record
+    adapters: Mapping[str, AdapterInfo], sink: RoundSink, budget: Budget, turn: int, extra: Mapping[str, Any]
 ) -> None:
     """With budget left after the planned rounds: another generation of the group with the most
     unsettled verdicts, while one fits in what is left (judged by that group's last generation)."""
@@ -240,10 +241,10 @@ def verdict_level(rounds: int, budget_s: float | None) -> float:
 
 
 #: Fields of a record that its worker measured; what is left is the cell as planned.
-def _cell_of(rec: Record) -> Record:
+def _cell_of(rec: Mapping[str, Any]) -> Cell:
     """The planned cell a record ran (plan.json's fields), to run it again."""
     keys = (
         "run_id cell_id adapter base_adapter env python framework graph workload overrides spec param_count data "
         "device_requested precision force_precision profile threads pipeline sweep kernel_floor_s slowdown"
     ).split()
-    return {key: rec[key] for key in keys if key in rec}
+    return cast(Cell, {key: rec[key] for key in keys if key in rec})

@@ -10,9 +10,9 @@ import contextlib
 import dataclasses
 import resource
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import psutil
@@ -20,7 +20,7 @@ import psutil
 from adapters import DeviceUnavailable, discover
 from adapters.base import Options
 from harness.measuring import input_pipeline, profilers, timing
-from harness.records import Cell, base_adapter, new_record, pipeline_of, round_of, spec_of
+from harness.records import Record, base_adapter, new_record, pipeline_of, round_of, spec_of
 from harness.running import devices
 from harness.stats.steps import step_time, summarize
 from workloads.arrays import ulp_moved
@@ -36,7 +36,7 @@ class DeviceFailure(Exception):
     """The cell asked for a GPU this machine has but the framework cannot use; the message says why."""
 
 
-def prepare(cell: Cell):
+def prepare(cell: Mapping[str, Any]):
     """Instantiate adapter and spec, resolve the device and set up; raises Skip, or DeviceFailure
     for a GPU this machine has that the framework cannot use (harness.running.devices tells them apart)."""
     adapter = discover()[base_adapter(cell)].cls()
@@ -120,7 +120,7 @@ def achieved_gflops(flops: list[int | None], step_batches: list[int], times: lis
     window ran batch ``step_batches[i]``."""
     if any(f is None for f in flops):
         return None
-    work = [flops[b] for b in step_batches]
+    work = [cast(int, flops[b]) for b in step_batches]
     return sum(work) / sum(times) / 1e9, max(w / t for w, t in zip(work, times, strict=True)) / 1e9
 
 
@@ -170,7 +170,9 @@ def pipelined(m: timing.Measurement, batch_size: int, flops: list[int | None]) -
         "pipelined_block_steps": m.block_steps,
         "pipelined_blocks_s": m.block_times_s,
         "pipelined_recompiles": m.block_recompiles,
-        "pipelined_gflops_max": float(np.mean(flops)) * m.block_steps / min(m.block_times_s) / 1e9 if known else None,
+        "pipelined_gflops_max": float(np.mean(cast("list[int]", flops))) * m.block_steps / min(m.block_times_s) / 1e9
+        if known
+        else None,
     }
 
 
@@ -197,7 +199,7 @@ def wake(stepper: timing.Stepper, seconds: float = FLOOR_WAKE_S) -> None:
 FLOOR_PROFILE = timing.Profile("floor", 5, 30, 2000, budget_s=0.3, target_rel_iqr=0.05, rounds=1, timeout_s=600)
 
 
-def dispatch_floor(cell: Cell, spec, device: str) -> dict[str, Any]:
+def dispatch_floor(cell: Mapping[str, Any], spec, device: str) -> dict[str, Any]:
     """The adapter's step time on ``spec.tiny()`` (harness.measuring.floors): a second adapter instance,
     set up and warmed up like the first (its compiles are not the cell's), its steady step time
     as the cell's is taken. Once per cell: the caller says when (a cell timed alone in its first
@@ -261,7 +263,7 @@ class Started:
     compiles_before: dict[str, Any]
 
 
-def start(cell: Cell) -> Started:
+def start(cell: Mapping[str, Any]) -> Started:
     """Set the cell up (adapter, spec, device, placed data or pipeline); raises Skip or DeviceFailure."""
     adapter, spec, device, setup_s = prepare(cell)
     batches = spec.batches()
@@ -285,7 +287,7 @@ def start(cell: Cell) -> Started:
     )
 
 
-def finish(cell: Cell, s: Started, m: timing.Measurement, profile, sampler) -> dict[str, Any]:
+def finish(cell: Mapping[str, Any], s: Started, m: timing.Measurement, profile, sampler) -> Record:
     """The record of a cell whose steps were measured (``m``), from its steady window and blocks."""
     adapter, spec, device, batches, flops, pass_steps = s.adapter, s.spec, s.device, s.batches, s.flops, s.pass_steps
     if not m.step_times_s:
@@ -304,7 +306,9 @@ def finish(cell: Cell, s: Started, m: timing.Measurement, profile, sampler) -> d
         sync_verified = None if busy is None else True
     gflops = achieved_gflops(flops, m.step_batches, m.step_times_s)
     tokens, decode_stats = token_counts(adapter, spec, batches)
-    steady = summarize(m.step_times_s, spec.batch_size, batches=m.step_batches if pass_steps > 1 else None)
+    steady: dict[str, Any] = summarize(
+        m.step_times_s, spec.batch_size, batches=m.step_batches if pass_steps > 1 else None
+    )
     return new_record(
         cell,
         "ok",
@@ -327,7 +331,7 @@ def finish(cell: Cell, s: Started, m: timing.Measurement, profile, sampler) -> d
         compiles=compile_stats.get("compiles"),
         traces=compile_stats.get("traces"),
         compile_s=compile_stats.get("compile_s"),
-        flops_per_step=None if gflops is None else float(np.mean(flops)),
+        flops_per_step=None if gflops is None else float(np.mean(cast("list[int]", flops))),
         gflops=None if gflops is None else gflops[0],
         gflops_max_step=None if gflops is None else gflops[1],
         host_peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
@@ -342,12 +346,15 @@ def finish(cell: Cell, s: Started, m: timing.Measurement, profile, sampler) -> d
         **pipelined(m, spec.batch_size, flops),
         **decode_stats,
         pass_steps=pass_steps,
-        **({"step_batches": m.step_batches, "pass_s": steady["median_s"] * pass_steps} if pass_steps > 1 else {}),
+        **cast(
+            "dict[str, Any]",
+            {"step_batches": m.step_batches, "pass_s": steady["median_s"] * pass_steps} if pass_steps > 1 else {},
+        ),
         **steady,
     )
 
 
-def ops_profile(cell: Cell, s: Started, record: dict[str, Any]) -> dict[str, Any]:
+def ops_profile(cell: Mapping[str, Any], s: Started, record: Mapping[str, Any]) -> dict[str, Any]:
     """``{"ops_profile": ...}``: the cell's profiled pass (harness.measuring.profilers), its trace in
     ``<run folder>/traces/``; only with ``--profile-ops`` (the cell's ``profile_ops`` names the run
     folder), in a cell's first round, after its timing. Else {} (a default run is unchanged)."""

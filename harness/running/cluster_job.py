@@ -13,11 +13,11 @@ import psutil
 
 from adapters import discover
 from harness import records
-from harness.records import Record
+from harness.records import Cell, Record
 from harness.running import runner
 
 
-def run_job(cell: Record, timeout_s: float) -> Record:
+def run_job(cell: Cell, timeout_s: float) -> Record:
     """What a cluster job runs on its node: the cell's record, as ``runner.run_cell`` makes it.
 
     A cancelled job ends its worker first: SIGTERM (scancel, a preemption), SIGINT (submitit's

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import processes, records
-from harness.records import Record
+from harness.records import Cell, Record
 from harness.running.cluster_job import run_job
 
 EXECUTORS = ("local", "slurm", "ray")
@@ -74,7 +74,7 @@ def _exported(env: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def lost(cell: Record, reason: str, what: str = "job lost") -> Record:
+def lost(cell: Cell, reason: str, what: str = "job lost") -> Record:
     """The record of a job that ended without one (the scheduler's reason, in one line)."""
     line = " ".join(str(reason).split())
     return records.new_record(cell, "failed", f"{what}: {line[:400]}")
@@ -147,11 +147,11 @@ class SlurmBackend:
             )
         return executor
 
-    def submit(self, jobs: list[tuple[Record, float]]) -> list[Any]:
+    def submit(self, jobs: list[tuple[Cell, float]]) -> list[Any]:
         with _exported(_job_env()):  # jobs inherit it: sbatch's default --export=ALL, the local mode's Popen
             return self._submit(jobs)
 
-    def _submit(self, jobs: list[tuple[Record, float]]) -> list[Any]:
+    def _submit(self, jobs: list[tuple[Cell, float]]) -> list[Any]:
         handles: dict[int, Any] = {}
         for device in ("cpu", "cuda"):
             mine = [(i, job) for i, job in enumerate(jobs) if job[0]["device_requested"] == device]
@@ -173,7 +173,7 @@ class SlurmBackend:
             time.sleep(self.poll_s)
         return done
 
-    def result(self, handle: Any, cell: Record) -> Record:
+    def result(self, handle: Any, cell: Cell) -> Record:
         if not self.on_slurm and not handle.paths.result_pickle.exists():
             # Here the job's files are on a local disk: no point in submitit's 15 s wait for a
             # result pickle that a slow shared filesystem might still deliver.
@@ -242,7 +242,7 @@ class RayBackend:
         self.capacity = None
         self.name = f"ray ({address or 'a local cluster'})"
 
-    def submit(self, jobs: list[tuple[Record, float]]) -> list[Any]:
+    def submit(self, jobs: list[tuple[Cell, float]]) -> list[Any]:
         refs = []
         for cell, timeout_s in jobs:
             gpu = cell["device_requested"] == "cuda"
@@ -255,7 +255,7 @@ class RayBackend:
         done, _ = self.ray.wait(handles, num_returns=1, timeout=POLL_S)  # returns as soon as one is
         return done
 
-    def result(self, handle: Any, cell: Record) -> Record:
+    def result(self, handle: Any, cell: Cell) -> Record:
         try:
             return self.ray.get(handle)
         except self.ray.exceptions.RayError as exc:

@@ -18,13 +18,13 @@ with the scheduler's reason.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import groupby
 from pathlib import Path
 from typing import Any, Protocol
 
 from adapters import AdapterInfo
-from harness.records import Record
+from harness.records import Cell
 from harness.running import budget
 from harness.running.clusters import EXECUTORS, ExecutorError, SlurmOptions, first_line, lost, make
 from harness.running.progress import MatrixProgress
@@ -34,20 +34,22 @@ from harness.running.sink import RoundSink
 __all__ = ["EXECUTORS", "ExecutorError", "Executor", "SlurmOptions", "executor", "run_rounds"]
 
 
-def _rounds(order: list[tuple[Record, int]]) -> Iterator[tuple[int, list[Record]]]:
+def _rounds(order: Sequence[tuple[Cell, int]]) -> Iterator[tuple[int, list[Cell]]]:
     for k, pairs in groupby(order, key=lambda pair: pair[1]):
         yield k, [cell for cell, _ in pairs]
 
 
-def run_rounds(backend: Any, order: list[tuple[Record, int]], sink: RoundSink) -> None:
+def run_rounds(backend: Any, order: Sequence[tuple[Cell, int]], sink: RoundSink) -> None:
     """Run (cell, round) pairs (harness.running.rounds.schedule) as jobs of ``backend``, a round at a
     time, each record to ``sink`` as its job ends.
 
     A KeyboardInterrupt cancels the jobs in flight, then propagates; records appended before it stay.
     """
     for k, cells in _rounds(order):
-        queue = [{**cell, "round": k} for cell in cells if not sink.dropped(cell)]  # the worker sees its round
-        running: list[tuple[Any, Record]] = []
+        queue: list[Cell] = [
+            {**cell, "round": k} for cell in cells if not sink.dropped(cell)
+        ]  # the worker sees its round
+        running: list[tuple[Any, Cell]] = []
         try:
             while queue or running:
                 free = len(queue) if backend.capacity is None else backend.capacity - len(running)
@@ -79,7 +81,7 @@ class Executor(Protocol):
 
     where: str
 
-    def run(self, todo: list[tuple[Record, int]], run: Run, results: Path, progress: MatrixProgress) -> None:
+    def run(self, todo: Sequence[tuple[Cell, int]], run: Run, results: Path, progress: MatrixProgress) -> None:
         """Run the (cell, round) pairs ``todo`` of ``run``, appending each record to ``results``; a
         KeyboardInterrupt stops every worker or job, then propagates (records appended stay)."""
         ...
@@ -96,7 +98,7 @@ class LocalExecutor:
     def __init__(self, adapters: Mapping[str, AdapterInfo]) -> None:
         self.adapters = adapters
 
-    def run(self, todo: list[tuple[Record, int]], run: Run, results: Path, progress: MatrixProgress) -> None:
+    def run(self, todo: Sequence[tuple[Cell, int]], run: Run, results: Path, progress: MatrixProgress) -> None:
         # A resumed run's budget counts afresh: what it had spent is not known.
         left = budget.Budget(run.budget_s)
         left.keep_back_for_closing()
@@ -116,7 +118,7 @@ class ClusterExecutor:
         self.backend = backend
         self.where = f" on {backend.name}"
 
-    def run(self, todo: list[tuple[Record, int]], run: Run, results: Path, progress: MatrixProgress) -> None:
+    def run(self, todo: Sequence[tuple[Cell, int]], run: Run, results: Path, progress: MatrixProgress) -> None:
         run_rounds(self.backend, todo, RoundSink(results, run.rounds, run.timeout_s, progress))
 
     def close(self) -> None:

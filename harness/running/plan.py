@@ -11,8 +11,9 @@ import itertools
 import math
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 from adapters import AdapterInfo
 from adapters.base import PRECISIONS
@@ -163,7 +164,7 @@ def plan(
     force_precision: bool = False,
     sweep: str | None = None,
     gpu_present: bool = False,
-    envs: list[str] = (),
+    envs: Sequence[str] = (),
 ) -> list[Cell]:
     """The cells of a run, in order: workload (and its strategies), data mode, device, adapter
     (and its environments). With ``envs`` (``NAME=PYTHON``), every adapter also runs in each
@@ -189,7 +190,7 @@ def plan(
         for ovr, value in itertools.product(variants(w, overrides, strategies), values):
             pipe = dict(pipeline)
             if field in PIPELINE_FIELDS:
-                pipe[field] = value  # parsed by parse_sweep
+                pipe[field] = cast(int, value)  # parsed by parse_sweep
             elif field is not None:
                 ovr = [*ovr, f"{field}={value}"]
             try:
@@ -207,26 +208,29 @@ def plan(
         label = f"{name}@{env}" if env else name
         settings = [f"{k}={v}" for k, v in sorted(pipe.items())]
         cells.append(
-            {
-                "run_id": run_id,
-                "cell_id": cell_id(label, w, d, [*ovr, f"data={mode}", f"precision={precision}", *settings]),
-                "adapter": label,
-                **({"base_adapter": name, "env": env, "python": python} if env else {}),
-                "framework": info.framework,
-                "graph": info.graph,
-                "workload": w,
-                "overrides": ovr,
-                "spec": spec.as_dict(),
-                "param_count": spec.param_count(),
-                "data": mode,
-                "device_requested": d,
-                "precision": precision,
-                **({"force_precision": True} if force_precision else {}),
-                "profile": profile,
-                "threads": threads,
-                **({"pipeline": pipe} if pipe else {}),
-                **({"sweep": {"field": field, "value": float(value)}} if field else {}),
-            }
+            cast(
+                Cell,
+                {
+                    "run_id": run_id,
+                    "cell_id": cell_id(label, w, d, [*ovr, f"data={mode}", f"precision={precision}", *settings]),
+                    "adapter": label,
+                    **({"base_adapter": name, "env": env, "python": python} if env else {}),
+                    "framework": info.framework,
+                    "graph": info.graph,
+                    "workload": w,
+                    "overrides": ovr,
+                    "spec": spec.as_dict(),
+                    "param_count": spec.param_count(),
+                    "data": mode,
+                    "device_requested": d,
+                    "precision": precision,
+                    **({"force_precision": True} if force_precision else {}),
+                    "profile": profile,
+                    "threads": threads,
+                    **({"pipeline": pipe} if pipe else {}),
+                    **({"sweep": {"field": field, "value": float(cast("str | int", value))}} if field else {}),
+                },
+            )
         )
     return cells
 
@@ -241,8 +245,8 @@ def twins(cells: list[Cell], factors: list[float]) -> list[Cell]:
         for i, f in enumerate(factors, start=1):
             label = f"{cell['adapter']}~twin{i}" if f == 0 else f"{cell['adapter']}~slow{round(100 * f):g}"
             ident = f"{label}|" + setting_of(cell)
-            twin = {**cell, "adapter": label, "base_adapter": base_adapter(cell), "cell_id": ident}
-            out.append({**twin, **({"slowdown": f} if f else {})})
+            twin: dict[str, Any] = {**cell, "adapter": label, "base_adapter": base_adapter(cell), "cell_id": ident}
+            out.append(cast(Cell, {**twin, **({"slowdown": f} if f else {})}))
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -11,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from harness.records import round_of
 
 
-def cell_line(rec: dict[str, Any]) -> str:
+def cell_line(rec: Mapping[str, Any]) -> str:
     """The one-line summary of a finished cell."""
     variant = " ".join(filter(None, [rec["workload"], *rec.get("overrides", []), rec.get("data", "")]))
     name = rec["adapter"] + (" (script)" if rec.get("script") else "")  # an idiomatic script (harness.checks.fidelity)
@@ -61,7 +62,7 @@ class MatrixProgress:
         if self._bar:
             self._bar.stop()
 
-    def start(self, cell: dict[str, Any], round_: int = 1) -> None:
+    def start(self, cell: Mapping[str, Any], round_: int = 1) -> None:
         if self._bar:
             what = f"round {round_}: {cell['adapter']} {cell['workload']} {cell['device_requested']}"
             if self.budget is not None:
@@ -80,7 +81,7 @@ class MatrixProgress:
         if self._bar:
             self._bar.update(self._task, total=self.total)
 
-    def finish(self, rec: dict[str, Any]) -> None:
+    def finish(self, rec: Mapping[str, Any]) -> None:
         self.done += 1
         line = f"[{self.done}/{self.total}] {cell_line(rec)}"
         if self._bar:

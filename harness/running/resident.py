@@ -23,7 +23,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import psutil
@@ -118,9 +118,9 @@ def serve(cell: dict[str, Any], fd_in: int, fd_out: int) -> dict[str, Any] | Non
     try:
         s = cell_work.start(cell)
     except cell_work.Skip as exc:
-        return new_record(cell, "skipped", str(exc))
+        return cast("dict[str, Any]", new_record(cell, "skipped", str(exc)))
     except cell_work.DeviceFailure as exc:
-        return new_record(cell, "failed", str(exc))
+        return cast("dict[str, Any]", new_record(cell, "failed", str(exc)))
     slowdown = float(cell.get("slowdown") or 0.0)
     step = slowed(s.step, s.adapter.sync, slowdown) if slowdown else s.step
     stepper = timing.Stepper(step, s.adapter.sync, s.inputs, compiles=cell_work.compile_count(s.adapter))
@@ -221,7 +221,7 @@ def record(
         block_times_s=[turns[t]["piped_s"] for t in kept if turns[t].get("piped_s") is not None],
         block_recompiles=sum("piped_s" in turns[t] and turns[t]["piped_s"] is None for t in kept),
     )
-    rec = cell_work.finish(cell, s, m, profile, sampler)
+    rec = cast("dict[str, Any]", cell_work.finish(cell, s, m, profile, sampler))
     if rec["status"] != "ok":
         return rec
     rec["protocol"] = {

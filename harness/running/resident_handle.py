@@ -11,7 +11,9 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from adapters import AdapterInfo
 from harness import processes, records
@@ -27,7 +29,7 @@ class Resident:
     """One resident worker process (harness.running.resident), driven over two pipes. Its output
     goes to a log file (never a pipe that could fill and block it)."""
 
-    def __init__(self, info: AdapterInfo, cell: Record) -> None:
+    def __init__(self, info: AdapterInfo, cell: Mapping[str, Any]) -> None:
         self.cell = cell
         self.dir = Path(tempfile.mkdtemp(prefix="dlcompare-"))
         (self.dir / "cell.json").write_text(json.dumps(cell))
@@ -52,7 +54,7 @@ class Resident:
         self.t0 = time.perf_counter()
         self.cold_s = 0.0
 
-    def _recv(self, timeout_s: float) -> Record:
+    def _recv(self, timeout_s: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
@@ -72,7 +74,7 @@ class Resident:
             raise Gone(f"worker sent {line[:80]!r}, not a reply")
         return msg
 
-    def _send(self, msg: Record) -> None:
+    def _send(self, msg: dict[str, Any]) -> None:
         try:
             self._cmd.write(json.dumps(msg) + "\n")
         except (BrokenPipeError, OSError):

@@ -9,15 +9,15 @@ verdicts is statistics (harness.stats).
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 from harness import records
-from harness.records import Record, round_of
+from harness.records import Cell, Record, round_of
 
 
-def schedule(cells: list[Record], rounds: int, run_id: str, done: Iterable[Record] = ()) -> list[tuple[Record, int]]:
+def schedule(cells: Sequence[Cell], rounds: int, run_id: str, done: Iterable[Record] = ()) -> list[tuple[Cell, int]]:
     """(cell, round) pairs still to run, round by round, each round in its own shuffled order
     (seeded by the run id and round, so a resumed run keeps its order). A cell with a record
     that is not ``ok`` (skipped, failed) runs no further round; an ``ok`` round is not rerun."""
@@ -35,12 +35,12 @@ class Run(NamedTuple):
     """A planned run (as plan.json keeps it): its cells, rounds per cell, seconds per worker, and
     its time budget (seconds, or None: fixed rounds)."""
 
-    cells: list[Record]
+    cells: list[Cell]
     rounds: int
     timeout_s: float
     budget_s: float | None = None
 
-    def todo(self, results: Path) -> list[tuple[Record, int]]:
+    def todo(self, results: Path) -> list[tuple[Cell, int]]:
         """(cell, round) pairs without a record in ``results`` yet, in running order."""
         done = records.load(results) if results.exists() else []
         return schedule(self.cells, self.rounds, self.cells[0]["run_id"] if self.cells else "", done)

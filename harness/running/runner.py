@@ -10,9 +10,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from adapters import AdapterInfo, kit
 from harness import env as machine_env
@@ -28,7 +28,7 @@ from workloads.images import has_images
 COMPUTE_CACHE_BYTES = 4 << 30
 
 
-def worker_env(info: AdapterInfo, cell: records.Cell) -> dict[str, str]:
+def worker_env(info: AdapterInfo, cell: Mapping[str, Any]) -> dict[str, str]:
     """The worker's environment: this one's, the adapter's ``worker_env`` (with the cell's own
     compiler cache where its run gives it one, ``compile_cache_dir``: harness.running.turns), the
     harness on the path, and the device the cell may see."""
@@ -50,11 +50,11 @@ def worker_env(info: AdapterInfo, cell: records.Cell) -> dict[str, str]:
 
 def run_worker(
     info: AdapterInfo,
-    cell: dict[str, Any],
+    cell: Mapping[str, Any],
     mode: str,
     out: Path,
     timeout_s: float,
-    extra: list[str] = (),
+    extra: Sequence[str] = (),
     load: OtherLoad | None = None,
 ) -> subprocess.CompletedProcess:
     """Run ``python -m harness.running.worker`` for one cell (harness.processes.run: its own
@@ -79,7 +79,7 @@ def interpreter(info: AdapterInfo, cell: Mapping[str, Any]) -> str:
     return cell.get("python") or family_python(info.environment) or sys.executable
 
 
-def skip_reason(info: AdapterInfo, cell: records.Cell) -> str | None:
+def skip_reason(info: AdapterInfo, cell: Mapping[str, Any]) -> str | None:
     """Why the cell will be skipped, known in the parent without starting a framework: the
     framework is not installed, the adapter declines the spec (``supports``), has no native
     input pipeline for ``--data loader``, or the cell's precision is not native on its device
@@ -98,7 +98,7 @@ def skip_reason(info: AdapterInfo, cell: records.Cell) -> str | None:
     return unsupported or precision.skip_reason(cell, spec)
 
 
-def run_cell(info: AdapterInfo, cell: records.Cell, timeout_s: float) -> dict[str, Any]:
+def run_cell(info: AdapterInfo, cell: records.Cell, timeout_s: float) -> records.Record:
     """One cell's record, with the node and machine fingerprint it ran on (the worker's own where
     it wrote one); never raises for anything the cell itself does."""
     record = _run_cell(info, cell, timeout_s)
@@ -107,7 +107,7 @@ def run_cell(info: AdapterInfo, cell: records.Cell, timeout_s: float) -> dict[st
     return record
 
 
-def _run_cell(info: AdapterInfo, cell: records.Cell, timeout_s: float) -> dict[str, Any]:
+def _run_cell(info: AdapterInfo, cell: records.Cell, timeout_s: float) -> records.Record:
     try:
         reason = skip_reason(info, cell)
     except SpecError as exc:
@@ -117,7 +117,7 @@ def _run_cell(info: AdapterInfo, cell: records.Cell, timeout_s: float) -> dict[s
     return _run_once(info, cell, timeout_s)
 
 
-def _run_once(info: AdapterInfo, cell: records.Cell, timeout_s: float) -> dict[str, Any]:
+def _run_once(info: AdapterInfo, cell: records.Cell, timeout_s: float) -> records.Record:
     t0 = time.perf_counter()
     load = OtherLoad()
     with tempfile.TemporaryDirectory() as tmp:
@@ -145,7 +145,7 @@ def _run_once(info: AdapterInfo, cell: records.Cell, timeout_s: float) -> dict[s
     return record
 
 
-def run_cells(order: list[tuple[dict[str, Any], int]], adapters: Mapping[str, AdapterInfo], sink: RoundSink) -> None:
+def run_cells(order: Sequence[tuple[records.Cell, int]], adapters: Mapping[str, AdapterInfo], sink: RoundSink) -> None:
     """Run (cell, round) pairs in order (harness.running.rounds.schedule), one process at a time,
     each round's record to ``sink`` as soon as it exists. A cell that is skipped or fails runs no
     further round.
@@ -168,7 +168,9 @@ def measure_peaks(devices: list[str], threads: int, precision: str = "fp32") -> 
     peaks: dict[str, Any] = {}
     for device in devices:
         inputs = {"peak": device, "threads": threads, "precision": precision}
-        peaks[device] = limits_cache.cached(inputs, lambda dev=device: _measure_peak(dev, env, precision))
+        peaks[device] = limits_cache.cached(
+            inputs, cast("Callable[[], dict[str, Any]]", lambda dev=device: _measure_peak(dev, env, precision))
+        )
     return peaks
 
 

@@ -4,11 +4,12 @@ by harness.running.executors), instead of each passing the same parameters along
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness import records
-from harness.records import Record
 from harness.running.progress import MatrixProgress
 
 
@@ -24,7 +25,7 @@ class RoundSink:
     progress: MatrixProgress
     ended: set[str] = field(default_factory=set)
 
-    def finish(self, record: Record) -> None:
+    def finish(self, record: Mapping[str, Any]) -> None:
         """Append a round's record (with the run's ``rounds``) and count it."""
         record = {**record, "rounds": self.rounds}
         records.append(self.results, record)
@@ -32,7 +33,7 @@ class RoundSink:
         if record["status"] != "ok":
             self.ended.add(record["cell_id"])
 
-    def dropped(self, cell: Record) -> bool:
+    def dropped(self, cell: Mapping[str, Any]) -> bool:
         """Whether ``cell`` has ended (a round of it was not ``ok``): then its round is counted as
         dropped and not run."""
         if cell["cell_id"] in self.ended:

@@ -46,16 +46,17 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 from adapters import AdapterInfo
 from harness import records
 from harness.measuring.contention import MachineLoad
-from harness.records import Record
+from harness.records import Cell, Record
 from harness.running import runner
 from harness.running.resident_handle import Gone, Resident
 from harness.running.sink import RoundSink
@@ -74,7 +75,7 @@ GPU_WORKER_BYTES = 2 * 2**30
 TURN_TIMEOUT_S = 120.0
 
 
-def compile_cache(results: Path, cell: Record, k: int) -> Record:
+def compile_cache(results: Path, cell: Cell, k: int) -> dict[str, Any]:
     """The fields that give generation ``k`` of a cell its compiler cache (module docstring): the
     folder, one per run and cell (emptied before the cell's first process, so that one compiles
     cold even where an interrupted run left it), and whether an earlier process may have filled it."""
@@ -94,12 +95,12 @@ def _digest(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
-def group_of(cell: Record) -> str:
+def group_of(cell: Cell) -> str:
     """The group key: the cell's id without its adapter (the same for the same setting in any run)."""
     return records.setting_of(cell)
 
 
-def servable(cell: Record) -> bool:
+def servable(cell: Cell) -> bool:
     """Whether a cell can take turns (the module docstring says which cannot)."""
     if cell.get("script"):
         return False
@@ -151,13 +152,13 @@ class Turns:
 
 
 def run_generation(
-    cells: list[Record],
+    cells: Sequence[Cell],
     k: int,
     adapters: Mapping[str, AdapterInfo],
     sink: RoundSink,
     plan: Turns,
     first_turn: int,
-    extra: Record,
+    extra: Mapping[str, Any],
     group: str | None = None,
     floors: bool = False,
 ) -> int:
@@ -172,7 +173,7 @@ def run_generation(
     rng.shuffle(order)
     extra = {**extra, "group": group or group_of(cells[0])}
 
-    def done(rec: Record) -> None:
+    def done(rec: Mapping[str, Any]) -> None:
         sink.finish({**rec, **extra})
 
     def take(turn: int) -> None:
@@ -187,7 +188,7 @@ def run_generation(
     measured = floors_measured(sink.results) if floors else set()
     try:
         for cell in order:
-            cell_k = {**cell, "round": k, **compile_cache(sink.results, cell, k)}
+            cell_k: dict[str, Any] = {**cell, "round": k, **compile_cache(sink.results, cell, k)}
             if floors and cell["cell_id"] not in measured:
                 cell_k["dispatch_floor"] = True
             sink.progress.start(cell, k)
@@ -204,6 +205,8 @@ def run_generation(
                 residents.append(r)
             else:
                 done(r.record())
+        kept: list[int]
+        loads: list[MachineLoad]
         turn, kept, dropped, loads = first_turn, [], 0, []
         # A warm-up turn, not kept: the first after a long wait (caches, thread pools asleep) is no steady step.
         take(turn)
@@ -261,7 +264,7 @@ def next_turn(results: Path) -> int:
     return 1 + max((t for r in done for t in r.get("turn_ids") or []), default=0)
 
 
-def split(cells: list[Record], limit: int) -> list[list[Record]]:
+def split(cells: list[Cell], limit: int) -> list[list[Cell]]:
     """A group's cells in sub-groups of at most ``limit`` resident workers, as even as possible."""
     parts = math.ceil(len(cells) / limit)
     return [cells[i::parts] for i in range(parts)]

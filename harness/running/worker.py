@@ -23,7 +23,7 @@ import platform
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -55,9 +55,9 @@ def bench(cell: Cell) -> dict[str, Any]:
     try:
         s = start(cell)
     except Skip as exc:
-        return new_record(cell, "skipped", str(exc))
+        return cast("dict[str, Any]", new_record(cell, "skipped", str(exc)))
     except DeviceFailure as exc:
-        return new_record(cell, "failed", str(exc))
+        return cast("dict[str, Any]", new_record(cell, "failed", str(exc)))
     sampler = UtilSampler() if s.device == "cuda" else None
     cpu = input_pipeline.CpuMeter() if s.pipe else None
     m = timing.measure(
@@ -70,7 +70,7 @@ def bench(cell: Cell) -> dict[str, Any]:
         pass_steps=s.pass_steps,
         chained=s.chained,
     )
-    record = finish(cell, s, m, profile, sampler)
+    record = cast("dict[str, Any]", finish(cell, s, m, profile, sampler))
     if record["status"] != "ok":
         return record
     if s.pipe:
@@ -112,6 +112,7 @@ def check(cell: Cell, steps: int, snapshot: int) -> dict[str, np.ndarray]:
         before = compile_counters(adapter) if counted else None
         losses.append(adapter.sync(adapter.train_step(placed[step % len(placed)])))
         if counted:
+            assert before is not None
             compiled.append([a - b for a, b in zip(compile_counters(adapter), before, strict=True)])
         if step < snapshot:
             snaps.update({f"param{step + 1}:{k}": v for k, v in adapter.params().items()})
@@ -120,8 +121,13 @@ def check(cell: Cell, steps: int, snapshot: int) -> dict[str, np.ndarray]:
     if counted:
         extra["step_compiles"] = np.asarray(compiled, dtype=np.int64)
     precision = np.asarray(cell.get("precision", "fp32"))  # harness.checks.conformance picks its allowance by it
-    losses = np.asarray(losses, dtype=np.float64)
-    return {"losses": losses, "settings": settings, "precision": precision, **snaps, **extra}
+    return {
+        "losses": np.asarray(losses, dtype=np.float64),
+        "settings": settings,
+        "precision": precision,
+        **snaps,
+        **extra,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     cell = json.loads(args.cell.read_text())
     if args.mode == "check":  # {"cells": [...]}: one .npz per cell in the folder OUT
         for i, one in enumerate(cell["cells"]):
-            np.savez(args.out / f"{i}.npz", **check(one, one.get("check_steps", args.steps), args.snapshot))
+            np.savez(args.out / f"{i}.npz", **check(one, one.get("check_steps", args.steps), args.snapshot))  # type: ignore[arg-type]
         return 0
     if args.mode == "libraries":  # one step on the cell's device, then the CUDA libraries this process mapped
         from harness.measuring import cuda_libraries
@@ -158,10 +164,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             record = bench(cell)
     except timing.Diverged as exc:
-        record = new_record(cell, "failed", str(exc))
+        record = cast("dict[str, Any]", new_record(cell, "failed", str(exc)))
     except Exception as exc:  # noqa: BLE001 - any failure of a cell becomes its record
         tail = processes.tail(traceback.format_exc())
-        record = new_record(cell, "failed", f"{type(exc).__name__}: {exc}".strip(), stderr_tail=tail)
+        record = cast(
+            "dict[str, Any]", new_record(cell, "failed", f"{type(exc).__name__}: {exc}".strip(), stderr_tail=tail)
+        )
     record["worker_s"] = time.perf_counter() - t0
     # Taken here, outside the timed window, on the node that ran the cell (a cluster's nodes differ).
     record.update(node=platform.node(), fingerprint=env.fingerprint())

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 import scipy.stats
@@ -27,13 +29,13 @@ from harness.stats.verdicts import DEFAULT_LEVEL, MIN_GENERATIONS, level_of
 TRIM = 0.2
 
 
-def fingerprint_key(rec: Record) -> str | None:
+def fingerprint_key(rec: Mapping[str, Any]) -> str | None:
     """The record's machine fingerprint (harness.env.fingerprint) as one comparable string."""
     fp = rec.get("fingerprint")
     return json.dumps(fp, sort_keys=True) if fp else None
 
 
-def group_of(rec: Record) -> str:
+def group_of(rec: Mapping[str, Any]) -> str:
     """The group a record's cell is compared within: its ``group`` where the runner wrote one,
     else (older records) its setting: the cell id without its adapter (workload, device,
     overrides; ``|``-joined, so equal across runs for the same setting)."""
@@ -44,12 +46,12 @@ def group_of(rec: Record) -> str:
     )
 
 
-def _batches(rec: Record) -> list[int] | None:
+def _batches(rec: Mapping[str, Any]) -> list[int] | None:
     """The batch each steady step ran, where steps differ in size (else None: plain medians)."""
     return rec.get("step_batches") if (rec.get("pass_steps") or 1) > 1 else None
 
 
-def process_level(rec: Record, turns: set[int] | None = None) -> tuple[float, int | None] | None:
+def process_level(rec: Mapping[str, Any], turns: set[int] | None = None) -> tuple[float, int | None] | None:
     """One process's level, the log of its step time, and how many blocks it rests on: the mean
     of log block times over ``turns`` (default: every block it kept), trimmed by TRIM at each end
     (a block caught by a passing disturbance that the contention check missed must not move a
@@ -76,16 +78,16 @@ def _levels(found: dict[int, tuple[float, int | None] | None]) -> tuple[dict[int
     return {k: v for k, (v, _) in kept.items()}, (min(counts) if counts else None)
 
 
-def combine_all(recs: list[Record]) -> list[Record]:
+def combine_all(recs: Sequence[Mapping[str, Any]]) -> list[Record]:
     """One record per cell and machine from its processes, in first-seen order: rounds of one cell
     that ran on machines with different fingerprints (a mixed cluster) are never pooled. A round
     without a fingerprint (a job the scheduler lost with its node) joins its cell's machine where
     the cell has one. Each ok cell is annotated with its group's model (``annotate_groups``)."""
     machines: dict[tuple, set[str]] = {}
     for r in recs:
-        if key := fingerprint_key(r):
-            machines.setdefault((r.get("machine"), r.get("run_id"), r.get("cell_id")), set()).add(key)
-    groups: dict[tuple, list[Record]] = {}
+        if found := fingerprint_key(r):
+            machines.setdefault((r.get("machine"), r.get("run_id"), r.get("cell_id")), set()).add(found)
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
     for r in recs:
         cell = (r.get("machine"), r.get("run_id"), r.get("cell_id"))
         known = machines.get(cell, set())
@@ -93,7 +95,7 @@ def combine_all(recs: list[Record]) -> list[Record]:
         groups.setdefault((*cell[:2], fp, r.get("cell_id") or id(r)), []).append(r)
     cells = [(key, runs) for key, runs in groups.items()]
     levels = _group_levels(cells)
-    out = []
+    out: list[Record] = []
     for key, runs in cells:
         rec = combine(runs, levels.get(id(runs)))
         fp = key[2]
@@ -102,10 +104,10 @@ def combine_all(recs: list[Record]) -> list[Record]:
     return out
 
 
-def _group_levels(cells: list[tuple[tuple, list[Record]]]) -> dict[int, tuple[dict[int, float], int | None]]:
+def _group_levels(cells: list[tuple[tuple, list[Mapping[str, Any]]]]) -> dict[int, tuple[dict[int, float], int | None]]:
     """For each cell (by ``id`` of its runs): generation -> level over the turns that every ok
     cell of that generation of its group kept, and the fewest such blocks in any generation."""
-    by_group: dict[tuple, list[list[Record]]] = {}
+    by_group: dict[tuple, list[list[Mapping[str, Any]]]] = {}
     for key, runs in cells:
         by_group.setdefault((*key[:3], group_of(runs[0])), []).append(runs)
     out: dict[int, tuple[dict[int, float], int | None]] = {}
@@ -146,13 +148,15 @@ def annotate_groups(cells: list[tuple[tuple, Record]]) -> None:
         level = level_of(*recs)
         for r in recs:
             r.update(
-                group=group,
-                group_generations=gens,
-                group_cells=len(complete),
-                group_prior_var=prior_var,
-                group_prior_df=prior_df,
-                prior_weight=weights.get(id(r), 0.0),
-                verdict_level=level,
+                {
+                    "group": group,
+                    "group_generations": gens,
+                    "group_cells": len(complete),
+                    "group_prior_var": prior_var,
+                    "group_prior_df": prior_df,
+                    "prior_weight": weights.get(id(r), 0.0),
+                    "verdict_level": level,
+                }
             )
 
 
@@ -170,7 +174,7 @@ PIPELINE_MEANS = (
 )
 
 
-def combine(runs: list[Record], levels: tuple[dict[int, float], int | None] | None = None) -> Record:
+def combine(runs: Sequence[Mapping[str, Any]], levels: tuple[dict[int, float], int | None] | None = None) -> Record:
     """A cell's record from its processes (rounds). A round that did not end ``ok`` decides the
     status (its record is returned, with the number of rounds that did). Otherwise: the cold
     window and first step of round 1 (the first cold start), the cold window of each process that
@@ -182,11 +186,11 @@ def combine(runs: list[Record], levels: tuple[dict[int, float], int | None] | No
     runs = sorted(runs, key=round_of)
     bad = [r for r in runs if r["status"] != "ok"]
     if bad:
-        return {**bad[0], "rounds_ok": len(runs) - len(bad)}
+        return cast(Record, {**bad[0], "rounds_ok": len(runs) - len(bad)})
     if levels is None:
         levels = _levels({round_of(r): process_level(r) for r in runs})
     process_levels, blocks = levels
-    extra = {
+    extra: dict[str, Any] = {
         "process_levels": process_levels,
         "blocks": blocks,
         "verdict_level": level_of(*runs),
@@ -200,8 +204,8 @@ def combine(runs: list[Record], levels: tuple[dict[int, float], int | None] | No
             round_of(r): [len(r["turn_ids"]), r.get("turns_dropped") or 0, r.get("turns_contended") or 0] for r in runs
         }
     if len(runs) == 1:  # its interval, from the worker, covers the noise within one process
-        return {**runs[0], **extra, "ci_kind": "steps"}
-    record = {k: v for k, v in runs[0].items() if k not in ("ci_low_s", "ci_high_s", "ci_kind")} | extra
+        return cast(Record, {**runs[0], **extra, "ci_kind": "steps"})
+    record: dict[str, Any] = {k: v for k, v in runs[0].items() if k not in ("ci_low_s", "ci_high_s", "ci_kind")} | extra
     for r in runs:  # the one process that timed the dispatch floor (a group's last planned generation)
         record.update({k: v for k, v in r.items() if k.startswith("dispatch_floor")})
     per_round = [r["step_times_s"] for r in runs]
@@ -268,4 +272,4 @@ def combine(runs: list[Record], levels: tuple[dict[int, float], int | None] | No
         record["pipelined_recompiles"] = sum(r.get("pipelined_recompiles") or 0 for r in piped)
     else:
         record["pipelined_s"] = None
-    return record
+    return cast(Record, record)

@@ -70,6 +70,7 @@ def reference(spec: FixedForward, params: Params, x: np.ndarray) -> np.ndarray:
 def allowance(spec: Workload, params: Params, x: np.ndarray, seed: int = 0) -> float:
     """FACTOR x the largest error of FLOAT32_RUNS ulp-perturbed float32 reference forwards,
     at least FLOOR (module docstring)."""
+    assert isinstance(spec, FixedForward)  # the export task's workloads (mlp, cnn)
     want = reference(spec, params, x)
     rng = np.random.default_rng(seed)
     worst = 0.0
@@ -83,5 +84,6 @@ def allowance(spec: Workload, params: Params, x: np.ndarray, seed: int = 0) -> f
 
 def check(spec: Workload, params: Params, x: np.ndarray, got: np.ndarray, allowed: float) -> ForwardParity:
     """How far ``got`` (a forward's logits of ``x``) is from the float64 reference."""
+    assert isinstance(spec, FixedForward)  # the export task's workloads (mlp, cnn)
     error, worst_row = errors(got, reference(spec, params, x))
     return ForwardParity(error, worst_row, allowed)

@@ -16,7 +16,7 @@ import numpy as np
 from harness.checks.conformance.tolerance import allowance, shadow
 from harness.checks.conformance.variants import SNAPSHOT, falls_checked, is_training
 from workloads import Params, Workload
-from workloads.rnn import decoded_lengths
+from workloads.rnn import RNNCaption, decoded_lengths
 
 
 def worst(errors: dict[str, float]) -> str:
@@ -56,6 +56,7 @@ class Check:
 
 
 def _decode_checks(spec: Workload, result: dict[str, np.ndarray]) -> list[Check]:
+    assert isinstance(spec, RNNCaption)  # the one workload whose step decodes (not is_training)
     params = spec.init_params()
     want = np.stack([spec.reference_decode(params, b["features"]) for b in spec.batches()])
     got = result["outputs"]

@@ -59,7 +59,7 @@ import copy
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from ml_dtypes import bfloat16
@@ -100,9 +100,9 @@ def _exact(spec: Workload) -> Workload:
     """Every loop strategy is held to the exact strategy's reference: padding may change
     cost, never results. The attention kernel changes neither: one reference for both."""
     if spec.strategy != "exact":
-        spec = dataclasses.replace(spec, strategy="exact")
+        spec = dataclasses.replace(cast(Any, spec), strategy="exact")  # a workload with a strategy field
     if spec.attention != "naive":
-        spec = dataclasses.replace(spec, attention="naive")
+        spec = dataclasses.replace(cast(Any, spec), attention="naive")  # the transformer's field
     return spec
 
 
@@ -148,7 +148,8 @@ def shadow(spec: Workload, losses: np.ndarray, trajectory: list[Params]) -> Shad
     with threadpool_limits(1, "blas"):  # deterministic sums, and no spinning BLAS threads
         p = {k: v.astype(np.float64) for k, v in trajectory[0].items()}
         opt = optim.make(spec.optimizer, spec.learning_rate, p)
-        loss_errors, update_errors, step_errors = [], {k: [] for k in p}, []
+        update_errors: dict[str, list[float]] = {k: [] for k in p}
+        loss_errors, step_errors = [], []
         for t in range(steps):
             p = {k: v.astype(np.float64) for k, v in trajectory[t].items()}
             did = {k: trajectory[t + 1][k].astype(np.float64) - p[k] for k in p}
@@ -172,7 +173,7 @@ def _shadow_step(spec: Workload, p: Params, batch: Batch, opt: Any, did: Params)
     way; the one nearest the adapter's wins, and its gradient is what the optimiser state
     carries on."""
     loss, grads = spec.reference_loss_and_grads(p, batch)
-    tried = []
+    tried: list[tuple[float, int, Params, Any]] = []  # (error, order, update, optimiser state)
     for tie in (0.0, RELU_TIE, -RELU_TIE) if spec.relu else (0.0,):
         if tie:
             if min(error for error, *_ in tried) <= FLOOR:
