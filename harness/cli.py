@@ -14,7 +14,7 @@ from tabulate import tabulate
 
 from adapters import PluginError, discover
 from adapters.base import PRECISIONS
-from harness import env, export, processes, records, session
+from harness import env, export, processes, records, run_folder, session
 from harness.checks import conformance, doctor, fidelity
 from harness.measuring import timing
 from harness.reporting import compare, report
@@ -66,11 +66,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     first, *others = args.run_dirs
     if others and args.out is None:
-        return session.fail("merging several runs needs --out DIR for the merged report")
+        return run_folder.fail("merging several runs needs --out DIR for the merged report")
     try:
         path = report.write(first, others, args.out)
     except records.RecordError as exc:
-        return session.fail(str(exc))
+        return run_folder.fail(str(exc))
     print(f"report: {path}")
     return 0
 
@@ -81,7 +81,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         names = select_adapters(args.adapter, adapters)
         variants = conformance.all_variants(select_workloads(args.workload))
     except PlanError as exc:
-        return session.fail(str(exc))
+        return run_folder.fail(str(exc))
     failed = 0
     for name in names:
         info = adapters[name]
@@ -104,7 +104,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         text = compare.build(args.run_a, args.run_b)
     except records.RecordError as exc:
-        return session.fail(str(exc))
+        return run_folder.fail(str(exc))
     out = args.out or args.run_b / f"compare-{args.run_a.name}.md"
     out.write_text(text)
     print(f"comparison: {out}")

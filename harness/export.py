@@ -20,19 +20,19 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from adapters import AdapterInfo, discover
 from adapters.base import EXPORT_FAMILIES, IN_PROCESS
-from harness import env, processes, records
+from harness import env, processes, records, run_folder
 from harness.checks.conformance import forward as parity
 from harness.measuring.contention import OtherLoad
 from harness.reporting import export as report
+from harness.run_folder import fail
 from harness.running import runner
 from harness.running.plan import PlanError, select_adapters, select_devices, select_from
-from harness.session import RUN_ID, fail, unwritable
 from workloads import WORKLOADS, Workload, get_workload
 
 #: The record ``kind`` of an export cell.
@@ -131,7 +131,7 @@ def _step(info: AdapterInfo, job: dict[str, Any], mode: str, timeout_s: float) -
 
 def run_cell(
     info: AdapterInfo, c: dict[str, Any], shared: dict[str, Any], scratch: Path, timeout_s: float
-) -> dict[str, Any]:
+) -> records.Record:
     """The record of one cell: skipped with the adapter's reason, failed with the step's error or
     the parity distance, or ok with every measurement."""
     spec = get_workload(c["workload"])
@@ -170,8 +170,9 @@ def prepare(workloads: list[str], folder: Path, batch: int) -> dict[str, Any]:
     for name in workloads:
         spec = get_workload(name)
         params, data = spec.init_params(), inputs(spec, batch)
-        np.savez(folder / f"{name}-params.npz", **params)
-        np.savez(folder / f"{name}-inputs.npz", **data)
+        # cast: numpy's stub reads any keyword as its allow_pickle flag
+        np.savez(folder / f"{name}-params.npz", **cast(dict[str, Any], params))
+        np.savez(folder / f"{name}-inputs.npz", **cast(dict[str, Any], data))
         shared["files"][name] = {
             "params": str(folder / f"{name}-params.npz"),
             "inputs": str(folder / f"{name}-inputs.npz"),
@@ -181,48 +182,135 @@ def prepare(workloads: list[str], folder: Path, batch: int) -> dict[str, Any]:
     return shared
 
 
-def main(args: argparse.Namespace) -> int:
-    """The ``export`` command: plan, run every cell, write records and the report."""
-    adapters = discover()
-    try:
-        workloads = select_workloads(args.workload)
-        names = select_adapters(args.framework, adapters)
-        paths = select_paths(args.path, adapters)
-        devices = select_devices(args.device, bool(env.gpus()))
-    except PlanError as exc:
-        return fail(str(exc))
-    if args.run_id is not None and (not RUN_ID.fullmatch(args.run_id) or args.run_id in (".", "..")):
-        return fail(f"--run-id {args.run_id!r} is not a name: letters, digits and - _ . only")
+RESUME = "python -m harness export --resume"
+#: What an export run's plan.json holds, besides its task.
+PLAN_KEYS = ("workloads", "threads", "batch", "budget_s", "timeout_s", "cells")
+
+
+def new_plan(args: argparse.Namespace, adapters: dict[str, AdapterInfo]) -> tuple[Path, dict[str, Any]]:
+    """A new export run from the options: its folder and plan (``plan.json``'s content). Raises
+    PlanError naming the bad value; writes nothing."""
+    workloads = select_workloads(args.workload)
+    names = select_adapters(args.framework, adapters)
+    paths = select_paths(args.path, adapters)
+    devices = select_devices(args.device, bool(env.gpus()))
+    bad_name = run_folder.run_id_error(args.run_id)
+    if bad_name:
+        raise PlanError(bad_name)
     cells = plan(workloads, names, paths, devices, adapters)
     if not cells:
-        return fail("nothing to run: no selected adapter has a selected path")
+        raise PlanError("nothing to run: no selected adapter has a selected path")
     run_dir = args.out / (args.run_id or datetime.datetime.now().strftime("export-%Y%m%d-%H%M%S"))
-    why = unwritable(run_dir)
-    if why:
-        return fail(f"--out: cannot write to {run_dir}: {why}")
     if (run_dir / records.RESULTS).exists():  # a second run would add rows the report cannot tell apart
-        return fail(f"{run_dir} already holds export results; choose another --run-id or --out")
-    threads = args.threads or env.default_threads()
-    converters = {"onnxruntime", "onnx", "tf2onnx", "jax2onnx"}
-    modules = sorted({m for n in names for m in adapters[n].cls.requires} | converters)
-    records.write_json(run_dir / records.ENV, env.capture(threads, ["python", "-m", "harness", *sys.argv[1:]], modules))
+        raise PlanError(
+            f"{run_dir} already holds results; resume it with --resume {run_dir} or choose another --run-id"
+        )
+    saved = {
+        "task": KIND,
+        "workloads": workloads,
+        "threads": args.threads or env.default_threads(),
+        "batch": args.batch,
+        "budget_s": args.budget,
+        "timeout_s": args.timeout,
+        "cells": cells,
+    }
+    return run_dir, saved
+
+
+def resumed_plan(run_dir: Path) -> dict[str, Any]:
+    """The plan of an earlier export run; PlanError where ``run_dir`` holds none."""
+    path = run_dir / run_folder.PLAN
+    if not path.is_file():
+        raise PlanError(f"{run_dir} is not a run folder (no {run_folder.PLAN}); valid: a folder written by export")
+    try:
+        saved = json.loads(path.read_text())
+    except ValueError as exc:
+        raise PlanError(f"{path} is damaged ({exc}); start the run again") from None
+    if not isinstance(saved, dict):
+        raise PlanError(f"{path} is damaged (not a plan); start the run again")
+    if saved.get("task") != KIND:
+        raise PlanError(f"{run_dir} is a bench run; resume it with: python -m harness bench --resume {run_dir}")
+    missing = [k for k in PLAN_KEYS if k not in saved]
+    if missing:
+        raise PlanError(f"{path} is damaged (it lacks {', '.join(missing)}); start the run again")
+    return saved
+
+
+def todo(saved: dict[str, Any], results: Path) -> list[dict[str, Any]]:
+    """The plan's cells without a record in ``results`` yet, in plan order."""
+    done = {r["cell_id"] for r in records.load(results)} if results.exists() else set()
+    return [c for c in saved["cells"] if c["cell_id"] not in done]
+
+
+def main(args: argparse.Namespace) -> int:
+    """The ``export`` command: plan (or resume) a run, then, holding its folder's lock, run every
+    cell without a record and write the report. The exit code: 0; 1 under --strict with a failed
+    cell; 2 for an error; 130 interrupted (finished cells kept, ``--resume`` goes on)."""
+    adapters = discover()
+    try:
+        if args.resume:
+            run_dir, saved = args.resume, resumed_plan(args.resume)
+        else:
+            run_dir, saved = new_plan(args, adapters)
+    except (PlanError, records.RecordError) as exc:
+        return fail(str(exc))
+    why = run_folder.unwritable(run_dir)
+    if why:
+        return fail(f"{'--resume' if args.resume else '--out'}: cannot write to {run_dir}: {why}")
+    held = run_folder.lock(run_dir)
+    if held is None:
+        return fail(run_folder.in_use(run_dir, "export"))
+    with held:
+        try:
+            return _run(run_dir, saved, adapters, started=bool(args.resume), strict=args.strict)
+        except records.RecordError as exc:
+            return fail(str(exc))
+        except OSError as exc:  # a full disk, a quota, an I/O error: one line, exit 2
+            if not run_folder.storage_failure(exc):
+                raise
+            return run_folder.write_failed(exc, run_dir, RESUME)
+
+
+def _run(run_dir: Path, saved: dict[str, Any], adapters: dict[str, AdapterInfo], started: bool, strict: bool) -> int:
     results = run_dir / records.RESULTS
-    with tempfile.TemporaryDirectory(prefix="dlcompare-export-") as tmp:
-        scratch = Path(tmp)
-        shared = {**prepare(workloads, scratch, args.batch), "threads": threads, "budget_s": args.budget}
-        for i, c in enumerate(cells, 1):
-            print(
-                f"[{i}/{len(cells)}] {c['workload']} {c['adapter']} {c['export_path']} ({c['device_requested']})",
-                end=" ",
-                flush=True,
-            )
-            rec = run_cell(adapters[c["adapter"]], c, shared, scratch, args.timeout)
-            records.append(results, rec)
-            print(rec["status"] + (f": {rec['reason'][:160]}" if rec["reason"] else ""), flush=True)
-    path = report.write(run_dir)
-    print(f"report: {path}")
-    failed = sum(r["status"] == "failed" for r in records.load(results))
-    return 1 if failed and args.strict else 0
+    if not started:
+        if results.exists():  # written since the plan, by a run that has let go of the folder
+            return fail(f"{run_dir} already holds results; resume it with --resume {run_dir}")
+        names = sorted({c["adapter"] for c in saved["cells"]})
+        converters = {"onnxruntime", "onnx", "tf2onnx", "jax2onnx"}
+        modules = sorted({m for n in names for m in adapters[n].cls.requires} | converters)
+        command = ["python", "-m", "harness", *sys.argv[1:]]
+        records.write_json(run_dir / records.ENV, env.capture(saved["threads"], command, modules))
+        records.write_json(run_dir / run_folder.PLAN, saved, indent=1)
+    cells = todo(saved, results)
+    unknown = sorted({c["adapter"] for c in cells} - set(adapters))
+    if unknown:
+        return fail(f"adapters of that run are not installed here: {', '.join(unknown)}")
+    print(f"export {run_dir.name}: {len(saved['cells'])} cells, {len(cells)} to run, writing {run_dir}", flush=True)
+    interrupted = False
+    try:
+        with processes.terminated_as_interrupt(), tempfile.TemporaryDirectory(prefix="dlcompare-export-") as tmp:
+            scratch = Path(tmp)
+            shared = {
+                **prepare(saved["workloads"], scratch, saved["batch"]),
+                "threads": saved["threads"],
+                "budget_s": saved["budget_s"],
+            }
+            for i, c in enumerate(cells, 1):
+                where = f"{c['workload']} {c['adapter']} {c['export_path']} ({c['device_requested']})"
+                print(f"[{i}/{len(cells)}] {where}", end=" ", flush=True)
+                rec = run_cell(adapters[c["adapter"]], c, shared, scratch, saved["timeout_s"])
+                records.append(results, rec)
+                print(rec["status"] + (f": {rec['reason'][:160]}" if rec["reason"] else ""), flush=True)
+    except KeyboardInterrupt:
+        interrupted = True
+    if results.exists():
+        print(f"report: {report.write(run_dir)}")
+    if interrupted:
+        print(f"interrupted; finished cells are kept. Resume with: {RESUME} {run_dir}")
+        return 130
+    failed = sum(r["status"] == "failed" for r in records.load(results)) if results.exists() else 0
+    return 1 if failed and strict else 0
 
 
 def _positive(kind: type) -> Any:
@@ -256,3 +344,10 @@ def add_arguments(p: argparse.ArgumentParser, default_out: Path) -> None:
     p.add_argument("--out", type=Path, default=default_out, help="parent folder of run folders")
     p.add_argument("--run-id", default=None, help="run folder name (default: export-<timestamp>)")
     p.add_argument("--strict", action="store_true", help="exit 1 if any cell failed")
+    p.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="run only the export run's cells without a record",
+    )

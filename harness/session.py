@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import errno
-import fcntl
 import json
 import os
-import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from tabulate import tabulate
 
@@ -35,6 +32,7 @@ from harness.install import environments, variant
 from harness.measuring import floors, peak, timing
 from harness.reporting import report
 from harness.reporting.hardware import physics_violations
+from harness.run_folder import PLAN, fail, in_use, lock, run_id_error, storage_failure, unwritable, write_failed
 from harness.running import devices, executors, kernel_jit, runner
 from harness.running.executors import Executor
 from harness.running.plan import PlanError, plan, twins
@@ -42,19 +40,8 @@ from harness.running.progress import MatrixProgress
 from harness.running.rounds import Run
 from harness.stats.cells import combine_all
 
-PLAN = "plan.json"
-LOCK = ".lock"
-RUN_ID = re.compile(r"[A-Za-z0-9_.-]+")
-# Write failures of the storage (not of the harness): one line and exit 2, never a traceback.
-STORAGE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG}
-
 Adapters = Mapping[str, AdapterInfo]
-
-
-def fail(message: str) -> int:
-    """A command's error: one line on stderr, exit code 2."""
-    print(f"error: {message}", file=sys.stderr)
-    return 2
+RESUME = "python -m harness bench --resume"
 
 
 def bench(args: argparse.Namespace) -> int:
@@ -119,13 +106,10 @@ class Session:
         why = unwritable(run_dir)
         if why:
             return fail(f"{'--resume' if self.resumed else '--out'}: cannot write to {run_dir}: {why}")
-        lock = _lock(run_dir)
-        if lock is None:
-            return fail(
-                f"{run_dir} is in use by another bench (it holds {run_dir / LOCK}); "
-                "wait for it or choose another --run-id"
-            )
-        with lock:
+        held = lock(run_dir)
+        if held is None:
+            return fail(in_use(run_dir, "bench"))
+        with held:
             try:  # under the lock, again: another bench may have written the folder since the plan
                 if self.resumed:
                     self.run = resumed_run(run_dir, self.adapters)
@@ -136,9 +120,9 @@ class Session:
             try:
                 return self._run(make_executor, strict)
             except OSError as exc:  # a full disk, a quota, an I/O error: one line, exit 2
-                if not isinstance(exc, records.RecordWriteError) and exc.errno not in STORAGE_ERRORS:
+                if not storage_failure(exc):
                     raise
-                return _write_failed(exc, run_dir)
+                return write_failed(exc, run_dir, RESUME)
 
     def _run(self, make_executor: Callable[[Path], Executor], strict: bool) -> int:
         try:  # before anything is measured: a missing extra or an unreachable cluster fails at once
@@ -180,7 +164,7 @@ class Session:
         plan_json = {"timeout_s": run.timeout_s, "rounds": run.rounds, "budget_s": run.budget_s, "cells": cells}
         records.write_json(run_dir / PLAN, plan_json, indent=1)
 
-    def run_rounds(self, executor: Executor, todo: list[tuple[dict[str, Any], int]]) -> bool:
+    def run_rounds(self, executor: Executor, todo: list[tuple[records.Cell, int]]) -> bool:
         """The rounds still to run, on ``executor``; whether Ctrl-C or SIGTERM interrupted them."""
         run, run_dir = self.run, self.run_dir
         print(
@@ -230,7 +214,7 @@ class Session:
             for problem in problems:
                 print(f"warning: {problem}", file=sys.stderr)
         if interrupted:
-            print(f"interrupted; finished cells are kept. Resume with: python -m harness bench --resume {run_dir}")
+            print(f"interrupted; finished cells are kept. Resume with: {RESUME} {run_dir}")
             return 130
         failed = [r for r in records.load(self.results) if r["status"] == "failed"]
         if strict and (failed or problems):
@@ -246,11 +230,9 @@ def new_run(args: argparse.Namespace, adapters: Adapters) -> tuple[Path, Run]:
     cores = os.cpu_count() or 1
     if args.threads is not None and args.threads > cores:  # one rule for every executor
         raise PlanError(f"--threads {args.threads} is more than the {cores} logical cores of this machine")
-    if args.run_id is not None and (not RUN_ID.fullmatch(args.run_id) or args.run_id in (".", "..")):
-        raise PlanError(
-            f"--run-id {args.run_id!r} is not a name: letters, digits and - _ . only "
-            "(no path separator), and not . or .."
-        )
+    bad_name = run_id_error(args.run_id)
+    if bad_name:
+        raise PlanError(bad_name)
     if args.rounds is not None and args.rounds < 1:
         raise PlanError(f"--rounds must be >= 1, got {args.rounds}")
     if args.timeout is not None and args.timeout <= 0:
@@ -304,9 +286,12 @@ def resumed_run(run_dir: Path, adapters: Adapters) -> Run:
         raise PlanError(f"{run_dir} is not a run folder (no {PLAN}); valid: a folder written by bench")
     try:
         saved = json.loads(plan_path.read_text())
+        task = saved.get("task") if isinstance(saved, dict) else None
         run = Run(saved["cells"], saved.get("rounds", 1), saved["timeout_s"], saved.get("budget_s"))
     except (ValueError, KeyError, TypeError) as exc:
         raise PlanError(f"{plan_path} is damaged ({type(exc).__name__}: {exc}); start the run again") from None
+    if task == "export":  # harness.export's plan: its own resume
+        raise PlanError(f"{run_dir} is an export run; resume it with: python -m harness export --resume {run_dir}")
     unknown = sorted({records.base_adapter(c) for c, _ in run.todo(run_dir / records.RESULTS)} - set(adapters))
     if unknown:
         raise PlanError(f"adapters of that run are not installed here: {', '.join(unknown)}")
@@ -329,7 +314,9 @@ def executor_of(args: argparse.Namespace, run_dir: Path, adapters: Adapters) -> 
     return executors.executor(args.executor, run_dir, adapters, slurm, args.ray_address, args.ray_cpus_per_cell)
 
 
-def _warm_up(adapters: Mapping[str, AdapterInfo], cells: list[records.Cell], found: dict[str, Any]) -> list[dict]:
+def _warm_up(
+    adapters: Mapping[str, AdapterInfo], cells: Sequence[records.Cell], found: Mapping[str, Any]
+) -> list[dict[str, Any]]:
     """The kernel JIT warm-ups (harness.running.kernel_jit) of the frameworks whose build ships
     only PTX for this GPU, before any GPU cell; [] where none needs one."""
     needs = kernel_jit.needs_of(found["frameworks"])
@@ -337,51 +324,6 @@ def _warm_up(adapters: Mapping[str, AdapterInfo], cells: list[records.Cell], fou
     return kernel_jit.warm_up(adapters, gpu_cells, needs) if needs and gpu_cells else []
 
 
-def _peak_devices(cells: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
+def _peak_devices(cells: Sequence[records.Cell], info: Mapping[str, Any]) -> list[str]:
     wanted = {c["device_requested"] for c in cells}
     return [d for d in ("cpu", "cuda") if d in wanted and (d == "cpu" or info["gpus"])]
-
-
-def unwritable(run_dir: Path) -> str | None:
-    """Why ``run_dir`` cannot hold a run (created here if need be, a test write made), or None."""
-    probe = run_dir / f".write-test-{os.getpid()}"
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, b"dlcompare write test\n" * 200)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-            probe.unlink(missing_ok=True)
-    except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename and Path(exc.filename) not in (run_dir, probe) else ""
-        return f"{exc.strerror or exc}{where}"
-    return None
-
-
-def _write_failed(exc: OSError, run_dir: Path) -> int:
-    """The one line for a write that failed mid-run; every record written before it is whole."""
-    what = (
-        str(exc)
-        if isinstance(exc, records.RecordWriteError)
-        else f"cannot write {exc.filename or run_dir}: {exc.strerror}"
-    )
-    if (run_dir / PLAN).is_file():
-        then = f"finished cells are kept; free space, then: python -m harness bench --resume {run_dir}"
-    else:
-        then = "nothing was measured yet; free space and start the run again"
-    return fail(f"{what}; {then}")
-
-
-def _lock(run_dir: Path) -> IO[str] | None:
-    """An exclusive lock on the run folder, held while this process lives; None if another
-    process holds it. Two benches writing one folder would time each other and mix records."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    handle = (run_dir / LOCK).open("a")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        return None
-    return handle

@@ -61,7 +61,8 @@ def test_an_export_run_folder_that_holds_results_or_cannot_be_written_is_refused
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "results.jsonl").write_text("")
     assert cli.main(["export", "--framework", "torch-eager", "--out", str(tmp_path), "--run-id", "r"]) == 2
-    assert f"{tmp_path / 'r'} already holds export results" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'r'} already holds results; resume it with --resume {tmp_path / 'r'}" in err
     (tmp_path / "file").write_text("")
     assert cli.main(["export", "--framework", "torch-eager", "--out", str(tmp_path / "file")]) == 2
     assert f"--out: cannot write to {tmp_path / 'file'}" in capsys.readouterr().err
@@ -183,6 +184,68 @@ def test_an_artifact_that_loads_but_disagrees_is_a_failed_cell(monkeypatch, tmp_
     monkeypatch.setattr(export, "_step", crashing)
     rec = export.run_cell(ADAPTERS["torch-eager"], cell, shared, tmp_path, 60)
     assert rec["status"] == "failed" and rec["reason"] == "export: RuntimeError: no kernel"
+
+
+def test_an_interrupted_export_resumes_its_missing_cells_under_the_folders_lock(monkeypatch, capsys, tmp_path):
+    """The export run's folder is a run folder like a bench's: plan.json, the lock, ``--resume``
+    running just the cells without a record; bench and export each refuse the other's folder."""
+    spec = get_workload("mlp")
+    calls: list[tuple[str, str]] = []
+
+    def fake_step(info, job, mode, timeout_s):  # stands in for the worker processes
+        calls.append((job["export_path"], mode))
+        if len(calls) == 3 and not resumed:
+            raise KeyboardInterrupt  # Ctrl-C while the second cell serves
+        if mode == "export":
+            return {"ok": True, "export_s": 1.0, "artifact": "a", "artifact_bytes": 10, "runtimes": {}}
+        params = np.load(job["params"])
+        x = np.load(job["inputs"])["parity"]
+        logits = spec.reference_logits({k: params[k] for k in params.files}, x)
+        served = {"p50_s": 1e-4, "p99_s": 2e-4, "cold_load_s": 0.1, "throughput_per_s": 1e4, "throughput_batch": 256}
+        return {"ok": True, **served, "parity_logits": logits.tolist()}
+
+    monkeypatch.setattr(export, "_step", fake_step)
+    run_dir = tmp_path / "r"
+    args = ["export", "--framework", "torch-eager", "--workload", "mlp", "--path", "in-process,torch-export,onnx"]
+    resumed = False
+    assert cli.main([*args, "--out", str(tmp_path), "--run-id", "r"]) == 130
+    out = capsys.readouterr().out
+    assert f"interrupted; finished cells are kept. Resume with: python -m harness export --resume {run_dir}" in out
+    saved = json.loads((run_dir / "plan.json").read_text())
+    assert saved["task"] == "export" and [c["export_path"] for c in saved["cells"]] == [
+        "in-process",
+        "torch-export",
+        "onnx",
+    ]
+    assert [r["export_path"] for r in records.load(run_dir / records.RESULTS)] == ["in-process"]
+    assert (run_dir / "report.md").is_file()  # what finished is reported
+
+    assert cli.main(["bench", "--resume", str(run_dir)]) == 2
+    assert f"{run_dir} is an export run; resume it with: python -m harness export --resume {run_dir}" in (
+        capsys.readouterr().err
+    )
+    from harness import run_folder
+
+    held = run_folder.lock(run_dir)
+    assert cli.main(["export", "--resume", str(run_dir)]) == 2
+    assert f"{run_dir} is in use by another export" in capsys.readouterr().err
+    held.close()
+
+    resumed, calls[:] = True, []
+    assert cli.main(["export", "--resume", str(run_dir)]) == 0
+    assert calls == [("torch-export", "export"), ("torch-export", "serve"), ("onnx", "export"), ("onnx", "serve")]
+    recs = records.load(run_dir / records.RESULTS)
+    assert [r["export_path"] for r in recs] == ["in-process", "torch-export", "onnx"]
+    assert all(r["status"] == "ok" for r in recs), [r["reason"] for r in recs]
+    assert cli.main(["export", "--resume", str(tmp_path)]) == 2
+    assert f"{tmp_path} is not a run folder (no plan.json)" in capsys.readouterr().err
+
+
+def test_a_bench_folder_is_not_resumed_as_an_export(capsys, tmp_path):
+    (tmp_path / "plan.json").write_text(json.dumps({"cells": [], "timeout_s": 60, "rounds": 1}))
+    assert cli.main(["export", "--resume", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path} is a bench run; resume it with: python -m harness bench --resume {tmp_path}" in err
 
 
 # ---------------------------------------------------------------- the report, from records alone

@@ -21,9 +21,10 @@ The allowed direction, lowest first (a part may import only the parts listed for
        ^
     checks                           conformance, fidelity, doctor (+ running)
        ^
-    session  calibrate               a bench run from plan to report; A/A calibration (+ checks, reporting)
+    session  calibrate               a bench run from plan to report; A/A calibration (+ checks, reporting,
+                                     run_folder: a run folder's name, lock, test write and one-line errors)
        ^
-    export                           the export task, from plan to report (+ session's run-id rule)
+    export                           the export task, from plan to report (+ run_folder)
        ^
     cli  <-  __main__                argument parsing, one call per command
 
@@ -53,15 +54,17 @@ ALLOWED: dict[str, set[str]] = {
     "env": set(),
     "install": set(),
     "processes": set(),
+    "run_folder": {"records"},
     "stats": {"records"},
     "measuring": {"records", "env", "stats", "install", "processes"},
     "reporting": {"records", "stats"},
     "running": _BASE | {"stats", "measuring"},
     "checks": _BASE | {"stats", "measuring", "running"},
-    "session": _BASE | {"stats", "measuring", "running", "checks", "reporting"},
+    "session": _BASE | {"stats", "measuring", "running", "checks", "reporting", "run_folder"},
     "calibrate": _BASE | {"stats", "measuring", "running", "checks", "reporting"},
-    "export": _BASE | {"stats", "measuring", "running", "checks", "reporting", "session"},
-    "cli": _BASE | {"stats", "measuring", "running", "checks", "reporting", "session", "calibrate", "export"},
+    "export": _BASE | {"stats", "measuring", "running", "checks", "reporting", "run_folder"},
+    "cli": _BASE
+    | {"stats", "measuring", "running", "checks", "reporting", "session", "calibrate", "export", "run_folder"},
     "__main__": {"cli"},
 }
 
