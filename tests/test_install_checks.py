@@ -9,6 +9,7 @@ installed here)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -227,3 +228,21 @@ def test_gpu_check_writes_a_failed_install_into_its_folder(tmp_path):
     assert "It said: error: no python3.11 here (a stand-in)" in summary
     assert "error: no python3.11 here" in (out / "install.log").read_text()
     assert not (tmp_path / "venv").exists(), "nothing was installed"
+
+
+@pytest.mark.workers
+def test_the_builds_read_from_the_frameworks_files_are_what_their_apis_say():
+    """framework_builds reads each framework's generated build module without importing it; in a
+    process that imports both, it equals torch.version.cuda and tf.sysconfig.get_build_info()."""
+    code = (
+        "import json, torch, tensorflow as tf\n"
+        "from harness.install import builds\n"
+        "info = tf.sysconfig.get_build_info()\n"
+        "api = {'torch': torch.version.cuda,\n"
+        "       'tensorflow': info.get('cuda_version') if info.get('is_cuda_build') else None}\n"
+        "print(json.dumps([builds.framework_builds(), api]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    from_files, from_apis = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert from_files == from_apis and set(from_files) == {"torch", "tensorflow"}

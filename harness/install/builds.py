@@ -25,8 +25,10 @@ library and the frameworks themselves only.
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import importlib.util
 import json
 import re
+import runpy
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -71,22 +73,29 @@ def installed_versions() -> dict[str, str]:
 
 def framework_builds() -> dict[str, str | None]:
     """The CUDA version each installed framework was built for (None: a CPU build), read from the
-    framework itself; a framework that is not installed is left out."""
+    framework itself: the build module each one generates when it is built (``torch/version.py``'s
+    ``cuda``, which ``torch.version.cuda`` is; TensorFlow's ``python/platform/build_info.py``,
+    which ``tf.sysconfig.get_build_info()`` returns), run alone, so that neither framework is
+    imported (seconds, and TensorFlow's C++ start-up lines on stderr before the check's own line).
+    A framework that is not installed is left out."""
     found: dict[str, str | None] = {}
-    try:
-        import torch
-
-        found["torch"] = torch.version.cuda
-    except ImportError:
-        pass
-    try:
-        import tensorflow as tf
-
-        info = tf.sysconfig.get_build_info()
+    torch_version = _package_file("torch", "version.py")
+    if torch_version is not None:
+        found["torch"] = runpy.run_path(str(torch_version)).get("cuda")
+    tf_build = _package_file("tensorflow", "python", "platform", "build_info.py")
+    if tf_build is not None:
+        info = runpy.run_path(str(tf_build)).get("build_info", {})
         found["tensorflow"] = info.get("cuda_version") if info.get("is_cuda_build") else None
-    except ImportError:
-        pass
     return found
+
+
+def _package_file(package: str, *parts: str) -> Path | None:
+    """A file inside an installed package, found without importing the package; None if either is missing."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations)), *parts)
+    return path if path.is_file() else None
 
 
 def problems(
