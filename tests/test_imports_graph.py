@@ -8,7 +8,8 @@ harness imports no framework.
 
 The allowed direction, lowest first (a part may import only the parts listed for it in ALLOWED)::
 
-    records  env  install  processes the record and its tags (over jsonlines, its crash-safe file);
+    records  env  install  processes the record and its tags (over jsonlines, its crash-safe file, and
+                                     record_types, its declared keys);
        ^      ^      ^        ^      the machine; install variants and the NVIDIA driver query (stdlib
                                      only: it runs before any environment); starting a process (the
                                      one launcher every part above uses)
@@ -49,7 +50,8 @@ HARNESS = REPO / "harness"
 _BASE = {"records", "env", "install", "processes"}
 ALLOWED: dict[str, set[str]] = {
     "harness": set(),  # harness/__init__.py
-    "records": {"jsonlines"},
+    "records": {"jsonlines", "record_types"},
+    "record_types": set(),
     "jsonlines": set(),
     "env": set(),
     "install": set(),

@@ -116,8 +116,7 @@ def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 
 def achieved_gflops(flops: list[int | None], step_batches: list[int], times: list[float]) -> tuple[float, float] | None:
-    """Useful GFLOP/s over the steady window, and the highest single step's; step i of the
-    window ran batch ``step_batches[i]``."""
+    """Useful GFLOP/s over the steady window, and the highest single step's (step i ran batch ``step_batches[i]``)."""
     if any(f is None for f in flops):
         return None
     work = [cast(int, flops[b]) for b in step_batches]
@@ -151,17 +150,15 @@ def tokens_per_s(tokens: list[int] | None, step_batches: list[int], times: list[
 
 
 def pipelined(m: timing.Measurement, batch_size: int, flops: list[int | None]) -> dict[str, Any]:
-    """Throughput fields from the pipelined blocks: the median block's time per step, the same
-    for the synced steps cut into windows of a block's length, and the fastest block's GFLOP/s
-    (for the physics check; every block holds the same work)."""
+    """Throughput fields from the pipelined blocks: the median block's time per step, the same for the
+    synced steps in windows of a block's length, the fastest block's GFLOP/s (for the physics check)."""
     if not m.block_times_s:
         return {"pipelined_s": None}
     per_step = float(np.median(m.block_times_s)) / m.block_steps
-    known = None not in flops
+    work = None if None in flops else float(np.mean(cast("list[int]", flops)))
     k, synced = m.block_steps, m.step_times_s
-    # The synced steps in windows of the same length: mean per step, median over windows. Against
-    # this, not the median step, the pipelined time shows what overlap gains (a block's mean
-    # includes the occasional slow step that a median leaves out).
+    # Mean per step over windows of a block's length, median over windows: against this, not the median
+    # step, the pipelined time shows what overlap gains (a block's mean holds the odd slow step).
     windows = [float(np.mean(synced[i : i + k])) for i in range(0, len(synced) - k + 1, k)]
     return {
         "pipelined_s": per_step,
@@ -170,9 +167,7 @@ def pipelined(m: timing.Measurement, batch_size: int, flops: list[int | None]) -
         "pipelined_block_steps": m.block_steps,
         "pipelined_blocks_s": m.block_times_s,
         "pipelined_recompiles": m.block_recompiles,
-        "pipelined_gflops_max": float(np.mean(cast("list[int]", flops))) * m.block_steps / min(m.block_times_s) / 1e9
-        if known
-        else None,
+        "pipelined_gflops_max": None if work is None else work * m.block_steps / min(m.block_times_s) / 1e9,
     }
 
 
@@ -309,6 +304,7 @@ def finish(cell: Mapping[str, Any], s: Started, m: timing.Measurement, profile, 
     steady: dict[str, Any] = summarize(
         m.step_times_s, spec.batch_size, batches=m.step_batches if pass_steps > 1 else None
     )
+    passes: dict[str, Any] = {"step_batches": m.step_batches, "pass_s": steady["median_s"] * pass_steps}
     return new_record(
         cell,
         "ok",
@@ -346,10 +342,7 @@ def finish(cell: Mapping[str, Any], s: Started, m: timing.Measurement, profile, 
         **pipelined(m, spec.batch_size, flops),
         **decode_stats,
         pass_steps=pass_steps,
-        **cast(
-            "dict[str, Any]",
-            {"step_batches": m.step_batches, "pass_s": steady["median_s"] * pass_steps} if pass_steps > 1 else {},
-        ),
+        **(passes if pass_steps > 1 else {}),
         **steady,
     )
 
