@@ -24,7 +24,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from tabulate import tabulate
 from adapters import discover
 from harness import env, records
 from harness.measuring import timing
+from harness.records import Record
 from harness.running import budget, executors
 from harness.running.plan import PlanError, plan, twins
 from harness.running.progress import MatrixProgress
@@ -43,11 +44,11 @@ from harness.stats.inference import wilson
 TARGETS = {0.0: ("false differences", "<= 5%"), 0.1: ("detected", ">= 80%"), 0.25: ("detected", ">= 99%")}
 
 
-def effect(rec: Mapping[str, Any]) -> float:
+def effect(rec: Record) -> float:
     return float(rec.get("slowdown") or 0.0)
 
 
-def judge(recs: Sequence[Mapping[str, Any]], level: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def judge(recs: Sequence[Record], level: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One repeat judged at ``level``: every pair of cells of one adapter whose true effects differ
     by 0 or a known factor (one side identical code), with its true ratio, the estimate, the
     interval and the verdict; and the repeat as one group (``verdicts.family`` over all its cells,
@@ -85,7 +86,7 @@ def judge(recs: Sequence[Mapping[str, Any]], level: float) -> tuple[list[dict[st
         fam = verdicts.family(cells, level)
         lead = fam.leader
 
-        def same(r: Mapping[str, Any]) -> bool:
+        def same(r: Record) -> bool:
             return records.base_adapter(r) == records.base_adapter(lead) and not effect(r) and not effect(lead)
 
         known = [v for r, v in fam.rivals if same(r) and v.judged]
@@ -93,13 +94,13 @@ def judge(recs: Sequence[Mapping[str, Any]], level: float) -> tuple[list[dict[st
     return out, group
 
 
-def contended(recs: Sequence[Mapping[str, Any]]) -> bool:
+def contended(recs: Sequence[Record]) -> bool:
     """Whether a repeat had a cell its run flags ``contended`` (other load through its kept turns, the
     cap on retakes reached): a report does not rank such a cell, so its pairs are judged apart."""
     return any(r.get("contended") for r in recs if r["status"] == "ok")
 
 
-def turn_counts(recs: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+def turn_counts(recs: Sequence[Record]) -> dict[str, int]:
     """A repeat's turns over its cells and generations: kept, retaken for contention, kept under it."""
     ok = [r for r in recs if r["status"] == "ok"]
     return {

@@ -49,6 +49,7 @@ class Cell(_Worker, total=False):
     profile_ops: str  #: the run folder a profiled pass writes its trace under (``--profile-ops``)
     floors: bool  #: False: skip the kernel floors (calibration twins run none)
     perturb_seed: int  #: backend parity's perturbed-weights run: the seed of its one-ulp moves
+    dispatch_floor: bool  #: this process times the cell's dispatch floor (harness.running.turns)
 
 
 class Record(Cell, total=False):
@@ -135,6 +136,7 @@ class Record(Cell, total=False):
     decode_len_min: int
     decode_len_max: int
     gflops_max_step: float | None
+    pipelined_gflops_max: float | None
     # serving (the export task, harness.measuring.serving)
     p50_s: float
     p99_s: float
@@ -147,6 +149,14 @@ class Record(Cell, total=False):
     # set when records are combined (harness.stats.cells) or a report reads them (harness.reporting.model)
     rounds_ok: int
     rounds_done: int
+    round_numbers: list[int]
+    round_medians_s: list[float]
+    round_steps: list[int]
+    round_cold_s: list[float]
+    round_pipelined_s: list[float]
+    blocks: int | None  #: the fewest kept blocks behind one of its process levels
+    ci_kind: str  #: ``processes`` or ``steps``: what the cell's interval is over
+    pipelined_samples_per_s: float
     round_cold_contended: list[bool]
     group_generations: list[int]  #: the generations every cell of the record's group ran (annotate_groups)
     group_cells: int
@@ -157,3 +167,6 @@ class Record(Cell, total=False):
     round_cold_times_s: list[list[float]]
     peak_gflops: float | None
     machine_label: str | None
+    nodes: list[str]  #: the nodes a combined cell's processes ran on (cluster executors)
+    round_turns: dict[int, list[int]]  #: generation -> [turns kept, retaken, contended] (harness.stats.cells)
+    stderr_tail: str  #: a failed worker's last stderr lines (harness.processes.tail)

@@ -36,7 +36,7 @@ from typing import Any, cast
 from harness import processes
 from harness.install.environments import family_python
 from harness.measuring import limits_cache
-from harness.records import spec_of
+from harness.records import Cell, spec_of
 
 #: Seconds one library's process may take to time its kernels.
 LIBRARY_TIMEOUT_S = 1200
@@ -48,7 +48,7 @@ def _key(kernel: tuple) -> str:
     return json.dumps(list(kernel))
 
 
-def cell_kernels(cell: Mapping[str, Any]) -> list[list[tuple[tuple, int]]] | None:
+def cell_kernels(cell: Cell) -> list[list[tuple[tuple, int]]] | None:
     """Per batch of the cell's workload, its kernels and counts; None where it states none."""
     spec = spec_of(cell)
     per_batch = [spec.kernels(b) for b in spec.batches()]
@@ -274,9 +274,7 @@ def _installed(library: str) -> bool:
     return importlib.util.find_spec(library) is not None or family_python(library) is not None
 
 
-def kernel_floors(
-    cells: Sequence[Mapping[str, Any]], devices: list[str], threads: int, precision: str
-) -> dict[str, Any]:
+def kernel_floors(cells: Sequence[Cell], devices: list[str], threads: int, precision: str) -> dict[str, Any]:
     """Each cell's kernel floor (seconds per step, keyed by cell id; None where its workload
     states no kernels or nothing could time them), the library that was fastest per kernel
     count, and each library x device whose process failed, with its last line of stderr."""

@@ -4,8 +4,7 @@ the swept value at which fused overtakes naive (or naive fused) for each adapter
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, cast
+from typing import cast
 
 from tabulate import tabulate
 
@@ -35,7 +34,7 @@ def _loop(rec: Record) -> str:
     return strategy(rec) or strategy_override(rec) or DASH
 
 
-def _cell(rec: Mapping[str, Any] | None) -> tuple[str, str, str]:
+def _cell(rec: Record | None) -> tuple[str, str, str]:
     """ms/step, tokens/s and compiles of one cell; a cell that did not run gives its status."""
     if rec is None:
         return DASH, DASH, DASH
@@ -45,7 +44,7 @@ def _cell(rec: Mapping[str, Any] | None) -> tuple[str, str, str]:
     return sig(rec["median_s"] * 1e3), sig(tokens_per_s(rec)), compiles_text(rec)
 
 
-def _ratio(naive: Mapping[str, Any] | None, fused: Mapping[str, Any] | None) -> str:
+def _ratio(naive: Record | None, fused: Record | None) -> str:
     """naive time over fused time (above 1: fused is faster) with its interval and verdict, as every
     table prints a pair (formatting.verdict_text)."""
     if not naive or not fused or naive["status"] != "ok" or fused["status"] != "ok":
@@ -65,7 +64,7 @@ def section(recs: list[Record]) -> list[str]:
 
 
 def _side_by_side(cells: list[Record]) -> list[str]:
-    pairs: dict[tuple, dict[str | None, Mapping[str, Any]]] = {}
+    pairs: dict[tuple, dict[str | None, Record]] = {}
     for r in cells:
         key = (*_others(r), r["adapter"], _loop(r), device_label(r))
         pairs.setdefault(key, {})[attention(r)] = r
@@ -75,7 +74,7 @@ def _side_by_side(cells: list[Record]) -> list[str]:
     for key in sorted(pairs, key=lambda k: [str(x) for x in k]):
         workload, setting, precision, _data, adapter, loop, device = key
         naive, fused = pairs[key].get("naive"), pairs[key].get("fused")
-        kernel = ((fused or {}).get("settings") or {}).get("attention_kernel", DASH)
+        kernel = ((fused.get("settings") if fused else None) or {}).get("attention_kernel", DASH)
         n_ms, n_tok, n_comp = _cell(naive)
         f_ms, f_tok, f_comp = _cell(fused)
         what = ", ".join([*setting, *([precision] if precision != "fp32" else [])])

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.records import Record
 from harness.stats.inference import wilson
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
@@ -67,7 +68,7 @@ def _judged(data: dict[str, Any]) -> bool:
     return any(p.get("high") is not None and math.isfinite(p["high"]) for p in data["pairs"])
 
 
-def lines(recs: Sequence[Mapping[str, Any]], folder: Path = REPORTS) -> list[str]:
+def lines(recs: Sequence[Record], folder: Path = REPORTS) -> list[str]:
     """The calibrations of the runs' CPU models and devices, or one line saying none matches."""
     machines = {((r.get("fingerprint") or {}).get("cpu"), r.get("device")) for r in recs if r["status"] == "ok"}
     found = [

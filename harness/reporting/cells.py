@@ -7,15 +7,14 @@ summary, tables, plots, comparisons) can import it without importing each other.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from harness.records import Record, setting_overrides
 from harness.stats.steps import tokens_per_step
 from harness.stats.verdicts import SAME, UNRESOLVED, Family, family
 
 
-def strategy(rec: Mapping[str, Any]) -> str | None:
+def strategy(rec: Record) -> str | None:
     """The loop strategy of a training cell whose workload has them, else None."""
     spec = rec.get("spec") or {}
     return spec.get("strategy") if spec.get("task") == "train" else None
@@ -43,7 +42,7 @@ def best_per_adapter(recs: list[Record]) -> list[Record]:
     return sorted(best.values(), key=lambda r: r["median_s"])
 
 
-def requested_device(rec: Mapping[str, Any]) -> str:
+def requested_device(rec: Record) -> str:
     return rec.get("device") or rec.get("device_requested") or "?"
 
 
@@ -89,7 +88,7 @@ def top(fam: Family) -> tuple[str, list[Record]]:
     return word, [fam.leader, *(r for r, _ in close)]
 
 
-def missing_pairs(recs: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str], str]]:
+def missing_pairs(recs: Sequence[Record]) -> list[tuple[str, list[str], str]]:
     """Requested adapter x device pairs with no ``ok`` cell at all, grouped by reason:
     (device, adapters, the reason of their first cell that did not run)."""
     ran = {(r["adapter"], r.get("device")) for r in recs if r["status"] == "ok"}
@@ -117,7 +116,7 @@ def overlap(rec: Record) -> float:
     return rec["pipelined_s"] / synced_step(rec)
 
 
-def tokens_per_s(rec: Mapping[str, Any]) -> float | None:
+def tokens_per_s(rec: Record) -> float | None:
     """Tokens per second at the steady step time the tables print (``median_s``): the record's
     tokens per step (harness.stats.steps.tokens_per_step) over it; None where it counts no tokens."""
     per_step = tokens_per_step(rec)

@@ -14,9 +14,9 @@ slower one: a harness quicker than the code a framework's users run misrepresent
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from tabulate import tabulate
@@ -37,7 +37,7 @@ MEASURES = ("latency", "throughput")
 LOSS_RTOL = 1e-4
 
 
-def _pooled(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _pooled(runs: Sequence[Record]) -> dict[str, Any]:
     """A cell's rounds as one record that harness.stats.verdicts.pair_verdict reads."""
     runs = sorted(runs, key=round_of)
     return {
@@ -54,13 +54,13 @@ def _pooled(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _batch(rec: Mapping[str, Any]) -> int:
+def _batch(rec: Record) -> int:
     return int(rec["spec"]["batch_size"])
 
 
-def rows(recs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def rows(recs: Sequence[Record]) -> list[dict[str, Any]]:
     """One row per adapter cell with a script: the two sides' times and ratios, or why not."""
-    cells: dict[str, list[Mapping[str, Any]]] = {}
+    cells: dict[str, list[Record]] = {}
     for r in recs:
         cells.setdefault(r["cell_id"], []).append(r)
     out = []
@@ -77,7 +77,7 @@ def rows(recs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             out.append(row)
             continue
         a, s = _pooled(runs), _pooled(twin)
-        latency = pair_verdict(s, a)
+        latency = pair_verdict(cast(Record, s), cast(Record, a))
         common = sorted(set(a["pipelined"]) & set(s["pipelined"]))
         tput = [a["pipelined"][k] / s["pipelined"][k] for k in common if a["pipelined"][k] and s["pipelined"][k]]
         row.update(

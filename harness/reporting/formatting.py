@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
+from harness.records import Record
 from harness.reporting.cells import strategy
 from harness.stats.verdicts import FAMILY, RANKS, UNRESOLVED, PairVerdict
 
@@ -25,7 +25,7 @@ def sig(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
-def status_text(rec: Mapping[str, Any]) -> str:
+def status_text(rec: Record) -> str:
     if rec["status"] == "ok":
         notes = []
         if rec.get("steady_recompiles"):
@@ -40,14 +40,14 @@ def status_text(rec: Mapping[str, Any]) -> str:
     return f"{rec['status']}: {reason}"
 
 
-def device_label(rec: Mapping[str, Any]) -> str:
+def device_label(rec: Record) -> str:
     device = rec.get("device") or rec["device_requested"]
     if rec["device_requested"] == "auto" and rec["status"] == "ok":
         device = f"{device} (auto)"
     return f"{rec['machine_label']}: {device}" if rec.get("machine_label") else device
 
 
-def row_label(rec: Mapping[str, Any]) -> list[str]:
+def row_label(rec: Record) -> list[str]:
     return [rec["adapter"], rec["workload"], strategy(rec) or DASH, device_label(rec)]
 
 
@@ -56,7 +56,7 @@ def row_label(rec: Mapping[str, Any]) -> list[str]:
 NOT_REPORTED = "not reported"
 
 
-def compiles_text(rec: Mapping[str, Any]) -> str:
+def compiles_text(rec: Record) -> str:
     """Trace and compile counts during training, as the framework itself reports them, and the
     seconds it spent compiling: ``1 traces, 1 compiles, 0.25 s``. A count the adapter did not
     report reads "not reported" (``1 traces, compiles not reported, 0.229 s``; with neither,

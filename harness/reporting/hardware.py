@@ -7,6 +7,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from harness.records import Record
 from harness.reporting.formatting import DASH, row_label, sig
 from harness.reporting.workload_tables import ordered
 from workloads.model_file import FAMILY as MODEL_FILE
@@ -16,14 +17,14 @@ from workloads.model_file import FAMILY as MODEL_FILE
 PEAK_SLACK = 1.10
 
 
-def same_machine(env: Mapping[str, Any], rec: Mapping[str, Any]) -> bool:
+def same_machine(env: Mapping[str, Any], rec: Record) -> bool:
     """False where the record ran on another machine than the one ``env`` describes (a cluster
     node unlike the submitting host): that machine's peaks and floors say nothing about it."""
     here, there = env.get("fingerprint"), rec.get("fingerprint")
     return not (here and there) or here == there
 
 
-def peak_gflops(env: Mapping[str, Any], rec: Mapping[str, Any]) -> float | None:
+def peak_gflops(env: Mapping[str, Any], rec: Record) -> float | None:
     """The matmul peak ``env`` measured on the record's device, None where it ran elsewhere."""
     if not same_machine(env, rec):
         return None
@@ -31,7 +32,7 @@ def peak_gflops(env: Mapping[str, Any], rec: Mapping[str, Any]) -> float | None:
     return peak.get("matmul_gflops")
 
 
-def physics_violations(recs: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -> list[str]:
+def physics_violations(recs: Sequence[Record], env: Mapping[str, Any]) -> list[str]:
     """Cells whose fastest step or pipelined block claims more FLOP/s than the device's measured
     matmul peak (with PEAK_SLACK): a missing sync or a wrong FLOP count, never a real result. A
     record's own ``peak_gflops`` (merged runs) wins over ``env``'s."""
@@ -40,16 +41,16 @@ def physics_violations(recs: Sequence[Mapping[str, Any]], env: Mapping[str, Any]
         peak = r["peak_gflops"] if "peak_gflops" in r else peak_gflops(env, r)
         if r["status"] != "ok" or not peak:
             continue
-        for field, what in (("gflops_max_step", "a step"), ("pipelined_gflops_max", "a pipelined block")):
-            if r.get(field) and r[field] > PEAK_SLACK * peak:
+        for claim, what in ((r.get("gflops_max_step"), "a step"), (r.get("pipelined_gflops_max"), "a pipelined block")):
+            if claim and claim > PEAK_SLACK * peak:
                 problems.append(
-                    f"{r['adapter']} / {r['workload']} / {r.get('device')}: {what} ran at {sig(r[field])} "
+                    f"{r['adapter']} / {r['workload']} / {r.get('device')}: {what} ran at {sig(claim)} "
                     f"GFLOP/s, above the measured peak of {sig(peak)} GFLOP/s: its timing cannot be trusted"
                 )
     return problems
 
 
-def hardware(recs: Sequence[Mapping[str, Any]], envs: dict[str, dict[str, Any]]) -> list[str]:
+def hardware(recs: Sequence[Record], envs: dict[str, dict[str, Any]]) -> list[str]:
     """Achieved useful GFLOP/s against the measured matmul peak of the device (``envs`` by
     machine name; a plain env dict is one machine)."""
     if "peaks" in envs or not all(isinstance(v, dict) for v in envs.values()):
@@ -59,12 +60,15 @@ def hardware(recs: Sequence[Mapping[str, Any]], envs: dict[str, dict[str, Any]])
         peaks += _peak_rows(machine if len(envs) > 1 else "", env.get("peaks") or {})
     rows = []
     for r in ordered(recs):
-        if r["status"] != "ok" or r.get("data", "resident") != "resident" or r.get("gflops") is None:
+        gflops = r.get("gflops")
+        if r["status"] != "ok" or r.get("data", "resident") != "resident" or gflops is None:
             continue
         peak = r["peak_gflops"] if "peak_gflops" in r else peak_gflops(next(iter(envs.values())), r)
-        pct = f"{r['gflops'] / peak:.1%}" if peak else DASH
-        best = f"{r['gflops_max_step'] / peak:.1%}" if peak else DASH
-        rows.append([*row_label(r), sig(r["flops_per_step"] / 1e9), sig(r["gflops"]), pct, best])
+        fastest, flops = r.get("gflops_max_step"), r.get("flops_per_step")
+        assert fastest is not None and flops is not None  # a record's gflops comes with both
+        pct = f"{gflops / peak:.1%}" if peak else DASH
+        best = f"{fastest / peak:.1%}" if peak else DASH
+        rows.append([*row_label(r), sig(flops / 1e9), sig(gflops), pct, best])
     jit = [line for env in envs.values() for line in kernel_jit_lines(env.get("kernel_jit") or [])]
     if not rows and not peaks and not jit:
         return []
@@ -163,7 +167,7 @@ def _mib(value: Any) -> str:
     return "unavailable" if value is None else sig(value / 2**20)
 
 
-def memory(recs: Sequence[Mapping[str, Any]]) -> list[str]:
+def memory(recs: Sequence[Record]) -> list[str]:
     rows = [
         [
             *row_label(r),

@@ -58,7 +58,7 @@ def _wide(values: list[float]) -> bool:
     return bool(positive) and max(positive) / min(positive) > SPAN
 
 
-def _label(rec: Mapping[str, Any]) -> str:
+def _label(rec: Record) -> str:
     parts = [f"{rec['adapter']} ({rec['graph']})" if rec.get("graph") else rec["adapter"]]
     if strategy(rec):
         parts.append(cast(str, strategy(rec)))

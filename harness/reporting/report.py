@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -41,7 +40,7 @@ from harness.reporting.tables import env_table, machines_table, settings_table
 from harness.reporting.workload_tables import table_title, workload_table
 
 
-def generations_note(group: Sequence[Mapping[str, Any]]) -> list[str]:
+def generations_note(group: Sequence[Record]) -> list[str]:
     """A line where the workload's cells ran in fewer generations (fresh processes each) than the
     run planned (a time budget that ran out, or cells that failed in some): what its verdicts rest on."""
     ok = [r for r in group if r["status"] == "ok" and r.get("group_generations")]
@@ -123,7 +122,7 @@ def render(m: model.Model, plot_dir: Path | None = None) -> str:
 OVERVIEW_PNG = "overview.png"
 
 
-def _overview(grid: overview.Grid | None, recs: Sequence[Mapping[str, Any]], plot_dir: Path | None) -> list[str]:
+def _overview(grid: overview.Grid | None, recs: Sequence[Record], plot_dir: Path | None) -> list[str]:
     """The picture (where plots are drawn) and the same grid as a compact table."""
     if grid is None:
         return []

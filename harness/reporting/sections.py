@@ -10,6 +10,7 @@ from typing import Any, cast
 from tabulate import tabulate
 
 from harness import records
+from harness.records import Record
 from harness.reporting import calibration_note
 from harness.reporting.cells import missing_pairs, strategy
 from harness.reporting.formatting import DASH, row_label, sig
@@ -18,7 +19,7 @@ from harness.stats import inference, verdicts
 from harness.stats.steps import NOISY_IQR_RATIO
 
 
-def banner(recs: Sequence[Mapping[str, Any]]) -> list[str]:
+def banner(recs: Sequence[Record]) -> list[str]:
     """A warning at the top naming every requested adapter x device that produced no result."""
     missing = missing_pairs(recs)
     if not missing:
@@ -30,7 +31,7 @@ def banner(recs: Sequence[Mapping[str, Any]]) -> list[str]:
     return [*out, ""]
 
 
-def failures(recs: Sequence[Mapping[str, Any]]) -> list[str]:
+def failures(recs: Sequence[Record]) -> list[str]:
     """A section with each failed cell's reason and the tail of its stderr."""
     out = []
     for r in recs:
@@ -42,10 +43,10 @@ def failures(recs: Sequence[Mapping[str, Any]]) -> list[str]:
     return ["## Failed cells", "", *out, ""] if out else []
 
 
-def input_pipeline(recs: Sequence[Mapping[str, Any]]) -> list[str]:
+def input_pipeline(recs: Sequence[Record]) -> list[str]:
     """Per adapter/workload/device: steady step time per data mode against ``resident``."""
-    cells: dict[tuple, dict[str, Mapping[str, Any]]] = {}
-    r: Mapping[str, Any] | None  # a record; below, the row's record of a data mode, if any
+    cells: dict[tuple, dict[str, Record]] = {}
+    r: Record | None  # a record; below, the row's record of a data mode, if any
     for r in recs:
         key = (r["adapter"], r["workload"], strategy(r), r["device_requested"], r.get("machine"))
         cells.setdefault(key, {})[r.get("data", "resident")] = r
@@ -98,7 +99,7 @@ def input_pipeline(recs: Sequence[Mapping[str, Any]]) -> list[str]:
     return ["## Input pipeline", "", intro, "", tabulate(rows, headers, tablefmt="github", disable_numparse=True), ""]
 
 
-def _xla_floor(ok: Sequence[Mapping[str, Any]]) -> str:
+def _xla_floor(ok: Sequence[Record]) -> str:
     """The compile time from which the run's XLA cache kept an executable, in words: as the
     records say (``persistent_cache_min_compile_s``), else both values it has had, since records
     written before it was recorded do not say which applied."""
@@ -146,7 +147,7 @@ def _protocol_line(p: dict[str, Any]) -> str:
     )
 
 
-def _turns_left_out(ok: Sequence[Mapping[str, Any]]) -> list[str]:
+def _turns_left_out(ok: Sequence[Record]) -> list[str]:
     """How many turns were retaken for contention, counted once per generation of a group."""
     seen: dict[tuple, list[int]] = {}
     for r in ok:
@@ -162,7 +163,7 @@ def _turns_left_out(ok: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
-def _resolution(ok: Sequence[Mapping[str, Any]]) -> list[str]:
+def _resolution(ok: Sequence[Record]) -> list[str]:
     """What differences this run's verdicts could tell apart: per group, the slow-down a pair of its
     cells would be called different for with 80% power, from the group's prior (a typical pair)."""
     found = {}
@@ -185,13 +186,13 @@ def _resolution(ok: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
-def level_text(recs: Sequence[Mapping[str, Any]]) -> str:
+def level_text(recs: Sequence[Record]) -> str:
     """The confidence level the records' verdicts and intervals use, as printed: ``95%``, ``97.06%``."""
     level = verdicts.level_of(*recs)
     return f"{100 * level:.4g}%"
 
 
-def method(recs: Sequence[Mapping[str, Any]]) -> str:
+def method(recs: Sequence[Record]) -> str:
     """The protocol each cell's record says it was timed with (cells recorded before records
     carried it are said to be so, not described by today's settings)."""
     ok = [r for r in recs if r["status"] == "ok"]

@@ -8,6 +8,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from harness.records import Record
 from harness.reporting import plots
 from harness.reporting.cells import strategy
 from harness.reporting.formatting import DASH, device_label, sig, slug, verdict_text
@@ -15,7 +16,7 @@ from harness.reporting.sections import level_text
 from harness.stats.verdicts import MIN_GENERATIONS, SAME, SLOWER, UNRESOLVED, levels_of, pair_verdict, same_group
 
 
-def crossovers(series: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+def crossovers(series: Mapping[str, Sequence[Record]]) -> list[dict[str, Any]]:
     """Where the ranking of two series changes along a sweep.
 
     ``series`` maps a label to records sorted by swept value. At each value both series ran, the
@@ -47,7 +48,7 @@ def crossovers(series: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[s
     return found
 
 
-def shown_interval(rec: Mapping[str, Any]) -> tuple[float, float] | None:
+def shown_interval(rec: Record) -> tuple[float, float] | None:
     """The cell's own interval as the sweep draws it: None where it ran in fewer than
     MIN_GENERATIONS processes (an interval on one or two degrees of freedom says nothing)."""
     if len(levels_of(rec)) < MIN_GENERATIONS or "ci_low_s" not in rec:
@@ -55,7 +56,7 @@ def shown_interval(rec: Mapping[str, Any]) -> tuple[float, float] | None:
     return rec["ci_low_s"], rec["ci_high_s"]
 
 
-def _varied_settings(cells: Sequence[Mapping[str, Any]], field: str) -> set[str]:
+def _varied_settings(cells: Sequence[Record], field: str) -> set[str]:
     """Fields other than the swept one and the strategy whose --set value differs between the
     cells of one sweep (the transformer's attention kernel): they name the series apart."""
     values: dict[str, set[str]] = {}
@@ -67,15 +68,15 @@ def _varied_settings(cells: Sequence[Mapping[str, Any]], field: str) -> set[str]
     return {k for k, v in values.items() if len(v) > 1}
 
 
-def _levels(cells: Sequence[Mapping[str, Any]]) -> str:
+def _levels(cells: Sequence[Record]) -> str:
     """The confidence levels the cells' intervals use (sections.level_text): ``95%`` or ``95% or 97.06%``."""
     return " or ".join(sorted({level_text([r]) for r in cells}))
 
 
-def _pairing(cells: Sequence[Mapping[str, Any]]) -> str:
+def _pairing(cells: Sequence[Record]) -> str:
     """How the pairs at each swept value are judged (verdicts.pair_verdict): paired by generation
     where the two cells ran side by side in one group, else Welch's t on their processes."""
-    at: dict[float, list[Mapping[str, Any]]] = {}
+    at: dict[float, list[Record]] = {}
     for r in cells:
         at.setdefault(r["sweep"]["value"], []).append(r)
     if all(same_group(a, b) for rs in at.values() for a in rs for b in rs):
@@ -83,9 +84,7 @@ def _pairing(cells: Sequence[Mapping[str, Any]]) -> str:
     return "paired generation by generation where the two cells ran side by side in one group, else Welch's t"
 
 
-def sweep_section(
-    recs: Sequence[Mapping[str, Any]], plot_dir: Path | None, colors: plots.Colors | None = None
-) -> list[str]:
+def sweep_section(recs: Sequence[Record], plot_dir: Path | None, colors: plots.Colors | None = None) -> list[str]:
     """Step time and throughput against the swept field, with the crossovers marked; lines in
     their adapter's colour (``colors``, the report's palette), one line style per device."""
     swept = [r for r in recs if r.get("sweep") and r["status"] == "ok" and r.get("data", "resident") == "resident"]
@@ -93,7 +92,7 @@ def sweep_section(
     for workload in sorted({r["workload"] for r in swept}):
         cells = [r for r in swept if r["workload"] == workload]
         field = cells[0]["sweep"]["field"]
-        series: dict[str, list[Mapping[str, Any]]] = {}
+        series: dict[str, list[Record]] = {}
         varied = _varied_settings(cells, field)
         for r in sorted(cells, key=lambda r: r["sweep"]["value"]):
             setting = [o.split("=", 1)[1] for o in r.get("overrides", []) if o.split("=")[0] in varied]

@@ -3,15 +3,16 @@ harness.reporting.workload_tables)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from tabulate import tabulate
 
+from harness.records import Record
 from harness.reporting.formatting import DASH
 
 
-def settings_table(recs: Sequence[Mapping[str, Any]]) -> str:
+def settings_table(recs: Sequence[Record]) -> str:
     """One row per adapter and distinct settings (the optimiser, for one, follows the workload),
     naming the workloads that ran with them."""
     seen: dict[tuple[str, str, str], list[str]] = {}
@@ -29,13 +30,13 @@ def settings_table(recs: Sequence[Mapping[str, Any]]) -> str:
     return tabulate(rows, ["adapter", "workloads", "versions", "settings"], tablefmt="github")
 
 
-def machines_table(recs: Sequence[Mapping[str, Any]]) -> str:
+def machines_table(recs: Sequence[Record]) -> str:
     """Where a report's cells ran, one row per machine (fingerprint): its nodes and cells; empty
     where every cell ran on one machine."""
-    found: dict[str, tuple[set[str], list[Mapping[str, Any]]]] = {}
+    found: dict[str, tuple[set[str], list[Record]]] = {}
     for r in recs:
         nodes, cells = found.setdefault(r.get("machine") or DASH, (set(), []))
-        nodes.update(n for n in r.get("nodes") or [r.get("node")] if n)
+        nodes.update(r.get("nodes") or ([r["node"]] if r.get("node") else []))
         cells.append(r)
     if len(found) < 2:
         return ""

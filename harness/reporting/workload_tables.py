@@ -8,7 +8,7 @@ same rows in the same order: fastest steady step first, cells that did not run l
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -27,8 +27,8 @@ from harness.reporting.formatting import (
 )
 from harness.stats.verdicts import Family, PairVerdict, pair_verdict
 
-#: A record, or any mapping read like one (``ordered`` returns what it is given).
-_R = TypeVar("_R", bound=Mapping[str, Any])
+#: A record (``ordered`` returns what it is given).
+_R = TypeVar("_R", bound=Record)
 
 #: The most columns the main table may have; the rest go to the details table.
 MAIN_MAX = 10
@@ -179,7 +179,7 @@ def layout(recs: list[Record]) -> tuple[list[Column], list[Column], list[Column]
     return key, main, details
 
 
-def _group(rec: Mapping[str, Any]) -> tuple:
+def _group(rec: Record) -> tuple:
     """What a table never ranks across: workload, setting, data mode and machine."""
     setting = setting_overrides(rec)
     return (rec["workload"], setting, rec.get("data", "resident"), str(rec.get("machine") or ""))

@@ -20,7 +20,7 @@ import psutil
 from adapters import DeviceUnavailable, discover
 from adapters.base import Options
 from harness.measuring import input_pipeline, profilers, timing
-from harness.records import Record, base_adapter, new_record, pipeline_of, round_of, spec_of
+from harness.records import Cell, Record, base_adapter, new_record, pipeline_of, round_of, spec_of
 from harness.running import devices
 from harness.stats.steps import step_time, summarize
 from workloads.arrays import ulp_moved
@@ -36,7 +36,7 @@ class DeviceFailure(Exception):
     """The cell asked for a GPU this machine has but the framework cannot use; the message says why."""
 
 
-def prepare(cell: Mapping[str, Any]):
+def prepare(cell: Cell):
     """Instantiate adapter and spec, resolve the device and set up; raises Skip, or DeviceFailure
     for a GPU this machine has that the framework cannot use (harness.running.devices tells them apart)."""
     adapter = discover()[base_adapter(cell)].cls()
@@ -194,7 +194,7 @@ def wake(stepper: timing.Stepper, seconds: float = FLOOR_WAKE_S) -> None:
 FLOOR_PROFILE = timing.Profile("floor", 5, 30, 2000, budget_s=0.3, target_rel_iqr=0.05, rounds=1, timeout_s=600)
 
 
-def dispatch_floor(cell: Mapping[str, Any], spec, device: str) -> dict[str, Any]:
+def dispatch_floor(cell: Cell, spec, device: str) -> dict[str, Any]:
     """The adapter's step time on ``spec.tiny()`` (harness.measuring.floors): a second adapter instance,
     set up and warmed up like the first (its compiles are not the cell's), its steady step time
     as the cell's is taken. Once per cell: the caller says when (a cell timed alone in its first
@@ -258,7 +258,7 @@ class Started:
     compiles_before: dict[str, Any]
 
 
-def start(cell: Mapping[str, Any]) -> Started:
+def start(cell: Cell) -> Started:
     """Set the cell up (adapter, spec, device, placed data or pipeline); raises Skip or DeviceFailure."""
     adapter, spec, device, setup_s = prepare(cell)
     batches = spec.batches()
@@ -282,7 +282,7 @@ def start(cell: Mapping[str, Any]) -> Started:
     )
 
 
-def finish(cell: Mapping[str, Any], s: Started, m: timing.Measurement, profile, sampler) -> Record:
+def finish(cell: Cell, s: Started, m: timing.Measurement, profile, sampler) -> Record:
     """The record of a cell whose steps were measured (``m``), from its steady window and blocks."""
     adapter, spec, device, batches, flops, pass_steps = s.adapter, s.spec, s.device, s.batches, s.flops, s.pass_steps
     if not m.step_times_s:
@@ -347,7 +347,7 @@ def finish(cell: Mapping[str, Any], s: Started, m: timing.Measurement, profile, 
     )
 
 
-def ops_profile(cell: Mapping[str, Any], s: Started, record: Mapping[str, Any]) -> dict[str, Any]:
+def ops_profile(cell: Cell, s: Started, record: Mapping[str, Any]) -> dict[str, Any]:
     """``{"ops_profile": ...}``: the cell's profiled pass (harness.measuring.profilers), its trace in
     ``<run folder>/traces/``; only with ``--profile-ops`` (the cell's ``profile_ops`` names the run
     folder), in a cell's first round, after its timing. Else {} (a default run is unchanged)."""

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters import AdapterInfo
+from harness.records import Cell
 
 #: The longest a warm-up may compile, per framework (TensorFlow: "30 minutes or longer").
 WARM_UP_TIMEOUT_S = 3600
@@ -125,7 +126,7 @@ def needs_of(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def warm_up(
     adapters: Mapping[str, AdapterInfo],
-    cells: Sequence[Mapping[str, Any]],
+    cells: Sequence[Cell],
     needs: Mapping[str, dict[str, Any]],
     timeout_s: float = WARM_UP_TIMEOUT_S,
 ) -> list[dict[str, Any]]:

@@ -20,11 +20,11 @@ from __future__ import annotations
 import functools
 import shutil
 import subprocess
-from collections.abc import Mapping
 from typing import Any
 
 from harness.measuring.cpu_features import cpu_native_bf16
 from harness.measuring.gpu_util import cell_gpu
+from harness.records import Cell
 
 #: The first NVIDIA compute capability with bfloat16 tensor-core arithmetic (Ampere).
 CUDA_BF16_CAPABILITY = (8, 0)
@@ -86,7 +86,7 @@ def _cuda_native() -> tuple[bool | None, str]:
     return cuda_bf16(*query_compute_cap())
 
 
-def skip_reason(cell: Mapping[str, Any], spec: Any) -> str | None:
+def skip_reason(cell: Cell, spec: Any) -> str | None:
     """Why a cell's precision makes it a skipped cell, or None. A bf16 inference cell is
     skipped (no bf16 path); a bf16 cell on a device without bfloat16 arithmetic is skipped
     unless the cell is forced (``force_precision``). Unknown support (no /proc/cpuinfo, a GPU

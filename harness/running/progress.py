@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from harness.records import round_of
+from harness.records import Cell, Record, round_of
 
 
-def cell_line(rec: Mapping[str, Any]) -> str:
+def cell_line(rec: Record) -> str:
     """The one-line summary of a finished cell."""
     variant = " ".join(filter(None, [rec["workload"], *rec.get("overrides", []), rec.get("data", "")]))
     name = rec["adapter"] + (" (script)" if rec.get("script") else "")  # an idiomatic script (harness.checks.fidelity)
@@ -62,7 +61,7 @@ class MatrixProgress:
         if self._bar:
             self._bar.stop()
 
-    def start(self, cell: Mapping[str, Any], round_: int = 1) -> None:
+    def start(self, cell: Cell, round_: int = 1) -> None:
         if self._bar:
             what = f"round {round_}: {cell['adapter']} {cell['workload']} {cell['device_requested']}"
             if self.budget is not None:
@@ -81,7 +80,7 @@ class MatrixProgress:
         if self._bar:
             self._bar.update(self._task, total=self.total)
 
-    def finish(self, rec: Mapping[str, Any]) -> None:
+    def finish(self, rec: Record) -> None:
         self.done += 1
         line = f"[{self.done}/{self.total}] {cell_line(rec)}"
         if self._bar:

@@ -31,7 +31,7 @@ import psutil
 from harness.measuring import timing
 from harness.measuring.contention import MachineLoad
 from harness.measuring.gpu_util import UtilSampler
-from harness.records import new_record, round_of
+from harness.records import Cell, new_record, round_of
 from harness.running import cell_work
 from harness.stats.steps import step_time
 
@@ -110,7 +110,7 @@ def _lines(fd: int) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
 
 
-def serve(cell: dict[str, Any], fd_in: int, fd_out: int) -> dict[str, Any] | None:
+def serve(cell: Cell, fd_in: int, fd_out: int) -> dict[str, Any] | None:
     """Run the cell as a resident worker (module docstring); its record, or None if the parent
     went away. A skip or a device failure is returned at once, before ``ready``."""
     profile = timing.PROFILES[cell["profile"]]
@@ -192,7 +192,7 @@ def _children() -> list[int]:
 
 
 def record(
-    cell: dict[str, Any],
+    cell: Cell,
     s: cell_work.Started,
     profile: timing.Profile,
     sampler: UtilSampler | None,

@@ -11,13 +11,12 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from adapters import AdapterInfo
 from harness import processes, records
-from harness.records import Record
+from harness.records import Cell, Record
 from harness.running import runner
 
 
@@ -29,7 +28,7 @@ class Resident:
     """One resident worker process (harness.running.resident), driven over two pipes. Its output
     goes to a log file (never a pipe that could fill and block it)."""
 
-    def __init__(self, info: AdapterInfo, cell: Mapping[str, Any]) -> None:
+    def __init__(self, info: AdapterInfo, cell: Cell) -> None:
         self.cell = cell
         self.dir = Path(tempfile.mkdtemp(prefix="dlcompare-"))
         (self.dir / "cell.json").write_text(json.dumps(cell))

@@ -20,6 +20,7 @@ from harness import processes, records
 from harness.install.environments import family_python
 from harness.measuring import limits_cache
 from harness.measuring.contention import OtherLoad
+from harness.records import Cell
 from harness.running import precision
 from harness.running.sink import RoundSink
 from workloads import SpecError
@@ -79,7 +80,7 @@ def interpreter(info: AdapterInfo, cell: Mapping[str, Any]) -> str:
     return cell.get("python") or family_python(info.environment) or sys.executable
 
 
-def skip_reason(info: AdapterInfo, cell: Mapping[str, Any]) -> str | None:
+def skip_reason(info: AdapterInfo, cell: Cell) -> str | None:
     """Why the cell will be skipped, known in the parent without starting a framework: the
     framework is not installed, the adapter declines the spec (``supports``), has no native
     input pipeline for ``--data loader``, or the cell's precision is not native on its device

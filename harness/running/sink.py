@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from harness import records
+from harness.records import Cell, Record
 from harness.running.progress import MatrixProgress
 
 
@@ -27,13 +28,13 @@ class RoundSink:
 
     def finish(self, record: Mapping[str, Any]) -> None:
         """Append a round's record (with the run's ``rounds``) and count it."""
-        record = {**record, "rounds": self.rounds}
-        records.append(self.results, record)
-        self.progress.finish(record)
-        if record["status"] != "ok":
-            self.ended.add(record["cell_id"])
+        rec = cast(Record, {**record, "rounds": self.rounds})  # a worker's record, as JSON wrote it
+        records.append(self.results, rec)
+        self.progress.finish(rec)
+        if rec["status"] != "ok":
+            self.ended.add(rec["cell_id"])
 
-    def dropped(self, cell: Mapping[str, Any]) -> bool:
+    def dropped(self, cell: Cell) -> bool:
         """Whether ``cell`` has ended (a round of it was not ``ok``): then its round is counted as
         dropped and not run."""
         if cell["cell_id"] in self.ended:

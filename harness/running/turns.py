@@ -49,7 +49,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 
@@ -188,7 +188,7 @@ def run_generation(
     measured = floors_measured(sink.results) if floors else set()
     try:
         for cell in order:
-            cell_k: dict[str, Any] = {**cell, "round": k, **compile_cache(sink.results, cell, k)}
+            cell_k = cast(Cell, {**cell, "round": k, **compile_cache(sink.results, cell, k)})
             if floors and cell["cell_id"] not in measured:
                 cell_k["dispatch_floor"] = True
             sink.progress.start(cell, k)

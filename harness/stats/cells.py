@@ -29,13 +29,13 @@ from harness.stats.verdicts import DEFAULT_LEVEL, MIN_GENERATIONS, level_of
 TRIM = 0.2
 
 
-def fingerprint_key(rec: Mapping[str, Any]) -> str | None:
+def fingerprint_key(rec: Record) -> str | None:
     """The record's machine fingerprint (harness.env.fingerprint) as one comparable string."""
     fp = rec.get("fingerprint")
     return json.dumps(fp, sort_keys=True) if fp else None
 
 
-def group_of(rec: Mapping[str, Any]) -> str:
+def group_of(rec: Record) -> str:
     """The group a record's cell is compared within: its ``group`` where the runner wrote one,
     else (older records) its setting: the cell id without its adapter (workload, device,
     overrides; ``|``-joined, so equal across runs for the same setting)."""
@@ -51,7 +51,7 @@ def _batches(rec: Mapping[str, Any]) -> list[int] | None:
     return rec.get("step_batches") if (rec.get("pass_steps") or 1) > 1 else None
 
 
-def process_level(rec: Mapping[str, Any], turns: set[int] | None = None) -> tuple[float, int | None] | None:
+def process_level(rec: Record, turns: set[int] | None = None) -> tuple[float, int | None] | None:
     """One process's level, the log of its step time, and how many blocks it rests on: the mean
     of log block times over ``turns`` (default: every block it kept), trimmed by TRIM at each end
     (a block caught by a passing disturbance that the contention check missed must not move a
@@ -78,7 +78,7 @@ def _levels(found: dict[int, tuple[float, int | None] | None]) -> tuple[dict[int
     return {k: v for k, (v, _) in kept.items()}, (min(counts) if counts else None)
 
 
-def combine_all(recs: Sequence[Mapping[str, Any]]) -> list[Record]:
+def combine_all(recs: Sequence[Record]) -> list[Record]:
     """One record per cell and machine from its processes, in first-seen order: rounds of one cell
     that ran on machines with different fingerprints (a mixed cluster) are never pooled. A round
     without a fingerprint (a job the scheduler lost with its node) joins its cell's machine where
@@ -87,7 +87,7 @@ def combine_all(recs: Sequence[Mapping[str, Any]]) -> list[Record]:
     for r in recs:
         if found := fingerprint_key(r):
             machines.setdefault((r.get("machine"), r.get("run_id"), r.get("cell_id")), set()).add(found)
-    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    groups: dict[tuple, list[Record]] = {}
     for r in recs:
         cell = (r.get("machine"), r.get("run_id"), r.get("cell_id"))
         known = machines.get(cell, set())
@@ -104,10 +104,10 @@ def combine_all(recs: Sequence[Mapping[str, Any]]) -> list[Record]:
     return out
 
 
-def _group_levels(cells: list[tuple[tuple, list[Mapping[str, Any]]]]) -> dict[int, tuple[dict[int, float], int | None]]:
+def _group_levels(cells: list[tuple[tuple, list[Record]]]) -> dict[int, tuple[dict[int, float], int | None]]:
     """For each cell (by ``id`` of its runs): generation -> level over the turns that every ok
     cell of that generation of its group kept, and the fewest such blocks in any generation."""
-    by_group: dict[tuple, list[list[Mapping[str, Any]]]] = {}
+    by_group: dict[tuple, list[list[Record]]] = {}
     for key, runs in cells:
         by_group.setdefault((*key[:3], group_of(runs[0])), []).append(runs)
     out: dict[int, tuple[dict[int, float], int | None]] = {}
@@ -174,7 +174,7 @@ PIPELINE_MEANS = (
 )
 
 
-def combine(runs: Sequence[Mapping[str, Any]], levels: tuple[dict[int, float], int | None] | None = None) -> Record:
+def combine(runs: Sequence[Record], levels: tuple[dict[int, float], int | None] | None = None) -> Record:
     """A cell's record from its processes (rounds). A round that did not end ``ok`` decides the
     status (its record is returned, with the number of rounds that did). Otherwise: the cold
     window and first step of round 1 (the first cold start), the cold window of each process that
@@ -245,18 +245,19 @@ def combine(runs: Sequence[Mapping[str, Any]], levels: tuple[dict[int, float], i
         )
         record["ci_kind"] = "processes"
     # An image pipeline's measures (harness.measuring.input_pipeline): each round's, averaged; waits pooled.
+    raw: Sequence[Mapping[str, Any]] = runs  # read by a field name held in a variable
     for field in PIPELINE_MEANS:
-        if all(r.get(field) is not None for r in runs):
-            record[field] = float(np.mean([r[field] for r in runs]))
+        if all(r.get(field) is not None for r in raw):
+            record[field] = float(np.mean([r[field] for r in raw]))
     if all("wait_times_s" in r for r in runs):
         record["wait_times_s"] = [t for r in runs for t in r["wait_times_s"]]
     if all(tokens_per_step(r) is not None for r in runs):
         record["tokens_per_step"] = float(np.mean([tokens_per_step(r) for r in runs]))
     for field in ("tokens_per_s", "gflops"):
         if record.get(field) is not None:
-            record[field] = float(np.mean([r[field] for r in runs]))
+            record[field] = float(np.mean([r[field] for r in raw]))
     for field in ("gflops_max_step", "pipelined_gflops_max"):  # the fastest any process claimed
-        claims = [r[field] for r in runs if r.get(field) is not None]
+        claims = [r[field] for r in raw if r.get(field) is not None]
         record[field] = max(claims) if claims else None
     # Pipelined blocks come from a cell's first process (harness.running.resident.PIPED_EVERY), and
     # are set against the synced blocks of the same processes.

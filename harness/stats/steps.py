@@ -3,10 +3,9 @@ bootstrap interval of its median (the noise within that one process)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import numpy as np
+
+from harness.records import Record
 
 #: A cell whose IQR exceeds this fraction of its median is flagged as noisy in the report.
 NOISY_IQR_RATIO = 0.25
@@ -94,7 +93,7 @@ def step_time(times: list[float], batches: list[int] | None) -> float:
     return float(np.median(times)) if batches is None else pass_mean(times, batches)
 
 
-def tokens_per_step(rec: Mapping[str, Any]) -> float | None:
+def tokens_per_step(rec: Record) -> float | None:
     """Tokens a step processes, on average over a pass of the dataset; None where the workload
     counts none. Decoding: what one untimed decode of every batch emitted, over the pass's batches
     (the timed window need not hold whole passes, and its own count depends on which batches it
@@ -103,8 +102,8 @@ def tokens_per_step(rec: Mapping[str, Any]) -> float | None:
     (whole passes where steps differ in size)."""
     if rec.get("decode_captions"):
         return rec["decode_len_mean"] * rec["decode_captions"] / rec["spec"]["num_batches"]
-    if rec.get("tokens_per_step") is not None:
-        return float(rec["tokens_per_step"])
-    if not rec.get("tokens_per_s"):
+    if (per_step := rec.get("tokens_per_step")) is not None:
+        return float(per_step)
+    if not (per_s := rec.get("tokens_per_s")):
         return None
-    return rec["tokens_per_s"] * (rec.get("mean_s") or rec["median_s"])
+    return per_s * (rec.get("mean_s") or rec["median_s"])

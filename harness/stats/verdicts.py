@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -142,7 +142,7 @@ def outcome_of(low: float, high: float, reason: str = WIDE) -> tuple[str, str]:
 # -- on records ---------------------------------------------------------------------------------
 
 
-def levels_of(rec: Mapping[str, Any]) -> dict[int, float]:
+def levels_of(rec: Record) -> dict[int, float]:
     """Generation -> process level (log step time) of a record: what ``combine`` stored, or for
     a lone round's record the log of its step time."""
     stored = rec.get("process_levels")
@@ -154,17 +154,17 @@ def levels_of(rec: Mapping[str, Any]) -> dict[int, float]:
     return {round_of(rec): math.log(step_time(rec["step_times_s"], batches))}
 
 
-def level_of(*recs: Mapping[str, Any]) -> float:
+def level_of(*recs: Record) -> float:
     """The confidence level the records' verdicts use (the strictest of theirs)."""
     return max((float(r["verdict_level"]) for r in recs if r.get("verdict_level")), default=DEFAULT_LEVEL)
 
 
-def _machine(rec: Mapping[str, Any]) -> tuple:
+def _machine(rec: Record) -> tuple:
     fp = rec.get("fingerprint")
     return rec.get("run_id"), rec.get("machine"), json.dumps(fp, sort_keys=True) if fp else None
 
 
-def same_group(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+def same_group(a: Record, b: Record) -> bool:
     """Whether two cells ran side by side, generation by generation (one run, one machine, one
     group): then their process levels pair by generation."""
     if _machine(a) != _machine(b):
@@ -204,7 +204,7 @@ def judged_once(store: dict[tuple[int, int, float], tuple[Any, Any, PairVerdict]
         _JUDGED.reset(token)
 
 
-def pair_verdict(a: Mapping[str, Any], b: Mapping[str, Any], level: float | None = None) -> PairVerdict:
+def pair_verdict(a: Record, b: Record, level: float | None = None) -> PairVerdict:
     """time(b) / time(a) and the verdict on b against a (module docstring): paired by
     generation within a group, Welch's t between groups and between runs. Within ``judged_once``,
     each pair's verdict is computed once."""
@@ -218,7 +218,7 @@ def pair_verdict(a: Mapping[str, Any], b: Mapping[str, Any], level: float | None
     return store[key][2]
 
 
-def _pair_verdict(a: Mapping[str, Any], b: Mapping[str, Any], level: float) -> PairVerdict:
+def _pair_verdict(a: Record, b: Record, level: float) -> PairVerdict:
     la, lb = levels_of(a), levels_of(b)
     if not la or not lb:
         return _not_judged(b["median_s"] / a["median_s"], ONE_PROCESS)
@@ -250,13 +250,13 @@ def _pair_verdict(a: Mapping[str, Any], b: Mapping[str, Any], level: float) -> P
     return _judged(point, se, df, level)
 
 
-def relative(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[float, float, float]:
+def relative(a: Record, b: Record) -> tuple[float, float, float]:
     """time(b) / time(a) and its interval (``pair_verdict``; not judged: ``(point, 0, inf)``)."""
     v = pair_verdict(a, b)
     return v.point, v.low, v.high
 
 
-def outcome(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+def outcome(a: Record, b: Record) -> str:
     """``pair_verdict``'s outcome for b against a. Records with no processes to read (no steps,
     no levels) fall back to non-overlapping intervals of each: faster or slower, else unresolved."""
     if not (a.get("process_levels") or a.get("step_times_s")) or not (b.get("process_levels") or b.get("step_times_s")):
@@ -268,17 +268,17 @@ def outcome(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
     return pair_verdict(a, b).outcome
 
 
-def separated(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+def separated(a: Record, b: Record) -> bool:
     """True when two cells differ (``outcome``: faster or slower)."""
     return outcome(a, b) in (FASTER, SLOWER)
 
 
-def judged(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+def judged(a: Record, b: Record) -> bool:
     """False where the run cannot judge the pair at all (one process per cell, too few blocks)."""
     return pair_verdict(a, b).judged
 
 
-def settled(a: Mapping[str, Any], b: Mapping[str, Any], level: float | None = None) -> bool:
+def settled(a: Record, b: Record, level: float | None = None) -> bool:
     """Whether a pair's verdict needs no more generations: separated, or the same speed (its
     interval within 1 +- SETTLE_MARGIN: it cannot hide a meaningful difference)."""
     return pair_verdict(a, b, level).settled
@@ -300,7 +300,7 @@ class Family:
         return bool(self.rivals) and all(v.outcome == SLOWER for _, v in self.rivals)
 
 
-def _family_pair(a: Mapping[str, Any], b: Mapping[str, Any], level: float) -> PairVerdict:
+def _family_pair(a: Record, b: Record, level: float) -> PairVerdict:
     """``pair_verdict``, or for records with no processes to read ``outcome``'s fallback on their
     own intervals (certain where they do not overlap: p = 0)."""
     if levels_of(a) and levels_of(b):
@@ -335,7 +335,7 @@ def family(cells: list[Record], level: float | None = None) -> Family:
     return Family(lead, rivals, len(pairs))
 
 
-def change(a: Mapping[str, Any], b: Mapping[str, Any], level: float | None = None) -> RunChange:
+def change(a: Record, b: Record, level: float | None = None) -> RunChange:
     """One cell in run A (``a``) and in run B (``b``): Welch's t on their process levels.
     ``inconclusive`` where the interval includes 1 but the comparison could not have detected
     a change of MEANINGFUL_CHANGE (or of the size it reports, if larger) with 80% power."""
