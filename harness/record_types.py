@@ -170,3 +170,22 @@ class Record(Cell, total=False):
     nodes: list[str]  #: the nodes a combined cell's processes ran on (cluster executors)
     round_turns: dict[int, list[int]]  #: generation -> [turns kept, retaken, contended] (harness.stats.cells)
     stderr_tail: str  #: a failed worker's last stderr lines (harness.processes.tail)
+
+
+class ExportRecord(Record, total=False):
+    """An export task's record (harness.export): a cell's keys, a record's (``status``, ``p50_s``,
+    ``p99_s`` ...), and what exporting and serving one path measured."""
+
+    export_path: str  #: ``in-process`` (the adapter's own forward) or the exporter's name
+    export_s: float
+    artifact_bytes: int
+    export_runtimes: dict[str, str]
+    load_s: float
+    first_call_s: float
+    cold_load_s: float
+    framework_preloaded: bool
+    throughput_per_s: float
+    throughput_batch: int
+    parity_error: float
+    parity_worst_row: int
+    parity_allowed: float

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from harness import jsonlines
 from harness.record_types import Cell, Record
+from harness.record_types import ExportRecord as ExportRecord  # re-exported: every stage imports record types from here
 
 if TYPE_CHECKING:
     from workloads.images import PipelineSettings

@@ -6,16 +6,15 @@ exporters and other served paths as detail."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypeGuard
 
 from harness import records
+from harness.records import ExportRecord, Record
 from harness.reporting import html, plots
 from harness.reporting.formatting import DASH, machine_name, sig, slug
 
-#: An export record, only read here: most of its keys (``export_path``, ...) are not records.Record's.
-Record = Mapping[str, Any]
 IN_PROCESS = "in-process"  # adapters.base.IN_PROCESS; the report reads records, not adapters
 COLUMNS = [
     "row",
@@ -30,11 +29,11 @@ COLUMNS = [
 ]
 
 
-def is_export(rec: Record) -> bool:
+def is_export(rec: Record) -> TypeGuard[ExportRecord]:
     return rec.get("kind") == "export"
 
 
-def row_label(rec: Record) -> str:
+def row_label(rec: ExportRecord) -> str:
     """``jax-jit in-process`` for an adapter's own forward, ``onnx (torch-eager)`` for a path."""
     if rec["export_path"] == IN_PROCESS:
         return f"{rec['adapter']} in-process"
@@ -50,13 +49,13 @@ def size_text(n: int | None) -> str:
     return f"{n} B"
 
 
-def ordered(recs: list[Record]) -> list[Record]:
+def ordered(recs: list[ExportRecord]) -> list[ExportRecord]:
     """ok rows by batch-1 p50, then failed, then skipped, each by label."""
     rank = {"ok": 0, "failed": 1, "skipped": 2}
     return sorted(recs, key=lambda r: (rank[r["status"]], r.get("p50_s") or 0.0, row_label(r)))
 
 
-def table(recs: list[Record]) -> list[str]:
+def table(recs: list[ExportRecord]) -> list[str]:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in ordered(recs):
         ok = r["status"] == "ok"
@@ -88,15 +87,15 @@ DRIFT_SHARE = 0.10
 ONNX = "onnx"  # one runtime (ONNX Runtime) whichever framework exported the graph
 
 
-def _ms(rec: Record) -> str:
+def _ms(rec: ExportRecord) -> str:
     return f"{sig(rec['p50_s'] * 1e3)} ms"
 
 
-def _within_drift(best: Record, rows: list[Record]) -> list[Record]:
+def _within_drift(best: ExportRecord, rows: list[ExportRecord]) -> list[ExportRecord]:
     return [r for r in rows if r is not best and r["p50_s"] <= best["p50_s"] * (1 + DRIFT_SHARE)]
 
 
-def fastest_sentence(workload: str, device: str, recs: list[Record]) -> str:
+def fastest_sentence(workload: str, device: str, recs: list[ExportRecord]) -> str:
     """The headline of one workload and device: ONNX Runtime's best batch-1 p50 against the fastest
     in-process forward (the question export answers: serve from a runtime, or from the framework?),
     then the exporters as detail (one runtime: their graphs serve alike), then the lowest other
@@ -148,7 +147,7 @@ def fastest_sentence(workload: str, device: str, recs: list[Record]) -> str:
     return text
 
 
-def section(workload: str, device: str, recs: list[Record], plot_dir: Path, colors: plots.Colors) -> list[str]:
+def section(workload: str, device: str, recs: list[ExportRecord], plot_dir: Path, colors: plots.Colors) -> list[str]:
     out = [f"## Export and serve: {workload} ({device})", "", *table(recs), ""]
     ok = [(row_label(r), r) for r in ordered(recs) if r["status"] == "ok"]
     png = plots.serve_latency(ok, workload, plot_dir / f"export-{slug(workload, device)}.png", colors)
@@ -182,7 +181,7 @@ METHOD = (
 def build(run_dir: Path, plot_dir: Path, raw: Sequence[Record] | None = None) -> str:
     """An export run's markdown from its records (``raw``: as loaded, else read from the run)."""
     loaded: Sequence[Record] = records.load(run_dir / records.RESULTS) if raw is None else raw
-    recs: list[Record] = [r for r in loaded if is_export(r)]
+    recs: list[ExportRecord] = [r for r in loaded if is_export(r)]
     env = records.load_env(run_dir)
     colors = plots.palette(recs)
     keys = list(dict.fromkeys((r["workload"], r["device_requested"]) for r in recs))
