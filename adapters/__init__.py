@@ -2,7 +2,8 @@
 
 Adding a framework means adding one module here; no list of adapter names exists elsewhere.
 Modules whose name starts with an underscore are helpers, not adapters, and so are ``base``
-(the contract) and ``kit`` (the adapter-author API). Two more sources:
+(the contract), ``exporting`` (the export task's optional mixin) and ``kit`` (the adapter-author
+API). Two more sources:
 
 - the entry-point group ``dlcompare.adapters``: an installed package outside this repository
   registers ``name = "package.module"`` (a module holding Adapter subclasses) in it;
@@ -57,7 +58,7 @@ def discover() -> dict[str, AdapterInfo]:
     sources = [
         (f"{__name__}.{m.name}", "built-in")
         for m in pkgutil.iter_modules(__path__)
-        if not m.name.startswith("_") and m.name not in ("base", "kit")
+        if not m.name.startswith("_") and m.name not in ("base", "exporting", "kit")
     ]
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist else "?"

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from adapters import _export_onnx
-from adapters.base import Forward
+from adapters.exporting import Forward
 from workloads import CNN, MLP, Params, Workload
 
 PATHS = ("jax-export", "onnx")

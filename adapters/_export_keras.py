@@ -18,7 +18,7 @@ import numpy as np
 
 from adapters import _export_onnx
 from adapters._keras_common import build_model, load_params
-from adapters.base import Forward
+from adapters.exporting import Forward
 from workloads import CNN, MLP, Params, Workload
 
 PATHS = ("keras-file", "keras-saved-model", "onnx")

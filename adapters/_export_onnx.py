@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from adapters.base import DeviceUnavailable, Forward
+from adapters.base import DeviceUnavailable
+from adapters.exporting import Forward
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from adapters import _export_onnx
-from adapters.base import Forward
+from adapters.exporting import Forward
 from workloads import CNN, MLP, Params, Workload
 
 PATHS = ("tf-saved-model", "onnx")

@@ -24,32 +24,20 @@ Lifecycle in a worker process, one adapter instance per cell:
     build_info()           -> the framework's build (CUDA/cuDNN or CPU-only) and the GPUs it sees
     device_busy()          -> after sync: whether the device still has queued work (sync check)
 
-The export task (harness.export, docs/export.md) uses four more, on a fresh adapter:
-    export_reason(path, spec) -> None, or why this adapter cannot take spec through path
-    forward(spec, params, device, options) -> the in-process forward (NumPy in, NumPy out)
-    export(path, spec, params, device, directory) -> the artifact written under directory
-    serve(path, artifact, device, threads) (classmethod, in a fresh process) -> its served forward
+The export task's methods are an optional mixin: adapters/exporting.py (``Exports``).
 """
 
 from __future__ import annotations
 
 import abc
 import importlib.util
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 from workloads import Batch, Params, Workload
 
 PRECISIONS = ("fp32", "tf32", "bf16")
-#: Workload families with a fixed-shape forward, the ones the export task ships.
-EXPORT_FAMILIES = ("mlp", "cnn")
-#: The export task's row of an adapter's own forward in the running process (no artifact).
-IN_PROCESS = "in-process"
-#: A served or in-process forward: a NumPy batch of inputs in, the NumPy logits out. Returning
-#: host memory is its sync: the copy back waits for the device (the harness's clock relies on it).
-Forward = Callable[[Any], Any]
 
 
 def threads_env(threads: int) -> dict[str, str]:
@@ -115,13 +103,6 @@ class Adapter(abc.ABC):
     only with a mixed-precision mechanism (``Options.bf16``, adapters.kit), never to run float32
     under a bf16 label."""
 
-    export_paths: ClassVar[tuple[str, ...]] = ()
-    """The paths from canonical parameters to a saved artifact that this adapter takes
-    (``torch-export``, ``onnx``, ... docs/export.md). Each is served in a fresh process by
-    ``serve``; a path one adapter of a framework declares is left out of its other modes."""
-    in_process_forward: ClassVar[bool] = False
-    """Whether ``forward`` is implemented: the export table's in-process row of this adapter."""
-
     def precision_reason(self, precision: str) -> str | None:
         """None if this adapter runs ``precision``, else the reason (the cell is skipped)."""
         if precision in self.precisions:
@@ -159,37 +140,6 @@ class Adapter(abc.ABC):
             if self.graph_loop is None:
                 return f"{self.name} has no loop inside a graph for the caption decoder; graph-loop does not apply"
         return None
-
-    def export_reason(self, path: str, spec: Workload) -> str | None:
-        """None if this adapter can take ``spec`` through export ``path`` (or IN_PROCESS: its own
-        forward), else the reason, which makes the cell ``skipped``. Override to add reasons
-        (a converter not installed), calling this first."""
-        if spec.family not in EXPORT_FAMILIES:
-            return f"export covers the fixed-shape forward families ({', '.join(EXPORT_FAMILIES)}), not {spec.family!r}"
-        if path == IN_PROCESS:
-            return None if self.in_process_forward else f"{self.name} has no in-process forward"
-        if path not in self.export_paths:
-            have = ", ".join(self.export_paths) or "none"
-            return f"{self.name} has no export path {path!r} (it has: {have})"
-        return None
-
-    def forward(self, spec: Workload, params: Params, device: str, options: Options) -> Forward:
-        """The model's forward as this adapter runs it in process (eager, or compiled in its own
-        mode), built from canonical parameters: a ``Forward``. Compiles lazily on first call."""
-        raise TypeError(f"{self.name} has no in-process forward")
-
-    def export(self, path: str, spec: Workload, params: Params, device: str, directory: Path) -> Path:
-        """Ship the model built from canonical float32 ``params`` through ``path``: write its
-        artifact (a file or a folder) under ``directory``, for ``device``, and return it. The
-        artifact takes inputs in the workload's own layout (NHWC images) with any batch size."""
-        raise TypeError(f"{self.name} has no export path {path!r}")
-
-    @classmethod
-    def serve(cls, path: str, artifact: Path, device: str, threads: int) -> Forward:
-        """In a fresh process (nothing of the framework imported yet): import the runtime, load
-        ``artifact`` as ``path`` wrote it, place it on ``device`` with ``threads`` intra-op
-        threads, and return its ``Forward``. Raises DeviceUnavailable where the runtime cannot."""
-        raise TypeError(f"{cls.name} cannot serve export path {path!r}")
 
     @abc.abstractmethod
     def version(self) -> dict[str, str]:

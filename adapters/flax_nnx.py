@@ -35,12 +35,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from adapters import _export_jax, _flax_transformer, _grain_data, kit
-from adapters.base import Adapter, Forward, Options
+from adapters.base import Adapter, Options
+from adapters.exporting import Exports, Forward
 from workloads import CNN, MLP, Batch, Params, RNNCaption, Transformer, Workload
 from workloads.rnn import BOS, EOS, PAD
 
 
-class FlaxNnx(Adapter):
+class FlaxNnx(Exports, Adapter):
     name = "flax-nnx"
     framework = "flax"
     graph = "static"

@@ -29,13 +29,14 @@ import numpy as np
 
 from adapters import _export_jax, _grain_data, _jax_transformer, kit
 from adapters._jax_layers import dense as _dense
-from adapters.base import Adapter, Forward, Options
+from adapters.base import Adapter, Options
+from adapters.exporting import Exports, Forward
 from workloads import Batch, Params, Transformer, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
 from workloads.rnn import BOS, EOS, PAD
 
 
-class JaxJit(Adapter):
+class JaxJit(Exports, Adapter):
     name = "jax-jit"
     framework = "jax"
     graph = "static"

@@ -48,13 +48,14 @@ from adapters._keras_common import (
     save_params,
 )
 from adapters._keras_data import IMAGE_LOADER_KIND, image_batches
-from adapters.base import Adapter, Forward, Options
+from adapters.base import Adapter, Options
+from adapters.exporting import Exports, Forward
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAMW_WEIGHT_DECAY
 from workloads.rnn import BOS, EOS, PAD, RNNCaption
 
 
-class KerasJax(Adapter):
+class KerasJax(Exports, Adapter):
     name = "keras-jax"
     framework = "keras"
     graph = "static"

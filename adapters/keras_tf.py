@@ -46,7 +46,8 @@ from adapters._keras_common import (
     save_params,
 )
 from adapters._keras_data import IMAGE_LOADER_KIND, image_batches
-from adapters.base import Adapter, Forward, Options
+from adapters.base import Adapter, Options
+from adapters.exporting import Exports, Forward
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAMW_WEIGHT_DECAY
 from workloads.rnn import BOS, EOS, PAD, RNNCaption
@@ -55,7 +56,7 @@ from workloads.rnn import BOS, EOS, PAD, RNNCaption
 JIT_COMPILE = "auto"
 
 
-class KerasTf(Adapter):
+class KerasTf(Exports, Adapter):
     name = "keras-tf"
     framework = "keras"
     environment = "tensorflow"

@@ -49,12 +49,13 @@ from adapters._keras_common import (
 )
 from adapters._keras_data import IMAGE_LOADER_KIND, image_batches
 from adapters._torch_data import LOADER_KIND, data_loader
-from adapters.base import Adapter, Forward, Options
+from adapters.base import Adapter, Options
+from adapters.exporting import Exports, Forward
 from workloads import Batch, Params, Workload
 from workloads.rnn import BOS, EOS, PAD, RNNCaption
 
 
-class KerasTorch(Adapter):
+class KerasTorch(Exports, Adapter):
     name = "keras-torch"
     framework = "keras"
     graph = "dynamic"

@@ -40,13 +40,14 @@ import numpy as np
 
 from adapters import _export_tf, _tf_data, _tf_transformer, kit
 from adapters._tf_layers import dense as _dense
-from adapters.base import Adapter, Forward, Options
+from adapters.base import Adapter, Options
+from adapters.exporting import Exports, Forward
 from workloads import MLP, Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ADAMW_WEIGHT_DECAY, decays
 from workloads.rnn import BOS, EOS, PAD
 
 
-class TfFunction(Adapter):
+class TfFunction(Exports, Adapter):
     name = "tf-function"
     framework = "tensorflow"
     graph = "static"

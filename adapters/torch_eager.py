@@ -32,13 +32,14 @@ import numpy as np
 from adapters import _export_onnx, _export_torch, _torch_transformer, kit
 from adapters._torch_data import IMAGE_LOADER_KIND, LOADER_KIND, data_loader, image_loader
 from adapters._torch_model import build as _build
-from adapters.base import Adapter, Forward, Options
+from adapters.base import Adapter, Options
+from adapters.exporting import Exports, Forward
 from workloads import Batch, Params, Workload
 from workloads.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ADAMW_WEIGHT_DECAY
 from workloads.rnn import PAD, RNNCaption
 
 
-class TorchEager(Adapter):
+class TorchEager(Exports, Adapter):
     name = "torch-eager"
     framework = "torch"
     graph = "dynamic"

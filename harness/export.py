@@ -2,7 +2,8 @@
 
 For each workload with a fixed-shape forward and each selected adapter, one cell per row:
 the adapter's own forward in process (IN_PROCESS) and each export path it declares
-(``Adapter.export_paths``). A path's cell runs in fresh processes (harness.running.export_worker):
+(``Exports.export_paths``; an adapter without the mixin adapters.exporting.Exports has one row,
+skipped with that reason). A path's cell runs in fresh processes (harness.running.export_worker):
 one exports the artifact from the workload's canonical initial parameters, shared by every
 framework; a second, that has imported nothing of a framework, loads and serves it. The parent
 then holds the served logits to the float64 reference forward (harness.checks.conformance.forward):
@@ -25,7 +26,7 @@ from typing import Any, cast
 import numpy as np
 
 from adapters import AdapterInfo, discover
-from adapters.base import EXPORT_FAMILIES, IN_PROCESS
+from adapters.exporting import EXPORT_FAMILIES, IN_PROCESS, Exports
 from harness import env, processes, records, run_folder
 from harness.checks.conformance import forward as parity
 from harness.measuring.contention import OtherLoad
@@ -55,11 +56,25 @@ def select_workloads(expr: str) -> list[str]:
     return select_from(expr, export_workloads(), "export workload")
 
 
+def export_paths(info: AdapterInfo) -> tuple[str, ...]:
+    """The export paths an adapter declares: none where it does not inherit Exports."""
+    return info.cls.export_paths if issubclass(info.cls, Exports) else ()
+
+
+def not_exporting(info: AdapterInfo) -> str:
+    """The reason of the one row of an adapter without Exports (a plugin, a test's fake)."""
+    cls = info.cls
+    return (
+        f"{info.name} does not take part in the export task: "
+        f"{cls.__module__}.{cls.__name__} does not inherit adapters.exporting.Exports"
+    )
+
+
 def all_paths(adapters: dict[str, AdapterInfo]) -> list[str]:
     """IN_PROCESS and every export path some adapter declares, in discovery order."""
     found = [IN_PROCESS]
     for info in adapters.values():
-        found += [p for p in info.cls.export_paths if p not in found]
+        found += [p for p in export_paths(info) if p not in found]
     return found
 
 
@@ -72,13 +87,13 @@ def plan(
     workloads: list[str], names: list[str], paths: list[str], devices: list[str], adapters: dict[str, AdapterInfo]
 ) -> list[dict[str, Any]]:
     """One cell per (workload, adapter, path, device): the adapter's in-process row (a skipped
-    cell, with the reason, for an adapter without one) and each path it declares."""
+    cell, with the reason, for an adapter without one or without Exports) and each path it declares."""
     cells = []
     for workload in workloads:
         for device in devices:
             for name in names:
                 info = adapters[name]
-                for path in [IN_PROCESS, *info.cls.export_paths]:
+                for path in [IN_PROCESS, *export_paths(info)]:
                     if path in paths:
                         cells.append(cell(info, workload, path, device))
     return cells
@@ -135,9 +150,12 @@ def run_cell(
     """The record of one cell: skipped with the adapter's reason, failed with the step's error or
     the parity distance, or ok with every measurement."""
     spec = get_workload(c["workload"])
+    cls = info.cls
+    if not issubclass(cls, Exports):  # checked first: installing the framework would not change it
+        return records.new_record(c, "skipped", not_exporting(info))
     if not info.available:
         return records.new_record(c, "skipped", info.unavailable or "")
-    reason = info.cls().export_reason(c["export_path"], spec)
+    reason = cls().export_reason(c["export_path"], spec)
     if reason:
         return records.new_record(c, "skipped", reason)
     job = {**c, "device": c["device_requested"], "threads": shared["threads"], **shared["files"][c["workload"]]}

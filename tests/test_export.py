@@ -16,15 +16,18 @@ import subprocess
 import numpy as np
 import pytest
 
-from adapters import _export_onnx
-from adapters.base import IN_PROCESS, DeviceUnavailable
+from adapters import _export_onnx, discover
+from adapters.base import Adapter, DeviceUnavailable
+from adapters.exporting import IN_PROCESS, Exports
 from harness import cli, export, records
 from harness.checks.conformance import forward
 from harness.measuring import serving
 from harness.reporting import export as export_report
 from harness.reporting import report
+from harness.running import export_worker
 from harness.running.plan import PlanError
 from tests.conftest import ADAPTERS, REPO
+from tests.fakes import fake_info
 from workloads import get_workload
 from workloads.spec import FixedForward
 
@@ -91,6 +94,35 @@ def test_export_reasons_name_what_is_missing():
     if importlib.util.find_spec("torch_xla") is None:
         keras_torch = ADAPTERS["keras-torch"].cls()
         assert "torch_xla" in keras_torch.export_reason("keras-saved-model", get_workload("mlp"))
+
+
+def test_the_export_methods_are_an_optional_mixin_every_built_in_adapter_inherits():
+    for member in ("export_paths", "in_process_forward", "export_reason", "forward", "export", "serve"):
+        assert not hasattr(Adapter, member), member  # not the bench's contract
+    built_in = {n: i.cls for n, i in discover().items() if i.source == "built-in"}
+    assert all(issubclass(cls, Exports) for cls in built_in.values())
+    declaring = {n for n, cls in built_in.items() if cls.export_paths}
+    assert declaring == {"torch-eager", "tf-function", "jax-jit", "flax-nnx", "keras-jax", "keras-tf", "keras-torch"}
+
+
+def test_an_adapter_without_exports_gets_one_skipped_in_process_row_not_a_crash(monkeypatch, tmp_path):
+    adapters = {**ADAPTERS, "fake": fake_info("fake", "fake")}  # tests.fakes.FakeAdapter: no Exports
+    assert export.all_paths(adapters) == export.all_paths(ADAPTERS)
+    cells = export.plan(["mlp", "cnn"], ["fake"], export.all_paths(adapters), ["cpu", "cuda"], adapters)
+    assert [(c["workload"], c["export_path"], c["device_requested"]) for c in cells] == [
+        (w, IN_PROCESS, d) for w in ("mlp", "cnn") for d in ("cpu", "cuda")
+    ]
+    why = "fake does not take part in the export task: tests.fakes.FakeAdapter does not inherit "
+    why += "adapters.exporting.Exports"
+    for c in cells:
+        rec = export.run_cell(adapters["fake"], c, {}, tmp_path, 1.0)
+        assert (rec["status"], rec["reason"]) == ("skipped", why)
+    # the worker refuses such an adapter with that error, should a cell reach it anyway
+    monkeypatch.setenv("DLCOMPARE_EXTRA_ADAPTERS", "tests.fakes")
+    (tmp_path / "job.json").write_text(json.dumps({**cells[0], "device": "cpu", "threads": 1}))
+    assert export_worker.main([IN_PROCESS, str(tmp_path / "job.json"), str(tmp_path / "out.json")]) == 0
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert not result["ok"] and "FakeAdapter does not inherit adapters.exporting.Exports" in result["error"]
 
 
 # ---------------------------------------------------------------- ONNX Runtime's provider choice (CPU stand-ins)

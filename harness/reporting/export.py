@@ -15,7 +15,7 @@ from harness.records import ExportRecord, Record
 from harness.reporting import html, plots
 from harness.reporting.formatting import DASH, machine_name, sig, slug
 
-IN_PROCESS = "in-process"  # adapters.base.IN_PROCESS; the report reads records, not adapters
+IN_PROCESS = "in-process"  # adapters.exporting.IN_PROCESS; the report reads records, not adapters
 COLUMNS = [
     "row",
     "export s",

@@ -28,6 +28,7 @@ import numpy as np
 
 from adapters import discover
 from adapters.base import Options
+from adapters.exporting import Exports
 from harness import processes
 from harness.measuring import serving
 from harness.records import spec_of, writable
@@ -56,6 +57,8 @@ def _inputs(job: dict[str, Any]) -> dict[str, np.ndarray]:
 def run(mode: str, job: dict[str, Any]) -> dict[str, Any]:
     """One step of a cell (module docstring); raises on failure."""
     cls = discover()[job["adapter"]].cls
+    if not issubclass(cls, Exports):  # harness.export plans no step for such an adapter
+        raise TypeError(f"{cls.__module__}.{cls.__name__} does not inherit adapters.exporting.Exports")
     spec = spec_of(job)
     device, threads = job["device"], job["threads"]
     if mode == "export":
