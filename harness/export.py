@@ -309,8 +309,10 @@ def _run(run_dir: Path, saved: dict[str, Any], adapters: dict[str, AdapterInfo],
     try:
         with processes.terminated_as_interrupt(), tempfile.TemporaryDirectory(prefix="dlcompare-export-") as tmp:
             scratch = Path(tmp)
+            # only what the cells left to run need: a resumed run may have one workload's rows to go, or none
+            wanted = [w for w in saved["workloads"] if any(c["workload"] == w for c in cells)]
             shared = {
-                **prepare(saved["workloads"], scratch, saved["batch"]),
+                **prepare(wanted, scratch, saved["batch"]),
                 "threads": saved["threads"],
                 "budget_s": saved["budget_s"],
             }
@@ -322,12 +324,13 @@ def _run(run_dir: Path, saved: dict[str, Any], adapters: dict[str, AdapterInfo],
                 print(rec["status"] + (f": {rec['reason'][:160]}" if rec["reason"] else ""), flush=True)
     except KeyboardInterrupt:
         interrupted = True
-    if results.exists():
-        print(f"report: {report.write(run_dir)}")
+    found = records.load(results) if results.exists() else []  # read once: the report and the exit code
+    if found:
+        print(f"report: {report.write(run_dir, raw=found)}")
     if interrupted:
         print(f"interrupted; finished cells are kept. Resume with: {RESUME} {run_dir}")
         return 130
-    failed = sum(r["status"] == "failed" for r in records.load(results)) if results.exists() else 0
+    failed = sum(r["status"] == "failed" for r in found)
     return 1 if failed and strict else 0
 
 

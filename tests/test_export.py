@@ -269,6 +269,12 @@ def test_an_interrupted_export_resumes_its_missing_cells_under_the_folders_lock(
     recs = records.load(run_dir / records.RESULTS)
     assert [r["export_path"] for r in recs] == ["in-process", "torch-export", "onnx"]
     assert all(r["status"] == "ok" for r in recs), [r["reason"] for r in recs]
+    prepared: list[list[str]] = []
+    real_prepare = export.prepare
+    monkeypatch.setattr(export, "prepare", lambda wanted, *a: prepared.append(wanted) or real_prepare(wanted, *a))
+    calls[:] = []
+    assert cli.main(["export", "--resume", str(run_dir)]) == 0  # nothing left: no inputs built, no worker
+    assert prepared == [[]] and calls == []
     assert cli.main(["export", "--resume", str(tmp_path)]) == 2
     assert f"{tmp_path} is not a run folder (no plan.json)" in capsys.readouterr().err
 
