@@ -129,6 +129,15 @@ def overrides_of(cell: Cell | Mapping[str, Any]) -> dict[str, str]:
     return dict(o.partition("=")[::2] for o in cell.get("overrides") or [])
 
 
+def override_number(override: str) -> float | None:
+    """The value of one ``field=value`` override as a number (a sweep's batch size), None where it
+    is not one (``strategy=exact``)."""
+    try:
+        return float(override.partition("=")[2])
+    except ValueError:
+        return None
+
+
 def strategy_override(cell: Cell | Mapping[str, Any]) -> str | None:
     """The loop strategy a cell's overrides name (``strategy=...``), None where none does."""
     return overrides_of(cell).get("strategy")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
-from harness.records import Record, setting_overrides
+from harness.records import Record, override_number, setting_overrides
 from harness.reporting.cells import axes, best_per_adapter, comparable, families, strategy, what
 from harness.reporting.formatting import device_label, sig
 from harness.stats.verdicts import SAME, UNRESOLVED, Family
@@ -49,7 +49,7 @@ def setting_order(rec: Record) -> tuple:
     """Where a record's workload and setting sort: by workload, then a sweep's values as numbers
     (batch 16 before 128), the overview's columns and the report's sections alike."""
     setting = tuple(sorted(setting_overrides(rec)))
-    numbers = tuple(float(o.split("=", 1)[1]) if _numeric(o) else 0.0 for o in setting)
+    numbers = tuple(override_number(o) or 0.0 for o in setting)
     return rec["workload"], numbers, setting
 
 
@@ -60,14 +60,6 @@ def _column(rec: Record, devices: int) -> tuple[str, tuple]:
     if devices > 1:
         label += f" / {device_label(rec)}"
     return label, (*order, device_label(rec), rec.get("precision", "fp32"))
-
-
-def _numeric(override: str) -> bool:
-    try:
-        float(override.split("=", 1)[1])
-    except (IndexError, ValueError):
-        return False
-    return True
 
 
 def _cell(recs: list[Record], fastest: Record | None, fams: dict[tuple, Family]) -> Cell:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.records import Record, setting_overrides, strategy_override
+from harness.records import Record, override_number, setting_overrides, strategy_override
 from harness.reporting.breakeven import pair_break_even, steps_text
 from harness.reporting.cells import axes, comparable, families, name, strategy, top, what
 from harness.reporting.formatting import sig
@@ -52,13 +52,8 @@ def contention_sentences(recs: list[Record]) -> list[str]:
 
 def _order(key: tuple) -> tuple:
     """Comparable groups in reading order: by workload, then numerically by setting (16 before 1024)."""
-    numbers = []
-    for override in key[2]:
-        try:
-            numbers.append(float(override.split("=", 1)[1]))
-        except (IndexError, ValueError):
-            numbers.append(0.0)
-    return key[0], tuple(numbers), str(key)
+    numbers = tuple(override_number(o) or 0.0 for o in key[2])
+    return key[0], numbers, str(key)
 
 
 def winner_sentences(recs: list[Record], fams: dict[tuple, Family] | None = None) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness.records import Record
+from harness.records import Record, overrides_of
 from harness.reporting import plots
 from harness.reporting.cells import strategy
 from harness.reporting.formatting import DASH, device_label, sig, slug, verdict_text
@@ -61,8 +61,7 @@ def _varied_settings(cells: Sequence[Record], field: str) -> set[str]:
     cells of one sweep (the transformer's attention kernel): they name the series apart."""
     values: dict[str, set[str]] = {}
     for r in cells:
-        for o in r.get("overrides", []):
-            key, _, value = o.partition("=")
+        for key, value in overrides_of(r).items():
             if key not in (field, "strategy"):
                 values.setdefault(key, set()).add(value)
     return {k for k, v in values.items() if len(v) > 1}
@@ -95,7 +94,7 @@ def sweep_section(recs: Sequence[Record], plot_dir: Path | None, colors: plots.C
         series: dict[str, list[Record]] = {}
         varied = _varied_settings(cells, field)
         for r in sorted(cells, key=lambda r: r["sweep"]["value"]):
-            setting = [o.split("=", 1)[1] for o in r.get("overrides", []) if o.split("=")[0] in varied]
+            setting = [value for key, value in overrides_of(r).items() if key in varied]
             label = " / ".join(filter(None, [r["adapter"], strategy(r), *setting, device_label(r)]))
             series.setdefault(label, []).append(r)
         series = dict(sorted(series.items()))  # by adapter (each label starts with it), not in run order
