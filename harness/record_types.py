@@ -126,6 +126,7 @@ class Record(Cell, total=False):
     to_device_s: float
     traces: int | None
     ops_profile: dict[str, Any]
+    worker_s: float  #: the worker process's own time, start to record (harness.running.worker)
     ready_s: float  #: the worker's start: import, set-up, cold window and floor (resident workers)
     setup_s: float  #: the worker's set-up before its first step (build, data, parameters)
     pipelined_blocks_s: list[float]

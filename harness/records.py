@@ -175,6 +175,12 @@ def _unwritable(value: Any, path: str, found: list[str]) -> Any:
     return repr(value)
 
 
+def amended(rec: Record, fields: Mapping[str, Any]) -> Record:
+    """A new record: ``rec`` with ``fields`` added, measurements whose keys a stage computes (a
+    pipeline's, a dispatch floor's, the worker's own). Their keys are Record's to declare."""
+    return cast(Record, {**rec, **fields})
+
+
 def writable(record: Mapping[str, Any]) -> Mapping[str, Any]:
     """``record`` itself when strict JSON can hold it; otherwise a ``failed`` record whose
     reason names the fields that could not be written (their values kept as text)."""

@@ -23,7 +23,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import psutil
@@ -31,7 +31,7 @@ import psutil
 from harness.measuring import timing
 from harness.measuring.contention import MachineLoad
 from harness.measuring.gpu_util import UtilSampler
-from harness.records import Cell, new_record, round_of
+from harness.records import Cell, Record, amended, new_record, round_of
 from harness.running import cell_work
 from harness.stats.steps import step_time
 
@@ -110,7 +110,7 @@ def _lines(fd: int) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
 
 
-def serve(cell: Cell, fd_in: int, fd_out: int) -> dict[str, Any] | None:
+def serve(cell: Cell, fd_in: int, fd_out: int) -> Record | None:
     """Run the cell as a resident worker (module docstring); its record, or None if the parent
     went away. A skip or a device failure is returned at once, before ``ready``."""
     profile = timing.PROFILES[cell["profile"]]
@@ -118,9 +118,9 @@ def serve(cell: Cell, fd_in: int, fd_out: int) -> dict[str, Any] | None:
     try:
         s = cell_work.start(cell)
     except cell_work.Skip as exc:
-        return cast("dict[str, Any]", new_record(cell, "skipped", str(exc)))
+        return new_record(cell, "skipped", str(exc))
     except cell_work.DeviceFailure as exc:
-        return cast("dict[str, Any]", new_record(cell, "failed", str(exc)))
+        return new_record(cell, "failed", str(exc))
     slowdown = float(cell.get("slowdown") or 0.0)
     step = slowed(s.step, s.adapter.sync, slowdown) if slowdown else s.step
     stepper = timing.Stepper(step, s.adapter.sync, s.inputs, compiles=cell_work.compile_count(s.adapter))
@@ -203,7 +203,7 @@ def record(
     keep: list[int],
     steps: int,
     extra: dict[str, Any],
-) -> dict[str, Any]:
+) -> Record:
     """The cell's record from the kept turns (harness.running.cell_work.finish builds the rest) and
     ``extra``, what the worker measured before its turns (the cold window's load, its dispatch floor)."""
     kept = [t for t in keep if t in turns]
@@ -221,7 +221,7 @@ def record(
         block_times_s=[turns[t]["piped_s"] for t in kept if turns[t].get("piped_s") is not None],
         block_recompiles=sum("piped_s" in turns[t] and turns[t]["piped_s"] is None for t in kept),
     )
-    rec = cast("dict[str, Any]", cell_work.finish(cell, s, m, profile, sampler))
+    rec = cell_work.finish(cell, s, m, profile, sampler)
     if rec["status"] != "ok":
         return rec
     rec["protocol"] = {
@@ -231,13 +231,13 @@ def record(
         "piped_every": PIPED_EVERY,
         "piped_first_process": True,
     }
-    rec.update(
-        turn_ids=ok,
-        turn_block_s=[turns[t]["block_s"] for t in ok],
-        turn_block_steps=steps,
+    turned = {
+        "turn_ids": ok,
+        "turn_block_s": [turns[t]["block_s"] for t in ok],
+        "turn_block_steps": steps,
         **({"slowdown": cell["slowdown"]} if cell.get("slowdown") else {}),
         **extra,
-    )
+    }
+    rec = amended(rec, turned)
     # At finish the other workers of the generation wait idle: the profiled pass runs alone.
-    rec.update(cell_work.ops_profile(cell, s, rec))
-    return rec
+    return amended(rec, cell_work.ops_profile(cell, s, rec))

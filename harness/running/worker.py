@@ -23,7 +23,6 @@ import platform
 import time
 import traceback
 from pathlib import Path
-from typing import Any, cast
 
 import numpy as np
 
@@ -31,7 +30,7 @@ from adapters import discover
 from harness import env, processes
 from harness.measuring import input_pipeline, timing
 from harness.measuring.gpu_util import UtilSampler
-from harness.records import Cell, base_adapter, new_record, round_of, writable
+from harness.records import Cell, Record, amended, base_adapter, new_record, round_of, writable
 from harness.running import resident
 from harness.running.cell_work import (
     DeviceFailure,
@@ -49,15 +48,15 @@ from harness.running.cell_work import (
 )
 
 
-def bench(cell: Cell) -> dict[str, Any]:
+def bench(cell: Cell) -> Record:
     """The cell's record, timed alone (the protocol of harness.measuring.timing.measure)."""
     profile = timing.PROFILES[cell["profile"]]
     try:
         s = start(cell)
     except Skip as exc:
-        return cast("dict[str, Any]", new_record(cell, "skipped", str(exc)))
+        return new_record(cell, "skipped", str(exc))
     except DeviceFailure as exc:
-        return cast("dict[str, Any]", new_record(cell, "failed", str(exc)))
+        return new_record(cell, "failed", str(exc))
     sampler = UtilSampler() if s.device == "cuda" else None
     cpu = input_pipeline.CpuMeter() if s.pipe else None
     m = timing.measure(
@@ -70,17 +69,16 @@ def bench(cell: Cell) -> dict[str, Any]:
         pass_steps=s.pass_steps,
         chained=s.chained,
     )
-    record = cast("dict[str, Any]", finish(cell, s, m, profile, sampler))
+    record = finish(cell, s, m, profile, sampler)
     if record["status"] != "ok":
         return record
     if s.pipe:
-        record.update(pipeline_fields(s.adapter, s.spec, s.pipe, cpu, m, profile))
+        record = amended(record, pipeline_fields(s.adapter, s.spec, s.pipe, cpu, m, profile))
     # The floor is timed too (a second adapter instance, after the cell's own timing); the profiled
     # pass comes after every timed step, since the profiler perturbs timing.
     if round_of(cell) == 1:
-        record.update(dispatch_floor(cell, s.spec, s.device))
-    record.update(ops_profile(cell, s, record))
-    return record
+        record = amended(record, dispatch_floor(cell, s.spec, s.device))
+    return amended(record, ops_profile(cell, s, record))
 
 
 def check(cell: Cell, steps: int, snapshot: int) -> dict[str, np.ndarray]:
@@ -156,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(writable({"versions": adapter.version(), "build": adapter.build_info()})))
         return 0
     t0 = time.perf_counter()
+    record: Record | None
     try:
         if args.mode == "serve":
             record = resident.serve(cell, *(int(fd) for fd in args.fds.split(",")))
@@ -164,15 +163,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             record = bench(cell)
     except timing.Diverged as exc:
-        record = cast("dict[str, Any]", new_record(cell, "failed", str(exc)))
+        record = new_record(cell, "failed", str(exc))
     except Exception as exc:  # noqa: BLE001 - any failure of a cell becomes its record
         tail = processes.tail(traceback.format_exc())
-        record = cast(
-            "dict[str, Any]", new_record(cell, "failed", f"{type(exc).__name__}: {exc}".strip(), stderr_tail=tail)
-        )
-    record["worker_s"] = time.perf_counter() - t0
+        record = new_record(cell, "failed", f"{type(exc).__name__}: {exc}".strip(), stderr_tail=tail)
     # Taken here, outside the timed window, on the node that ran the cell (a cluster's nodes differ).
-    record.update(node=platform.node(), fingerprint=env.fingerprint())
+    where = {"node": platform.node(), "fingerprint": env.fingerprint()}
+    record = amended(record, {"worker_s": time.perf_counter() - t0, **where})
     args.out.write_text(json.dumps(writable(record), allow_nan=False))
     return 0
 
