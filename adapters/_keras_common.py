@@ -218,7 +218,7 @@ def _undecayed(layers: dict[str, Any], spec: Workload) -> list[Any]:
 
 def loss_of(keras: Any, loss: str) -> Any:
     """A model file's ``LOSS`` as ``compile`` takes it: a name, or the JSON its description wrote
-    (workloads.model_file._serialized: a loss's config, a list of them, or ``{"by_output": ...}``)."""
+    (workloads.model_file_child._serialized: a loss's config, a list of them, or ``{"by_output": ...}``)."""
 
     def rebuilt(tree: Any) -> Any:
         if isinstance(tree, list):

@@ -14,18 +14,18 @@ The file defines (docs/your-keras-model.md):
   (``"sgd"``, ``"adam"`` or ``"adamw"``; default ``"adam"``), ``LEARNING_RATE`` (default 1e-3)
   and ``BATCH_SIZE`` (default 32).
 
-Nothing here imports Keras or the file into the process that asks. Everything the harness
-needs from the file (its initial weights, its batches, its settings, its step's kernels:
+Nothing here imports Keras or the file into the process that asks. Everything the harness needs
+from the file (its initial weights, its batches, its settings, its step's kernels:
 workloads.model_flops) comes from one run of it in a child process on Keras's NumPy backend
-(``describe``), which trains nothing and touches no GPU. The initial weights are Keras's own
-initialisers drawn there with the spec's seed, so every backend starts from the same numbers.
-The result is cached by the file's content and the spec's settings. A file that does not
-import, lacks ``build`` or ``data``, builds no model, or gives data the model rejects is a
-SpecError with the child's one line. Two faults are per backend instead: a fault raised in one
-of the file's own layers (one calling a framework's API directly) sends the description to each
-Keras framework backend in turn, and the backends it fails on skip their cells with it
-(``backend_fault``); a model too large to build is described without weights (``too_large``),
-and its cells fail (harness.checks.backends).
+(``describe``, running workloads.model_file_child), which trains nothing and touches no GPU. The
+initial weights are Keras's own initialisers drawn there with the spec's seed, so every backend
+starts from the same numbers. The result is cached by the file's content and the spec's
+settings. A file that does not import, lacks ``build`` or ``data``, builds no model, or gives
+data the model rejects is a SpecError with the child's one line. Two faults are per backend
+instead: a fault raised in one of the file's own layers (one calling a framework's API directly)
+sends the description to each Keras framework backend in turn, and the backends it fails on skip
+their cells with it (``backend_fault``); a model too large to build is described without weights
+(``too_large``), and its cells fail (harness.checks.backends).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -188,13 +188,15 @@ def _located(path: str) -> Path:
     return Path(path) if Path(path).is_absolute() else REPO / path
 
 
-# --- the child process ------------------------------------------------------------------------
+# --- describing: the child process and its cache ----------------------------------------------
 
 
 def _cache_dir(file: Path, batch_size: int | None, seed: int, num_batches: int) -> Path:
     """The description's folder, keyed by the file, the settings and the code that describes it (a
     description written by an older harness is never read)."""
-    describing = b"".join(Path(m).read_bytes() for m in (__file__, Path(__file__).with_name("model_flops.py")))
+    describing = b"".join(
+        Path(__file__).with_name(m).read_bytes() for m in ("model_file.py", "model_file_child.py", "model_flops.py")
+    )
     digest = hashlib.sha256(file.read_bytes() + describing + repr((batch_size, seed, num_batches)).encode())
     key = digest.hexdigest()[:24]
     root = Path(os.environ.get("DLCOMPARE_CACHE", Path(tempfile.gettempdir()) / "dlcompare-model-files"))
@@ -243,6 +245,9 @@ def _describe_on_frameworks(args: list[str], out: Path, numpy_said: str) -> None
     (out / "settings.json").write_text(json.dumps(settings))
 
 
+CHILD = "import sys; from workloads.model_file_child import child_main; child_main(sys.argv[1:])"
+
+
 def _run_child(args: list[str], out: Path, backend: str) -> tuple[int, str]:
     """The describing child on one Keras backend, writing into ``out``: its exit status and one line."""
     out.mkdir(parents=True, exist_ok=True)
@@ -276,6 +281,9 @@ def _load(out: Path, num_batches: int) -> dict[str, Any]:
     return {"params": params, "batches": batches, "settings": settings}
 
 
+# --- shared with the child (workloads.model_file_child imports these; nothing here imports it) ---
+
+
 def _one_line(text: str, limit: int = 600) -> str:
     """Keras's multi-line, coloured exception text as one plain line."""
     plain = re.sub(r"\x1b\[[0-9;]*m", "", text)
@@ -301,164 +309,13 @@ def _import(file: Path) -> Any:
     return module
 
 
-def _child(file: Path, batch_size: int, seed: int, num_batches: int, out: Path) -> None:
-    """Describe ``file`` into ``out`` on Keras's NumPy backend (this process's KERAS_BACKEND)."""
-    import keras
-
-    module = _import(file)
-    where = f"model file {str(file)!r}"
-    missing = [f for f in ("build", "data") if not callable(getattr(module, f, None))]
-    if missing:
-        raise SpecError(f"{where} defines no {' and no '.join(f + '()' for f in missing)} (docs/your-keras-model.md)")
-    settings = {k: getattr(module, k, v) for k, v in DEFAULTS.items()}
-    if not isinstance(settings["LOSS"], str):  # Loss objects (a list or dict of them): their configs, as JSON
-        try:
-            settings["LOSS"] = json.dumps(_serialized(keras, settings["LOSS"]))
-        except Exception as exc:  # noqa: BLE001
-            raise SpecError(f"{where}: LOSS is neither a loss name nor a Keras loss: {_fault(exc)}") from exc
-    if settings["OPTIMIZER"] not in ("sgd", "adam", "adamw"):
-        raise SpecError(f"{where}: OPTIMIZER {settings['OPTIMIZER']!r} is not one of: sgd, adam, adamw")
-    size = batch_size or int(settings["BATCH_SIZE"])
-    batches, settings["structure"] = _batches(module, where, size, seed, num_batches)
-    if not batch_size:  # the file's settings only (from_file): the model is built with the run's batch size
-        return _write(out, settings, {}, [])
-    keras.utils.set_random_seed(seed)
-    try:
-        model = module.build()
-        if not isinstance(model, keras.Model):
-            raise SpecError(f"{where}: build() returned {type(model).__name__}, not a keras.Model")
-    except SpecError:
-        raise
-    except MemoryError as exc:
-        settings["too_large"] = f"build() asks for more memory than this machine has: {_fault(exc)}"
-        return _write(out, settings, {}, batches)
-    except Exception as exc:  # noqa: BLE001
-        layer = _layer_in(exc, file)
-        raise (_OnThisBackend if layer else SpecError)(f"{where}: build() fails{layer}: {_fault(exc)}") from exc
-    try:
-        model(_rows(settings["structure"], batches[0], 2))  # builds a subclassed model; fails on inputs it rejects
-    except MemoryError as exc:
-        settings["too_large"] = f"the model's first call asks for more memory than this machine has: {_fault(exc)}"
-        return _write(out, settings, {}, batches)
-    except Exception as exc:  # noqa: BLE001
-        shapes = ", ".join(f"{k} {v.shape}" if k != "x" else str(v.shape) for k, v in batches[0].items() if k[0] == "x")
-        layer = _layer_in(exc, file)
-        said = f"{where}: the model rejects data()'s inputs of shape {shapes}{layer}: {_fault(exc)}"
-        raise (_OnThisBackend if layer else SpecError)(said) from exc
-    params = {f"{i:03d}:{v.path}": np.asarray(v.numpy(), np.float32) for i, v in enumerate(model.weights)}
-    on_numpy = keras.backend.backend() == "numpy"  # (the count reads the NumPy backend's calls)
-    settings["kernels"] = _kernels(model, batches, settings["structure"]) if on_numpy else {}
-    _write(out, settings, params, batches)
-
-
-def _kernels(model: Any, batches: list[dict[str, np.ndarray]], structure: dict) -> dict[str, list]:
-    """Each batch shape's training-step kernels (workloads.model_flops), by ``_signature``."""
-    from workloads import model_flops
-
-    found: dict[str, list] = {}
-    for batch in batches:
-        key = _signature(batch)
-        if key not in found:
-            found[key] = model_flops.step_kernels(model, _structured(batch, "x", structure["x"]))
-    return found
-
-
 def _signature(batch: Mapping[str, Any]) -> str:
     """A batch's array names and shapes, which its step's kernels depend on."""
     return json.dumps(sorted((k, list(np.shape(v))) for k, v in batch.items()))
 
 
-def _write(out: Path, settings: dict[str, Any], params: dict[str, np.ndarray], batches: list[dict]) -> None:
-    np.savez(out / "params.npz", **params)  # type: ignore[arg-type]  # numpy stubs: a key could be allow_pickle
-    for i, b in enumerate(batches):
-        np.savez(out / f"batch{i}.npz", **b)
-    settings["param_order"] = list(params)
-    (out / "settings.json").write_text(json.dumps(settings))
-
-
-class _OnThisBackend(SpecError):
-    """A fault of ``build()`` or of the model's first call raised in one of the file's own layers,
-    which another Keras backend may not have (a layer that calls one framework's API directly)."""
-
-
-def _layer_in(exc: BaseException | None, file: Path) -> str:
-    """`` in layer 'name' (Class)``: the innermost layer of ``file`` the traceback passes
-    through, or "" where none does."""
-    import keras
-
-    found = ""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        tb = exc.__traceback__
-        while tb is not None:
-            me = tb.tb_frame.f_locals.get("self")
-            if tb.tb_frame.f_code.co_filename == str(file) and isinstance(me, keras.layers.Layer):
-                found = f" in layer {me.name!r} ({type(me).__name__})"
-            tb = tb.tb_next
-        exc = exc.__cause__ or exc.__context__
-    return found
-
-
-def _serialized(keras: Any, loss: Any) -> Any:
-    """LOSS as JSON-able data: names stay, a Loss becomes its config, lists and dicts (one loss per
-    output) keep their shape (a dict under ``by_output``); ``adapters._keras_common.loss_of``
-    rebuilds it."""
-    if isinstance(loss, str):
-        return loss
-    if isinstance(loss, dict):
-        return {"by_output": {k: _serialized(keras, v) for k, v in loss.items()}}
-    if isinstance(loss, (list, tuple)):
-        return [_serialized(keras, v) for v in loss]
-    config = keras.losses.serialize(loss)
-    if not isinstance(config, dict):
-        raise TypeError(f"{type(loss).__name__} is not a Keras loss")
-    return config
-
-
-def _batches(module: Any, where: str, size: int, seed: int, count: int) -> tuple[list[dict[str, np.ndarray]], dict]:
-    """The run's ``count`` batches as flat dicts (``_flat``) and their one structure: batch ``i``
-    is ``data(size, seed + i)``, or the ``i``-th a generator ``data(size, seed)`` yields."""
-    try:
-        first = module.data(size, seed)
-        stream = first if isinstance(first, Iterator) else None
-        got = [next(stream) if stream else module.data(size, seed + i) if i else first for i in range(count)]
-    except StopIteration:
-        raise SpecError(f"{where}: data({size}, {seed}) yielded fewer than the {count} batches a run takes") from None
-    except Exception as exc:  # noqa: BLE001
-        raise SpecError(f"{where}: data({size}, {seed}) fails: {_fault(exc)}") from exc
-    batches, structures = [], []
-    for i, pair in enumerate(got):
-        if not (isinstance(pair, tuple) and len(pair) == 2):
-            raise SpecError(f"{where}: data() must return (inputs, targets), got {type(pair).__name__}")
-        x, sx = _flat(pair[0], "x")
-        y, sy = _flat(pair[1], "y")
-        rows = {len(v) if v.ndim else 0 for v in (x | y).values()}
-        if rows != {size}:
-            said = "a generator's" if stream else f"data({size}, {seed + i})'s"
-            raise SpecError(
-                f"{where}: {said} batch {i} has {' and '.join(map(str, sorted(rows)))} rows in its inputs and targets, "
-                f"not {size}"
-            )
-        batches.append(x | y)
-        structures.append({"x": sx, "y": sy})
-    if any(s != structures[0] for s in structures):
-        raise SpecError(f"{where}: data() gave batches of different structures: {structures[0]} and then others")
-    return batches, structures[0]
-
-
-def _flat(value: Any, side: str) -> tuple[dict[str, np.ndarray], Any]:
-    """One side of a batch (an array, a list or tuple of arrays, or a dict by name) as flat batch
-    entries (``x``, ``x:0``..., ``x:name``...) and its structure (None, a count, or the names)."""
-    if isinstance(value, dict):
-        return {f"{side}:{k}": np.asarray(v) for k, v in value.items()}, {"names": list(value)}
-    if isinstance(value, (list, tuple)):
-        return {f"{side}:{i}": np.asarray(v) for i, v in enumerate(value)}, {"count": len(value)}
-    return {side: np.asarray(value)}, None
-
-
 def _structured(batch: Mapping[str, Any], side: str, structure: Any) -> Any:
-    """The inverse of ``_flat`` over a batch's entries (NumPy or placed on a device)."""
+    """The inverse of ``model_file_child._flat`` over a batch's entries (NumPy or placed on a device)."""
     if structure is None:
         return batch[side]
     if "names" in structure:
@@ -469,17 +326,3 @@ def _structured(batch: Mapping[str, Any], side: str, structure: Any) -> Any:
 def _rows(structure: dict, batch: Mapping[str, np.ndarray], n: int) -> Any:
     """The first ``n`` rows of a batch's inputs, in their structure."""
     return _structured({k: v[:n] for k, v in batch.items()}, "x", structure["x"])
-
-
-def child_main(argv: list[str]) -> None:
-    """The describing child: FILE BATCH_SIZE (0: the file's) SEED NUM_BATCHES OUT; a fault of the
-    file is one line on stdout and exit 2, or 3 where another backend may not have it."""
-    path, size, seed, count, folder = argv
-    try:
-        _child(Path(path), int(size), int(seed), int(count), Path(folder))
-    except SpecError as error:
-        print(error)
-        raise SystemExit(3 if isinstance(error, _OnThisBackend) else 2) from None
-
-
-CHILD = "import sys; from workloads.model_file import child_main; child_main(sys.argv[1:])"

@@ -1,6 +1,6 @@
 """The matmuls and convolutions of a model file's training step, counted from one forward pass.
 
-Run in the describing child on Keras's NumPy backend (workloads.model_file): every product the
+Run in the describing child on Keras's NumPy backend (workloads.model_file_child): every product the
 forward pass asks of ``keras.ops`` (``matmul``, ``dot``, ``tensordot``, ``einsum`` of two
 operands, ``conv``) is recorded with its shapes while the model runs on a whole batch. A
 training step does each of them again in the backward pass, once per operand that needs a
