@@ -473,23 +473,26 @@ def test_a_workload_cut_short_by_the_budget_says_so_at_its_section():
     assert "dispatch floor" not in line
 
 
-def _generations_run(monkeypatch, tmp_path, rounds: int, budget: policy.Budget) -> list[tuple[int, bool]]:
+def _generations_run(
+    monkeypatch, tmp_path, rounds: int, budget: policy.Budget, workloads: tuple[str, ...] = ("mlp",)
+) -> list[tuple[int, bool]]:
     """(generation, floors asked) of each generation policy._run starts for one group of two cells
-    whose generations each take 100 s of the budget (each cell's first set-up and cold window, 30 s,
-    is the estimate of its floor's cost)."""
+    per workload, whose generations each take 100 s of the budget (each cell's first set-up and
+    cold window, 30 s, is the estimate of its floor's cost); more generations look at the first."""
     from harness.running.progress import MatrixProgress
 
     tmp_path.mkdir()
     results = tmp_path / "results.jsonl"
     cells = [
         {
-            "cell_id": f"{a}|mlp|cpu",
+            "cell_id": f"{a}|{w}|cpu",
             "adapter": a,
-            "workload": "mlp",
+            "workload": w,
             "run_id": "r",
             "device_requested": "cpu",
             "profile": "quick",
         }
+        for w in workloads
         for a in "ab"
     ]
     started = []
@@ -499,7 +502,8 @@ def _generations_run(monkeypatch, tmp_path, rounds: int, budget: policy.Budget) 
         started.append((k, floors))
         budget.t0 -= 100.0  # the generation's time passes
         for c in part:
-            rec = {**c, "schema_version": records.SCHEMA_VERSION, "status": "ok", "round": k, "group": "g"}
+            group = "g" if c["workload"] == workloads[0] else c["workload"]
+            rec = {**c, "schema_version": records.SCHEMA_VERSION, "status": "ok", "round": k, "group": group}
             rec.update(
                 wall_s=100.0, setup_s=10.0, cold_times_s=[20.0], **({"dispatch_floor_s": 1e-3} if floors else {})
             )
@@ -524,6 +528,18 @@ def test_dispatch_floors_come_with_the_last_planned_generation_where_the_budget_
     assert ample[:3] == [(1, False), (2, False), (3, True)] and len(ample) == policy.MAX_GENERATIONS
 
 
+def test_floors_wait_for_the_planned_generations_of_the_groups_still_to_run(monkeypatch, tmp_path):
+    """Two groups of two cells, 100 s a generation, 30 s a cell's floor: the first group's last
+    planned generation asks for its floors only where they fit beside it and the second group's
+    two generations still to run (the verdicts come before the floors)."""
+    # 600 s after both round 1s: generation 3 of mlp (100) and cnn's 2 and 3 (200) fit, with
+    # mlp's floors (60) beside them; at 420 s left they would not all fit
+    ample = _generations_run(monkeypatch, tmp_path / "a", 3, policy.Budget(800.0, t0=time.monotonic()), ("mlp", "cnn"))
+    assert ample[:6] == [(1, False), (1, False), (2, False), (3, True), (2, False), (3, True)]
+    tight = _generations_run(monkeypatch, tmp_path / "b", 3, policy.Budget(620.0, t0=time.monotonic()), ("mlp", "cnn"))
+    assert tight[:6] == [(1, False), (1, False), (2, False), (3, False), (2, False), (3, False)]
+
+
 def test_a_second_generation_starts_only_where_a_third_fits_beside_it(monkeypatch, tmp_path):
     """Two generations never decide a pair: with room for one more generation but not two, the
     group's second is not started (its seconds are left to other groups)."""
@@ -544,3 +560,60 @@ def test_a_later_generation_is_estimated_without_the_first_processes_pipelined_b
         {"cell_id": "b|mlp|cpu", "round": 1, "wall_s": 25.0, "pipelined_blocks_s": [0.5, 0.5]},
     ]
     assert policy.next_generation_s(first) == 36.0
+
+
+def _startup(adapter: str, group: str, k: int, cold: list[float], step: float, wall: float = 100.0) -> dict:
+    return {
+        "adapter": adapter,
+        "group": group,
+        "cell_id": f"{adapter}|{group}",
+        "round": k,
+        "warm_compiles": k > 1,
+        "status": "ok",
+        "cold_times_s": cold,
+        "mean_s": step,
+        "wall_s": wall,
+    }
+
+
+def test_a_warm_start_is_counted_on_where_the_run_measured_what_it_saves_for_that_adapter():
+    """A later generation starts from the compiler cache (harness.running.turns.compile_cache):
+    its estimate leaves out the share of each cell's cold compiles that a warm start of the same
+    adapter saved in another group of the run, and nothing for an adapter no group measured."""
+    # jit: 10 s of cold window over 2 steps of 1 s each is 8 s of compiles; warm, 2 s of them
+    measured = [
+        _startup("jit", "mlp", 1, [9.0, 1.0], 1.0),
+        _startup("jit", "mlp", 2, [3.0, 1.0], 1.0),
+        _startup("jit", "mlp", 3, [3.0, 1.0], 1.0),
+        _startup("eager", "mlp", 1, [2.0, 1.0], 1.0),
+        _startup("eager", "mlp", 2, [2.5, 1.0], 1.0),  # slower warm than cold: nothing saved, not less
+    ]
+    shares = policy.warm_shares(measured)
+    assert shares == {"jit": pytest.approx(0.75), "eager": 0.0}
+    assert policy.compile_excess_s(_startup("jit", "rnn", 1, [30.0, 2.0, 2.0, 2.0], 2.0)) == pytest.approx(28.0)
+    rnn = [
+        _startup("jit", "rnn", 1, [30.0, 2.0, 2.0, 2.0], 2.0, wall=300.0),
+        _startup("eager", "rnn", 1, [12.0, 2.0], 2.0, wall=250.0),
+        _startup("new", "rnn", 1, [50.0, 2.0], 2.0, wall=200.0),  # no warm start measured: counted cold
+    ]
+    assert policy.next_generation_s(rnn) == 300.0, "without shares: the cold generation as it ran"
+    assert policy.next_generation_s(rnn, shares) == pytest.approx(300.0 - 0.75 * 28.0)
+    warm_already = [{**r, "round": 2, "warm_compiles": True} for r in rnn]
+    assert policy.next_generation_s(warm_already, shares) == 300.0, "a warm generation is its own estimate"
+    failed = {**_startup("jit", "cnn", 1, [9.0, 1.0], 1.0), "status": "failed"}
+    assert policy.compile_excess_s(failed) == 0.0
+    assert "jit" not in policy.warm_shares([failed, _startup("jit", "cnn", 2, [1.0], 1.0)])
+
+
+def test_the_warm_estimate_is_closer_to_the_later_generations_the_default_run_measured():
+    """On the committed default run's records (2-core AMD EPYC VM): each group's second generation
+    estimated from its first, with the shares the other groups measured, lands nearer what it took
+    than the cold estimate did (a recorded run, no clock read here)."""
+    recs = records.load(REPO / "reports/2026-11-26-cpu-default-30m-b/results.jsonl")
+    for group in ("mlp", "cnn"):
+        mine = [r for r in recs if r["workload"] == group]
+        others = policy.warm_shares([r for r in recs if r["workload"] != group])
+        first = [r for r in mine if records.round_of(r) == 1]
+        took = policy.next_generation_s([r for r in mine if records.round_of(r) == 2])
+        cold, warm = policy.next_generation_s(first), policy.next_generation_s(first, others)
+        assert abs(warm - took) < abs(cold - took) and warm < cold, (group, cold, warm, took)

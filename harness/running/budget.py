@@ -6,8 +6,9 @@ Round 1 of every group comes first (every cell present, whatever the budget), th
 further rounds together, so a budget that runs out leaves some groups judged rather than all
 unjudged. A budget buys generations, not longer ones: between-process spread dominates a verdict's
 error. A generation after the first starts only where its estimate (its group's latest generation,
-``next_generation_s``) fits in what is left, and a second only where a third fits beside it
-(``committed_s``): two generations never decide a pair, so the seconds go to other groups instead.
+less the cold compiles a warm start saves: ``next_generation_s``) fits in what is left, and a
+second only where a third fits beside it (``committed_s``): two generations never decide a pair,
+so the seconds go to other groups instead.
 """
 
 from __future__ import annotations
@@ -64,20 +65,22 @@ class Budget:
 
 
 def generation_s(results: Path, cells: Sequence[Cell]) -> float:
-    """What a further generation of these cells should take (``next_generation_s``), 0 where none
-    is recorded. A generation is started only when this fits in what is left of a budget."""
+    """What a further generation of these cells should take (``next_generation_s``, with the
+    run's ``warm_shares``), 0 where none is recorded. A generation is started only when this fits
+    in what is left of a budget."""
     ids = {c["cell_id"] for c in cells}
     done = records.load(results) if results.exists() else []
-    return next_generation_s([r for r in done if r.get("cell_id") in ids])
+    return next_generation_s([r for r in done if r.get("cell_id") in ids], warm_shares(done))
 
 
-def next_generation_s(recs: list[Record]) -> float:
+def next_generation_s(recs: list[Record], shares: Mapping[str, float] | None = None) -> float:
     """A further generation's time from these records of a group: its latest generation's longest
     wall (the first worker lives through the whole generation) less what a later generation does
     not repeat, each worker's in turn while the others waited: the dispatch floors that
-    generation measured (``dispatch_floor_wall_s``) and its pipelined blocks (a cell's first
-    process alone takes them: harness.running.resident). Its warm compiles are not counted on:
-    an over-estimate."""
+    generation measured (``dispatch_floor_wall_s``), its pipelined blocks (a cell's first process
+    alone takes them: harness.running.resident) and, where that generation compiled cold, the
+    share of each cell's cold compiles (``compile_excess_s``) that a warm start of its adapter
+    saved elsewhere in the run (``shares``, from ``warm_shares``; none where not measured)."""
     if not recs:
         return 0.0
     last = max(round_of(r) for r in recs)
@@ -85,7 +88,39 @@ def next_generation_s(recs: list[Record]) -> float:
     wall = max((r.get("wall_s") or 0.0 for r in mine), default=0.0)
     wall -= sum(r.get("dispatch_floor_wall_s") or 0.0 for r in mine)
     wall -= sum(sum(r.get("pipelined_blocks_s") or []) for r in mine)
+    if shares:
+        cold = [r for r in mine if not r.get("warm_compiles")]
+        wall -= sum(shares.get(records.base_adapter(r), 0.0) * compile_excess_s(r) for r in cold)
     return max(wall, 0.0)
+
+
+def compile_excess_s(rec: Record) -> float:
+    """What a process's cold window took beyond as many steady steps (its compiles, where it has
+    any; the steady step time as the mean of its synced steps), 0 without one."""
+    cold = rec.get("cold_times_s") or []
+    step = rec.get("mean_s") or rec.get("median_s") or 0.0
+    return max(sum(cold) - len(cold) * step, 0.0) if rec.get("status") == "ok" else 0.0
+
+
+def warm_shares(recs: Sequence[Record]) -> dict[str, float]:
+    """Adapter (its base adapter) -> the share of its cold compiles that a warm start saved
+    (harness.running.turns.compile_cache), measured in this run in every group where the adapter
+    ran a cold process and a warm one: 1 - (mean warm excess / cold excess) over those groups
+    together, in [0, 1]. An adapter without such a group is left out: a later generation of it is
+    estimated cold. How much a warm start saves is the adapter's (a compiler cache or none), not
+    the workload's: eager adapters and TensorFlow's keep their cold start, near 0."""
+    cold: dict[tuple[str, str], list[float]] = {}
+    warm: dict[tuple[str, str], list[float]] = {}
+    for r in recs:
+        if r.get("status") == "ok" and r.get("cold_times_s"):
+            key = (records.base_adapter(r), str(r.get("group") or records.setting_of(r)))
+            (warm if r.get("warm_compiles") else cold).setdefault(key, []).append(compile_excess_s(r))
+    spent: dict[str, list[float]] = {}
+    for key in cold.keys() & warm.keys():
+        pair = spent.setdefault(key[0], [0.0, 0.0])
+        pair[0] += sum(cold[key]) / len(cold[key])
+        pair[1] += sum(warm[key]) / len(warm[key])
+    return {a: min(max(1.0 - w / c, 0.0), 1.0) for a, (c, w) in spent.items() if c > 0}
 
 
 def committed_s(cost: float, k: int) -> float:
@@ -169,9 +204,10 @@ def _run(
             for _ in cells:
                 sink.progress.drop()
             continue
-        # The floors in the group's last planned generation, where they fit beside it: the
-        # generations before it are what the verdicts need.
-        floors = k >= sink.rounds and budget.left() >= cost + floors_s(sink.results, cells)
+        # The floors in the group's last planned generation, where they fit beside it and the
+        # planned generations still to run: those are what the verdicts need.
+        ahead = sum(generation_s(sink.results, c) for (_, g2), c in pending if g2 not in dropped)
+        floors = k >= sink.rounds and budget.left() >= cost + ahead + floors_s(sink.results, cells)
         parts = turns.split(
             cells, turns.resident_limit(cells[0]["device_requested"], worker_bytes=cells[0].get("worker_bytes"))
         )
@@ -196,11 +232,12 @@ def more_generations(
     while budget.left() > 0:
         recs = records.load(sink.results)
         wanted = unsettled_groups(recs, extra["verdict_level"])
+        shares = warm_shares(recs)
         candidates = []
         for group, count in wanted.items():
             mine = [r for r in recs if r.get("group") == group]
             k = max(round_of(r) for r in mine)
-            cost = next_generation_s(mine)
+            cost = next_generation_s(mine, shares)
             if k < MAX_GENERATIONS and committed_s(cost, k + 1) < budget.left():
                 candidates.append((-count, group, k, mine))
         if not candidates:
@@ -210,7 +247,7 @@ def more_generations(
         planned = [_cell_of(r) for r in cells.values()]
         sink.progress.add(len(planned))
         seconds = turn_seconds(planned)
-        floors = budget.left() >= next_generation_s(mine) + floors_s(sink.results, planned)
+        floors = budget.left() >= next_generation_s(mine, shares) + floors_s(sink.results, planned)
         turn = turns.run_generation(planned, k + 1, adapters, sink, Turns(seconds), turn, extra, group, floors)
 
 

@@ -21,9 +21,9 @@ as several sub-groups, each its own group.
 
 Dispatch floors (harness.running.cell_work.dispatch_floor, a second tiny instance of each adapter)
 are timed once per cell, by its worker in its group's last planned generation before it says
-``ready`` (the other workers wait idle), where the budget holds them beside it: the generations
-before are what the verdicts need, and in round 1 the floors took over a quarter of a slow
-group's start-up.
+``ready`` (the other workers wait idle), where the budget holds them beside it and the planned
+generations of the groups still to run: those generations are what the verdicts need, and in
+round 1 the floors took over a quarter of a slow group's start-up.
 
 Which generation runs next, and what a time budget buys, is harness.running.budget's. Cells that
 cannot take turns run alone as before (harness.running.runner.run_cell): the idiomatic
