@@ -54,34 +54,11 @@ def judge(recs: Sequence[Record], level: float) -> tuple[list[dict[str, Any]], d
     interval and the verdict; and the repeat as one group (``verdicts.family`` over all its cells,
     as a report judges a workload): whether any identical pair was separated (pair by pair), and
     whether a cell identical to the leader was marked different from it (family-wise)."""
-    from harness.stats import cells as stats_cells
     from harness.stats import verdicts
 
-    cells = [r for r in stats_cells.combine_all(recs) if r["status"] == "ok"]
-    out: list[dict[str, Any]] = []
-    for a, b in itertools.combinations(cells, 2):
-        if records.base_adapter(a) != records.base_adapter(b):
-            continue  # two adapters: no known ratio
-        if effect(a) and effect(b):
-            continue  # two slowed twins: no base to measure against
-        if effect(a):
-            a, b = b, a
-        v = verdicts.pair_verdict(a, b, level)
-        out.append(
-            {
-                "a": a["adapter"],
-                "b": b["adapter"],
-                "effect": effect(b),
-                "ratio": v.point,
-                "low": v.low,
-                "high": v.high,
-                "outcome": v.outcome,
-                "different": v.outcome in ("faster", "slower"),
-                "right_way": v.outcome == "slower" if effect(b) else None,
-            }
-        )
-    identical = [p for p in out if not p["effect"] and math.isfinite(p["high"])]  # judged identical pairs
-    group: dict[str, Any] = {"judged": bool(identical), "any_pair_false": any(p["different"] for p in identical)}
+    cells = ok_cells(recs)
+    out = [p for a, b in itertools.combinations(cells, 2) if (p := known_pair(a, b, level))]
+    group: dict[str, Any] = {"judged": bool(_identical(out)), "any_pair_false": any_false(out)}
     if len(cells) >= 2:
         fam = verdicts.family(cells, level)
         lead = fam.leader
@@ -92,6 +69,65 @@ def judge(recs: Sequence[Record], level: float) -> tuple[list[dict[str, Any]], d
         known = [v for r, v in fam.rivals if same(r) and v.judged]
         group.update(leader=lead["adapter"], leader_twins=len(known), family_false=any(v.separated for v in known))
     return out, group
+
+
+def ok_cells(recs: Sequence[Record]) -> list[Record]:
+    """A repeat's cells as a report combines them (harness.stats.cells), the ``ok`` ones."""
+    from harness.stats import cells as stats_cells
+
+    return [r for r in stats_cells.combine_all(recs) if r["status"] == "ok"]
+
+
+def known_pair(a: Record, b: Record, level: float) -> dict[str, Any] | None:
+    """Two cells of one adapter whose true ratio is known (one side identical code) judged as a
+    report judges them (harness.stats.verdicts.pair_verdict: paired by generation within a group,
+    Welch's t across groups), the slowed one as ``b``; None for two adapters or two slowed twins."""
+    from harness.stats import verdicts
+
+    if records.base_adapter(a) != records.base_adapter(b) or (effect(a) and effect(b)):
+        return None
+    if effect(a):
+        a, b = b, a
+    v = verdicts.pair_verdict(a, b, level)
+    return {
+        "a": a["adapter"],
+        "b": b["adapter"],
+        "effect": effect(b),
+        "ratio": v.point,
+        "low": v.low,
+        "high": v.high,
+        "outcome": v.outcome,
+        "different": v.outcome in ("faster", "slower"),
+        "right_way": v.outcome == "slower" if effect(b) else None,
+    }
+
+
+def _identical(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pairs if not p["effect"] and math.isfinite(p["high"])]  # judged identical pairs
+
+
+def any_false(pairs: list[dict[str, Any]]) -> bool:
+    """Whether any judged pair of identical cells was separated."""
+    return any(p["different"] for p in _identical(pairs))
+
+
+def between(
+    repeats: Sequence[tuple[int, Sequence[Record]]], level: float
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Identical code in two groups: every cell of repeat 1 against every cell of its adapter in
+    repeat 2, then 3 against 4, ... (disjoint pairs of consecutive repeats: two fresh runs minutes
+    apart, as two groups of one run are), one side identical, judged as a report judges cells of
+    different groups (Welch's t on their process levels, nothing pairing them: a strategy against
+    its exact, a sweep across groups). The pairs, each with its ``repeats``, and per pair of
+    repeats whether any identical pair was separated."""
+    pairs: list[dict[str, Any]] = []
+    groups: list[dict[str, Any]] = []
+    for (i, first), (j, second) in zip(repeats[::2], repeats[1::2], strict=False):
+        cells = itertools.product(ok_cells(first), ok_cells(second))
+        mine = [{**p, "repeats": [i, j]} for a, b in cells if (p := known_pair(a, b, level))]
+        pairs += mine
+        groups.append({"repeats": [i, j], "judged": bool(_identical(mine)), "any_pair_false": any_false(mine)})
+    return pairs, groups
 
 
 def contended(recs: Sequence[Record]) -> bool:
@@ -125,6 +161,16 @@ def group_table(groups: list[dict[str, Any]]) -> str:
         rate = f"{100 * hits / max(total, 1):.1f}% [{100 * low:.1f}, {100 * high:.1f}]"
         rows.append([what, total, hits, rate, target])
     return tabulate(rows, ["groups (repeats)", "judged", "with it", "rate [95% Wilson]", "target"], tablefmt="github")
+
+
+def across_table(groups: list[dict[str, Any]]) -> str:
+    """Per pair of repeats (``between``): whether any identical pair across them was separated."""
+    judged = [g for g in groups if g["judged"]]
+    hits = sum(g["any_pair_false"] for g in judged)
+    low, high = wilson(hits, len(judged))
+    rate = f"{100 * hits / max(len(judged), 1):.1f}% [{100 * low:.1f}, {100 * high:.1f}]"
+    row = ["any identical pair separated across the two runs", len(judged), hits, rate]
+    return tabulate([row], ["pairs of repeats", "judged", "with it", "rate [95% Wilson]"], tablefmt="github")
 
 
 def table(pairs: list[dict[str, Any]]) -> str:
@@ -161,8 +207,10 @@ def write(
     groups: list[dict[str, Any]],
     meta: dict[str, Any],
     busy: Sequence[dict[str, Any]] = (),
+    across: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], []),
 ) -> Path:
     """``calibration-<K>-generations.md`` and ``.json``: the tables from the uncontended repeats,
+    then, where there are two or more, their cells across repeats (``across``, from ``between``),
     then the contended ones (``busy``) apart, with their turn counts."""
     name = f"calibration-{meta['rounds']}-generations"
     data = {
@@ -170,6 +218,7 @@ def write(
         "pairs": _strict(pairs),
         "groups": groups,
         "contended": [{**b, "pairs": _strict(b["pairs"])} for b in busy],
+        **({"between": {"pairs": _strict(across[0]), "groups": across[1]}} if across[1] else {}),
     }
     (out / f"{name}.json").write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
     lines = [
@@ -199,6 +248,22 @@ def write(
         group_table(groups),
         "",
     ]
+    if across[1]:
+        lines += [
+            "## Across groups: identical code in two fresh runs (Welch's t)",
+            "",
+            "A report judges two cells of different groups (a strategy against its exact, a sweep across "
+            "groups) by Welch's t on their process levels, as nothing pairs their generations. Here every "
+            "cell of repeat 1 is judged so against every cell of its adapter in repeat 2, then 3 against 4, "
+            "and so on: two fresh runs minutes apart, as two groups of one run are. The pairs of one pair "
+            f"of repeats share its two machine states ({len(across[1])} pairs of repeats): the Wilson "
+            "interval is too narrow, as above.",
+            "",
+            table(across[0]),
+            "",
+            across_table(across[1]),
+            "",
+        ]
     if busy:
         busy_pairs = [{**p, "repeat": b["repeat"]} for b in busy for p in b["pairs"]]
         counts = "; ".join(
@@ -221,6 +286,11 @@ def write(
     path = out / f"{name}.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def _machine(repeats: Sequence[tuple[int, Sequence[Record]]]) -> str | None:
+    """The CPU the repeats ran on, from their records (a repeat judged again elsewhere keeps it)."""
+    return next((str(r["fingerprint"]["cpu"]) for _, recs in repeats for r in recs if r.get("fingerprint")), None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -299,12 +369,14 @@ def main(argv: list[str] | None = None) -> int:
     factors = [float(f) for f in setting["twins"].split(",")]
     keep = args.generations or done["rounds"]
     busy: list[dict[str, Any]] = []  # repeats with a contended cell, judged apart
+    quiet: list[tuple[int, list[Record]]] = []
     for i, run_dir in enumerate(sorted(out.glob("repeat-*")), start=1):
         recs = [r for r in records.load(run_dir / records.RESULTS) if records.round_of(r) <= keep]
         found, group = judge(recs, level)
         if contended(recs):
             busy.append({"repeat": i, "pairs": found, "group": group, "turns": turn_counts(recs)})
             continue
+        quiet.append((i, recs))
         pairs += [{**p, "repeat": i} for p in found]
         groups.append({**group, "repeat": i})
     meta = {
@@ -316,9 +388,9 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": keep,
         "twins": ", ".join(f"{100 * f:g}%" for f in factors),
         "level": level,
-        "machine": env.fingerprint().get("cpu", "?"),
+        "machine": _machine(quiet) or env.fingerprint().get("cpu", "?"),
         "wall_min": done["wall_min"],
         "command": done["command"],
     }
-    print(f"calibration: {write(out, pairs, groups, meta, busy)}")
+    print(f"calibration: {write(out, pairs, groups, meta, busy, between(quiet, level))}")
     return 0

@@ -68,3 +68,32 @@ def test_a_rate_below_ten_percent_keeps_a_decimal_so_2_of_540_does_not_read_0():
     assert _rate(2, 540, "pairs") == "2 of 540 pairs (0.4% [0.1, 1.3])"
     assert _rate(0, 12, "groups") == "0 of 12 groups (0.0% [0.0, 24.3])"
     assert _rate(1, 2, "pairs") == "1 of 2 pairs (50% [9, 91])"
+
+
+def test_the_verdict_between_groups_quotes_the_calibrations_across_two_runs_of_the_machine(tmp_path):
+    """``steady vs its exact`` judges cells of two groups by Welch's t: its line sums what the
+    committed calibrations of the run's CPU model measured between two fresh runs
+    (harness.calibrate.between), judged pairs only; nothing where none measured it."""
+    _write(tmp_path / "2026-11-25-calibration-mixed", 3)
+    assert calibration_note.across(_recs(), tmp_path) == "", "a calibration without pairs across runs"
+    for name, different in (("2026-11-26-a", False), ("2026-11-26-b", True)):
+        _write(tmp_path / name, 3)
+        path = tmp_path / name / "calibration-3-generations.json"
+        data = json.loads(path.read_text())
+        data["between"] = {
+            "pairs": [
+                {"effect": 0.0, "high": 1.4, "different": different, "right_way": False},
+                {"effect": 0.0, "high": None, "different": False, "right_way": False},  # not judged
+                {"effect": 0.1, "high": 1.5, "different": False, "right_way": False},
+            ],
+            "groups": [{"repeats": [1, 2], "judged": True, "any_pair_false": different}],
+        }
+        path.write_text(json.dumps(data))
+    line = calibration_note.across(_recs(), tmp_path)
+    assert line == (
+        "Between two groups (`steady vs its exact`: Welch's t, nothing pairs their generations), calibrated "
+        "between two fresh runs on this CPU model (`reports/2026-11-26-a`, `reports/2026-11-26-b`): "
+        "identical cells called different in 1 of 2 pairs (50% [9, 91]); a 10% slow-down found in 0 of 2 pairs "
+        "(0.0% [0.0, 65.8]). Such a verdict separates only large differences."
+    )
+    assert calibration_note.across(_recs(cpu="Intel Xeon"), tmp_path) == ""

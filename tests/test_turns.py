@@ -335,6 +335,37 @@ def test_calibration_counts_false_differences_and_power_by_true_effect():
     assert "| 2 | 1 | 50.0%" in rows[2].replace("  ", " ") or "50.0%" in rows[3]
 
 
+def _repeat(run_id: str, seed: int) -> list[dict]:
+    """A calibration repeat's records: ``a``, an identical twin and a twin slowed by half."""
+    recs = []
+    for name, factor, slow in (("a", 1.0, 0.0), ("a~twin1", 1.0, 0.0), ("a~slow50", 1.5, 0.5)):
+        for r in _turn_records(name, factor, noise=0.01, seed=seed + len(recs)):
+            r.update(run_id=run_id, base_adapter="a", slowdown=slow)
+            recs.append(r)
+    return recs
+
+
+def test_a_calibration_judges_identical_code_across_two_runs_as_reports_judge_two_groups():
+    """Cells of repeat 1 against cells of repeat 2 (3 against 4, ...): Welch's t on their process
+    levels, as a report judges a strategy against its exact; a lone last repeat pairs with none."""
+    from harness import calibrate
+
+    repeats = [(i, _repeat(f"repeat-{i:02d}", 10 * i)) for i in (1, 2, 3)]
+    pairs, groups = calibrate.between(repeats, 0.95)
+    assert groups == [{"repeats": [1, 2], "judged": True, "any_pair_false": False}]
+    # 2 identical cells x 2, and each slowed twin against the other run's 2 identical cells
+    assert sorted(p["effect"] for p in pairs) == [0.0] * 4 + [0.5] * 4
+    assert all(p["repeats"] == [1, 2] for p in pairs)
+    assert all(p["right_way"] for p in pairs if p["effect"]) and not calibrate.any_false(pairs)
+    a, b = calibrate.ok_cells(repeats[0][1])[0], calibrate.ok_cells(repeats[1][1])[0]
+    from harness.stats import verdicts
+
+    assert not verdicts.same_group(a, b), "two runs: nothing pairs their generations"
+    assert calibrate.known_pair(a, {**b, "slowdown": 0.5, "adapter": "x", "base_adapter": "x"}, 0.95) is None
+    row = " ".join(calibrate.across_table(groups).splitlines()[2].split())
+    assert row == "| any identical pair separated across the two runs | 1 | 0 | 0.0% [0.0, 79.3] |"
+
+
 def test_a_calibration_judges_repeats_with_contended_cells_apart(tmp_path, monkeypatch):
     """A report does not rank a contended cell; the calibration's tables leave such repeats out and
     show them apart, with their turn counts."""
@@ -362,6 +393,7 @@ def test_a_calibration_judges_repeats_with_contended_cells_apart(tmp_path, monke
     assert {p["repeat"] for p in data["pairs"]} == {1}
     assert data["contended"][0]["turns"] == {"kept": 120, "retaken": 5, "contended": 4}
     text = (tmp_path / "calibration-3-generations.md").read_text()
+    assert "## Across groups" not in text and "between" not in data, "one quiet repeat: no pair of runs"
     assert "## Repeats under contention (1, judged apart)" in text
     assert "repeat 2: 4 of 120 kept turns under contention, 5 retaken" in text
 

@@ -91,3 +91,29 @@ def lines(recs: Sequence[Record], folder: Path = REPORTS) -> list[str]:
             "measures how often the rules call identical code different here (docs/measurement.md, Calibration)."
         ]
     return [quote(p, d) for p, d in found]
+
+
+def across(recs: Sequence[Record], folder: Path = REPORTS) -> str:
+    """What the committed calibrations of the runs' CPU models and devices measured of the verdict
+    between two groups (Welch's t on process levels, harness.calibrate.between: every cell of one
+    fresh run against every cell of its adapter in the next), over all of them together; "" where
+    none measured it."""
+    machines = {((r.get("fingerprint") or {}).get("cpu"), r.get("device")) for r in recs if r["status"] == "ok"}
+    pairs, names = [], []
+    for path, data in committed(folder):
+        meta = data["meta"]
+        if "between" in data and (meta.get("machine"), meta.get("device")) in machines:
+            pairs += [p for p in data["between"]["pairs"] if p.get("high") is not None and math.isfinite(p["high"])]
+            names.append(f"`reports/{path.parent.name}`")
+    if not pairs:
+        return ""
+    null = [p for p in pairs if not p["effect"]]
+    parts = [f"identical cells called different in {_rate(sum(p['different'] for p in null), len(null), 'pairs')}"]
+    for effect in sorted({p["effect"] for p in pairs if p["effect"]}):
+        hit = [p for p in pairs if p["effect"] == effect]
+        parts.append(f"a {effect:.0%} slow-down found in {_rate(sum(p['right_way'] for p in hit), len(hit), 'pairs')}")
+    return (
+        "Between two groups (`steady vs its exact`: Welch's t, nothing pairs their generations), calibrated "
+        f"between two fresh runs on this CPU model ({', '.join(names)}): " + "; ".join(parts) + ". "
+        "Such a verdict separates only large differences."
+    )

@@ -241,6 +241,8 @@ def method(recs: Sequence[Record]) -> str:
     lines += _resolution(ok) + _turns_left_out(ok)
     if any((r.get("protocol") or {}).get("mode") == "turns" for r in ok):  # verdicts from processes taking turns
         lines += calibration_note.lines(ok)
+    if any(strategy(r) for r in ok) and (across := calibration_note.across(ok)):
+        lines.append(f"- {across}")  # the `steady vs its exact` column's verdict: between two groups
     if any((r.get("pass_steps") or 1) > 1 for r in ok):
         lines.append(
             "- † Steps of different sizes (variable-length batches): the steady window and every "

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from tabulate import tabulate
 
 from harness.records import Record
+from harness.reporting import calibration_note
 from harness.reporting.breakeven import (
     break_even_range,
     break_even_text,
@@ -192,6 +193,7 @@ def strategies(groups: dict[tuple, list[Record]]) -> list[str]:
             title = f"{workload} ({', '.join(setting)})" if setting else workload
             out += [f"### Loop strategies: {title} on {device}", ""]
             if base is not None:
+                calibrated = bool(calibration_note.across(cells))
                 out += [
                     f"Break-even: the number of training steps from a cold start after which the static-graph "
                     f"cell has spent no more time in total than the fastest dynamic-graph cell, "
@@ -203,7 +205,8 @@ def strategies(groups: dict[tuple, list[Record]]) -> list[str]:
                     "other CPU load (`contended`) are left out. `steady vs its exact`: the cell's steady step over the "
                     "same adapter's under `exact` (below 1: the strategy saves time once compiled), with its interval "
                     "from the two cells' processes (Welch's t: different strategies ran in different groups, so their "
-                    "generations do not pair).",
+                    "generations do not pair"
+                    + ("; the Method quotes what that verdict told apart in calibration)." if calibrated else ")."),
                     "",
                 ]
             out += [_table(rows, headers), ""]
