@@ -128,6 +128,8 @@ class Record(Cell, total=False):
     ops_profile: dict[str, Any]
     worker_s: float  #: the worker process's own time, start to record (harness.running.worker)
     ready_s: float  #: the worker's start: import, set-up, cold window and floor (resident workers)
+    starting_s: float  #: its generation's start, its first worker started to its last ready (turns)
+    starts_at_once: int  #: workers its generation started at a time (harness.running.turns)
     setup_s: float  #: the worker's set-up before its first step (build, data, parameters)
     pipelined_blocks_s: list[float]
     turn_block_steps: int  #: steps in each of its blocks (resident workers)

@@ -67,3 +67,22 @@ def test_the_model_keeps_every_process_and_the_report_says_where_the_default_run
     # rnn-caption ran one generation of 13.1 minutes, 5.08 of them starting its 10 workers
     assert _row(lines, "rnn-caption, exact")[:5] == ["rnn-caption, exact", "1", "13.1", "5.08", "8.01"]
     assert _row(lines, "mlp")[1] == "4" and _row(lines, "cnn")[1] == "3"
+
+
+def test_a_generation_started_side_by_side_counts_its_start_from_first_start_to_last_ready():
+    """Workers started two at a time (harness.running.turns.starts_at_once): their ``ready_s``
+    overlap, so the generation's start is its own ``starting_s``, and the captions say so."""
+    side = {"starts_at_once": 2, "starting_s": 20.0}
+    procs = [
+        _proc("a", "mlp", 1, 30.0, 150.0),
+        _proc("b", "mlp", 1, 60.0, 115.0),
+        _proc("a", "mlp", 2, 12.0, 90.0, **side),
+        _proc("b", "mlp", 2, 18.0, 80.0, **side),
+    ]
+    gens = run_time.generations(procs)
+    assert gens["mlp"][1]["startup"] == 90.0, "one at a time: the sum of its start-ups"
+    assert gens["mlp"][2] == {"wall": 90.0, "startup": 20.0, "workers": 2}, "not 12 + 18"
+    text = "\n".join(run_time.section(procs))
+    assert "Later generations that timed no floor started them two at a time" in text
+    assert "one started beside another shared the CPU with it" in text
+    assert "two at a time" not in "\n".join(run_time.section(procs[:2]))

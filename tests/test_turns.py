@@ -649,3 +649,110 @@ def test_the_warm_estimate_is_closer_to_the_later_generations_the_default_run_me
         took = policy.next_generation_s([r for r in mine if records.round_of(r) == 2])
         cold, warm = policy.next_generation_s(first), policy.next_generation_s(first, others)
         assert abs(warm - took) < abs(cold - took) and warm < cold, (group, cold, warm, took)
+
+
+def test_later_generations_without_floors_start_two_workers_at_a_time_where_two_cores_allow():
+    assert turns.starts_at_once(1, False, cores=16) == 1, "round 1 compiles cold and times its cold window alone"
+    assert turns.starts_at_once(2, True, cores=16) == 1, "a dispatch floor is timed alone"
+    assert turns.starts_at_once(2, False, cores=1) == 1
+    assert turns.starts_at_once(3, False, cores=2) == 2
+
+
+class _Starting:
+    """A starting worker as ``first_ready`` sees it: a reply pipe and a start time."""
+
+    def __init__(self, t0: float) -> None:
+        self.r, self.w = os.pipe()
+        self.t0 = t0
+
+    def fileno(self) -> int:
+        return self.r
+
+
+def test_the_first_worker_to_say_ready_is_waited_for_not_the_first_started():
+    now = time.perf_counter()
+    first, second = _Starting(now), _Starting(now)
+    os.write(second.w, b'{"event": "ready"}\n')
+    assert turns.first_ready([first, second], 5.0) is second
+    late = _Starting(now - 10.0)  # its 5 s are up, nothing said: it is the one to fail
+    assert turns.first_ready([first, late], 5.0) is late
+    assert turns.first_ready([first], 5.0) is first
+    for s in (first, second, late):
+        os.close(s.r)
+        os.close(s.w)
+
+
+@pytest.mark.workers
+def test_a_later_generation_starts_workers_side_by_side_and_one_that_fails_to_start_fails_alone(
+    fault_adapters, tmp_path
+):
+    """Real workers, generation 2 with no floor: started two at a time, the turns wait for every
+    ready one; a worker that raises in its cold window and one that hangs there get their records
+    (the hung one at the timeout from its own start), the others take their turns."""
+    from harness.running.progress import MatrixProgress
+
+    adapters = discover()
+    cells = [{**_cell(a), "run_id": "t"} for a in ("fault-ok", "fault-raise", "fault-hang", "fault-ok")]
+    cells[3] = {
+        **cells[3],
+        "cell_id": cells[3]["cell_id"] + "|twin",
+        "adapter": "fault-ok~twin1",
+        "base_adapter": "fault-ok",
+    }
+    results = tmp_path / records.RESULTS
+    sink = RoundSink(results, 2, 8.0, MatrixProgress(len(cells), live=False))
+    turns.run_generation(cells, 2, adapters, sink, turns.Turns(0.1, min_turns=2), 1, {}, "g", False)
+    by = {r["adapter"]: r for r in records.load(results)}
+    assert by["fault-raise"]["status"] == "failed" and "injected failure at step 3" in by["fault-raise"]["reason"]
+    assert by["fault-hang"]["status"] == "failed" and by["fault-hang"]["reason"].startswith("timeout after 8 s")
+    ok = [by["fault-ok"], by["fault-ok~twin1"]]
+    assert all(r["status"] == "ok" and len(r["turn_ids"]) >= 2 for r in ok)
+    assert all(r["starts_at_once"] == turns.starts_at_once(2, False) and r["starting_s"] > 0 for r in ok)
+    leftover = subprocess.run(["pgrep", "-f", "harness.running.worker serve"], capture_output=True)
+    assert leftover.stdout == b""
+
+
+def test_a_later_generation_is_estimated_with_the_start_that_side_by_side_starts_saved_elsewhere():
+    """A group's first generation started one at a time (``ready_s`` 100 s over its workers, 20 of
+    them compiles a warm start saves): where another group's side-by-side start took 0.6 of its
+    first's, the estimate of a later generation takes 0.4 of the 80 s off; without one, nothing."""
+    other = [
+        {**_startup("jit", "mlp", 1, [1.0], 1.0), "ready_s": 30.0},
+        {**_startup("eager", "mlp", 1, [1.0], 1.0), "ready_s": 20.0},
+        {**_startup("jit", "mlp", 2, [1.0], 1.0), "ready_s": 20.0, "starts_at_once": 2, "starting_s": 30.0},
+        {**_startup("eager", "mlp", 2, [1.0], 1.0), "ready_s": 18.0, "starts_at_once": 2, "starting_s": 30.0},
+    ]
+    assert policy.start_factor(other) == pytest.approx(30.0 / 50.0)
+    assert policy.start_factor(other[:2]) == 1.0, "no side-by-side start measured"
+    rnn = [
+        {**_startup("jit", "rnn", 1, [21.0, 1.0], 1.0, wall=300.0), "ready_s": 60.0},
+        {**_startup("eager", "rnn", 1, [2.0, 1.0], 1.0, wall=250.0), "ready_s": 40.0},
+    ]
+    shares = {"jit": 1.0}  # its 20 s of compiles are all saved warm
+    assert policy.serial_start_s(rnn, shares) == pytest.approx(80.0)
+    assert policy.next_generation_s(rnn, shares) == pytest.approx(280.0)
+    assert policy.next_generation_s(rnn, shares, 0.6) == pytest.approx(280.0 - 0.4 * 80.0)
+    side = [{**r, "round": 2, "warm_compiles": True, "starts_at_once": 2, "starting_s": 50.0} for r in rnn]
+    assert policy.next_generation_s(side, shares, 0.6) == 300.0, "a side-by-side generation is its own estimate"
+
+
+def test_after_round_one_the_cheapest_groups_further_generations_come_first(tmp_path):
+    """So a budget that runs short leaves the most groups judged, and the cheap groups' warm starts
+    are measured before the dearest group's estimate is read; the plan's order among equals."""
+    results = tmp_path / records.RESULTS
+    base = {"schema_version": records.SCHEMA_VERSION, "status": "ok", "round": 1, "device_requested": "cpu"}
+    for g, wall in (("rnn", 500.0), ("mlp", 90.0), ("cnn", 120.0), ("tie", 90.0)):
+        records.append(results, {**base, "adapter": "a", "workload": g, "cell_id": f"a|{g}", "wall_s": wall})
+    pending = [((k, g), [{"cell_id": f"a|{g}"}]) for g in ("rnn", "mlp", "cnn", "tie") for k in (2, 3)]
+    order_of = {"rnn": 0, "mlp": 1, "cnn": 2, "tie": 3}
+    ranked = policy.cheapest_first(pending, results, order_of)
+    assert [key for key, _ in ranked] == [
+        (2, "mlp"),
+        (3, "mlp"),
+        (2, "tie"),
+        (3, "tie"),
+        (2, "cnn"),
+        (3, "cnn"),
+        (2, "rnn"),
+        (3, "rnn"),
+    ]

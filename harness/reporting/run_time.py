@@ -5,8 +5,9 @@ turns, per workload group and per adapter, read from every process's record (the
 A generation (harness.running.turns) starts its workers one at a time, each alone (import,
 set-up, cold window, and a dispatch floor where one is timed: the record's ``ready_s``), then
 takes turns; its wall time is its longest-lived worker's (``wall_s``, the first started lives
-through all of it). So a generation's start-ups are the sum of its workers' ``ready_s`` and the
-rest of its wall time is turns (warm-up and retaken turns included) and finishing. Cells that run
+through all of it). So a generation's start-ups are the sum of its workers' ``ready_s`` (or,
+where its workers started two at a time, ``starting_s``: its first start to its last ready) and
+the rest of its wall time is turns (warm-up and retaken turns included) and finishing. Cells that run
 alone (no turns: idiomatic scripts, image loaders) count whole. The run's own start and close (the
 doctor, device peaks, kernel floors, the report) are in no record, so the totals here are the
 generations' alone. A cluster's jobs run side by side on its nodes and record neither time: a
@@ -48,6 +49,11 @@ def generations(processes: list[Record]) -> dict[str, dict[int, dict[str, float]
             continue
         gen["wall"] = max(gen["wall"], r["wall_s"])
         gen["startup"] += r["ready_s"]
+        if (r.get("starts_at_once") or 1) > 1 and r.get("starting_s") is not None:
+            gen["side_by_side"] = max(gen.get("side_by_side", 0.0), r["starting_s"])
+    for gens in out.values():
+        for gen in gens.values():
+            gen["startup"] = gen.pop("side_by_side", gen["startup"])
     return out
 
 
@@ -89,8 +95,14 @@ def section(processes: list[Record]) -> list[str]:
         "## Where the run's time went",
         "",
         "Minutes of the run's generations (harness.running.turns): each starts its workers one at a time, alone "
-        "(import, set-up, cold window, a dispatch floor where one is timed), then they take turns. The run's "
-        "own start and close (doctor, device peaks, kernel floors, the report) are not counted here.",
+        "(import, set-up, cold window, a dispatch floor where one is timed), then they take turns. "
+        + (
+            "Later generations that timed no floor started them two at a time, each next one as soon as one was "
+            "ready (their start counts from the first start to the last ready). "
+            if any((r.get("starts_at_once") or 1) > 1 for r in processes)
+            else ""
+        )
+        + "The run's own start and close (doctor, device peaks, kernel floors, the report) are not counted here.",
         "",
         tabulate(rows, headers, tablefmt="github", disable_numparse=True),
         "",
@@ -124,8 +136,13 @@ def _per_adapter(processes: list[Record]) -> list[str]:
     ]
     return [
         "Per adapter, over every workload: the seconds its processes took to start (generation 1 compiles cold; "
-        "later ones start from the compiler cache where the framework has one) and the seconds of its kept "
-        "turns' blocks (synced and pipelined), the part of the turns that is its own.",
+        "later ones start from the compiler cache where the framework has one"
+        + (
+            "; one started beside another shared the CPU with it"
+            if any((r.get("starts_at_once") or 1) > 1 for r in processes)
+            else ""
+        )
+        + ") and the seconds of its kept turns' blocks (synced and pipelined), the part of the turns that is its own.",
         "",
         tabulate(rows, headers, tablefmt="github", disable_numparse=True),
         "",

@@ -3,12 +3,13 @@ time budget, which generations still start and which further generations go to t
 verdicts are unsettled (harness.stats). A generation itself runs in harness.running.turns.
 
 Round 1 of every group comes first (every cell present, whatever the budget), then each group's
-further rounds together, so a budget that runs out leaves some groups judged rather than all
-unjudged. A budget buys generations, not longer ones: between-process spread dominates a verdict's
-error. A generation after the first starts only where its estimate (its group's latest generation,
-less the cold compiles a warm start saves: ``next_generation_s``) fits in what is left, and a
-second only where a third fits beside it (``committed_s``): two generations never decide a pair,
-so the seconds go to other groups instead.
+further rounds together, the cheapest group first (``cheapest_first``), so a budget that runs out
+leaves as many groups judged as it holds rather than all unjudged. A budget buys generations, not
+longer ones: between-process spread dominates a verdict's error. A generation after the first
+starts only where its estimate (its group's latest generation, less the cold compiles a warm start
+saves and the start that side-by-side starts save: ``next_generation_s``) fits in what is left,
+and a second only where a third fits beside it (``committed_s``): two generations never decide a
+pair, so the seconds go to other groups instead.
 """
 
 from __future__ import annotations
@@ -70,17 +71,20 @@ def generation_s(results: Path, cells: Sequence[Cell]) -> float:
     in what is left of a budget."""
     ids = {c["cell_id"] for c in cells}
     done = records.load(results) if results.exists() else []
-    return next_generation_s([r for r in done if r.get("cell_id") in ids], warm_shares(done))
+    shares = warm_shares(done)
+    return next_generation_s([r for r in done if r.get("cell_id") in ids], shares, start_factor(done, shares))
 
 
-def next_generation_s(recs: list[Record], shares: Mapping[str, float] | None = None) -> float:
+def next_generation_s(recs: list[Record], shares: Mapping[str, float] | None = None, factor: float = 1.0) -> float:
     """A further generation's time from these records of a group: its latest generation's longest
     wall (the first worker lives through the whole generation) less what a later generation does
     not repeat, each worker's in turn while the others waited: the dispatch floors that
     generation measured (``dispatch_floor_wall_s``), its pipelined blocks (a cell's first process
     alone takes them: harness.running.resident) and, where that generation compiled cold, the
     share of each cell's cold compiles (``compile_excess_s``) that a warm start of its adapter
-    saved elsewhere in the run (``shares``, from ``warm_shares``; none where not measured)."""
+    saved elsewhere in the run (``shares``, from ``warm_shares``; none where not measured); and
+    where it started its workers one at a time, the part of that start (``serial_start_s``) that
+    starting them side by side saved elsewhere in the run (``factor``, from ``start_factor``)."""
     if not recs:
         return 0.0
     last = max(round_of(r) for r in recs)
@@ -91,7 +95,41 @@ def next_generation_s(recs: list[Record], shares: Mapping[str, float] | None = N
     if shares:
         cold = [r for r in mine if not r.get("warm_compiles")]
         wall -= sum(shares.get(records.base_adapter(r), 0.0) * compile_excess_s(r) for r in cold)
+    if factor < 1.0 and all((r.get("starts_at_once") or 1) == 1 for r in mine):
+        wall -= (1.0 - factor) * serial_start_s(mine, shares or {})
     return max(wall, 0.0)
+
+
+def serial_start_s(gen: Sequence[Record], shares: Mapping[str, float]) -> float:
+    """What a generation's workers, started one at a time, took to start (``ready_s``) less their
+    dispatch floors and, where they compiled cold, what a warm start saves (``shares``): the start
+    a later generation of the same cells would take one at a time."""
+    total = 0.0
+    for r in gen:
+        total += (r.get("ready_s") or 0.0) - (r.get("dispatch_floor_wall_s") or 0.0)
+        if not r.get("warm_compiles"):
+            total -= shares.get(records.base_adapter(r), 0.0) * compile_excess_s(r)
+    return max(total, 0.0)
+
+
+def start_factor(recs: Sequence[Record], shares: Mapping[str, float] | None = None) -> float:
+    """How long a warm generation's start took with its workers side by side
+    (harness.running.turns.starts_at_once: ``starting_s``) against the same group's first
+    generation started one at a time (``serial_start_s``), over every group of the run that ran
+    both, at most 1; 1 where none did (a later generation is then estimated one at a time)."""
+    shares = warm_shares(recs) if shares is None else shares
+    groups: dict[str, list[Record]] = {}
+    for r in recs:
+        if r.get("status") == "ok" and r.get("group"):
+            groups.setdefault(str(r["group"]), []).append(r)
+    side, alone = 0.0, 0.0
+    for mine in groups.values():
+        first = [r for r in mine if round_of(r) == 1 and (r.get("starts_at_once") or 1) == 1]
+        later = {round_of(r): r["starting_s"] for r in mine if (r.get("starts_at_once") or 1) > 1 and "starting_s" in r}
+        if first and later:
+            side += sum(later.values()) / len(later)
+            alone += serial_start_s(first, shares)
+    return min(side / alone, 1.0) if alone > 0 else 1.0
 
 
 def compile_excess_s(rec: Record) -> float:
@@ -193,7 +231,11 @@ def _run(
         order_of.setdefault(g, len(order_of))
     pending = sorted(generations.items(), key=lambda item: (item[0][0] > 1, order_of[item[0][1]], item[0][0]))
     dropped: set[str] = set()  # groups whose next generation did not fit: none of their later ones runs
+    ranked = False
     while pending:
+        if not ranked and pending[0][0][0] > 1:
+            pending = cheapest_first(pending, sink.results, order_of)
+            ranked = True
         (k, g), cells = pending.pop(0)
         cells = [c for c in cells if c["cell_id"] not in sink.ended]
         if not cells:
@@ -224,6 +266,21 @@ def _run(
         more_generations(adapters, sink, budget, turn, extra)
 
 
+def cheapest_first(
+    pending: list[tuple[tuple[int, str], list[Cell]]], results: Path, order_of: Mapping[str, int]
+) -> list[tuple[tuple[int, str], list[Cell]]]:
+    """The further generations after round 1, the group whose next generation should cost least
+    first (``generation_s``; the plan's order among equals), each group's in order: a budget that
+    runs short then leaves the most groups judged, and the cheap groups' warm generations measure
+    what warm and side-by-side starts save (``warm_shares``, ``start_factor``) before the dearest
+    group's estimate is read."""
+    first: dict[str, list[Cell]] = {}
+    for (_, g), cells in pending:
+        first.setdefault(g, cells)
+    cost = {g: generation_s(results, cells) for g, cells in first.items()}
+    return sorted(pending, key=lambda item: (cost[item[0][1]], order_of[item[0][1]], item[0][0]))
+
+
 def more_generations(
     adapters: Mapping[str, AdapterInfo], sink: RoundSink, budget: Budget, turn: int, extra: Mapping[str, Any]
 ) -> None:
@@ -233,11 +290,12 @@ def more_generations(
         recs = records.load(sink.results)
         wanted = unsettled_groups(recs, extra["verdict_level"])
         shares = warm_shares(recs)
+        factor = start_factor(recs, shares)
         candidates = []
         for group, count in wanted.items():
             mine = [r for r in recs if r.get("group") == group]
             k = max(round_of(r) for r in mine)
-            cost = next_generation_s(mine, shares)
+            cost = next_generation_s(mine, shares, factor)
             if k < MAX_GENERATIONS and committed_s(cost, k + 1) < budget.left():
                 candidates.append((-count, group, k, mine))
         if not candidates:
@@ -247,7 +305,7 @@ def more_generations(
         planned = [_cell_of(r) for r in cells.values()]
         sink.progress.add(len(planned))
         seconds = turn_seconds(planned)
-        floors = budget.left() >= next_generation_s(mine, shares) + floors_s(sink.results, planned)
+        floors = budget.left() >= next_generation_s(mine, shares, factor) + floors_s(sink.results, planned)
         turn = turns.run_generation(planned, k + 1, adapters, sink, Turns(seconds), turn, extra, group, floors)
 
 

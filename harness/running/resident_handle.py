@@ -53,13 +53,14 @@ class Resident:
         self.t0 = time.perf_counter()
         self.cold_s = 0.0
 
-    def _recv(self, timeout_s: float) -> dict[str, Any]:
+    def _recv(self, timeout_s: float, named_s: float | None = None) -> dict[str, Any]:
+        """The next reply, within ``timeout_s`` (a timeout is reported as ``named_s`` where given)."""
         deadline = time.monotonic() + timeout_s
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
             ready, _, _ = select.select([self._rep], [], [], max(left, 0))
             if not ready:
-                raise Gone(f"timeout after {timeout_s:g} s")
+                raise Gone(f"timeout after {timeout_s if named_s is None else named_s:g} s")
             chunk = os.read(self._rep, 1 << 16)
             if not chunk:
                 raise Gone(self._exit_text())
@@ -88,11 +89,15 @@ class Resident:
             return f"worker killed by {signal.Signals(-code).name}"
         return f"worker exited with code {code} and no record"
 
+    def fileno(self) -> int:
+        """The reply pipe (for ``select``: readable once the worker said ``ready`` or ended)."""
+        return self._rep
+
     def ready(self, timeout_s: float) -> bool:
-        """Wait until the worker is set up and warm; False if it ended instead (a skip, a
-        failure: its record is then ``record()``)."""
+        """Wait until the worker is set up and warm, at most ``timeout_s`` from its start; False
+        if it ended instead (a skip, a failure: its record is then ``record()``)."""
         try:
-            msg = self._recv(timeout_s)
+            msg = self._recv(max(self.t0 + timeout_s - time.perf_counter(), 0.0), timeout_s)
         except Gone as exc:
             self.reason = str(exc)
             return False

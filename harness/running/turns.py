@@ -30,6 +30,15 @@ cannot take turns run alone as before (harness.running.runner.run_cell): the idi
 scripts of ``fidelity`` and image input pipelines (their loader workers would keep decoding while
 other cells take their turns).
 
+Start-ups side by side (``starts_at_once``): a generation after the first whose workers time no
+dispatch floor starts two workers at a time on a machine of two cores or more, each next one as
+soon as one is ready. Nothing measured there is reported: its compiles come from the cache, its
+cold window is round 1's, and the turns begin only once every worker is ready. The blocks of a
+worker whose sizing probe ran beside another's start may be shorter than BLOCK_S, never biased.
+Round 1 (cold compiles, cold windows, break-even) and the floors still start one at a time,
+alone. A generation's records say how long its start took in all (``starting_s``) and how many
+started at once (``starts_at_once``).
+
 Compiler caches (``compile_cache``): each cell gets a compiler cache of its own for the run
 (XLA's persistent cache, Inductor's caches), empty when its first process starts, so that process
 compiles cold (its first step, cold window, compile counts and break-even are what the reports
@@ -42,7 +51,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import random
+import select
 import shutil
 import tempfile
 import time
@@ -141,6 +152,29 @@ def _gpu_free_bytes() -> int | None:
         return None
 
 
+def starts_at_once(k: int, floors: bool, cores: int | None = None) -> int:
+    """Workers generation ``k`` starts at a time (module docstring): 2 after the first generation
+    where no floor is timed and this process may use two cores or more (``cores``), else 1."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return 2 if k > 1 and not floors and cores >= 2 else 1
+
+
+def first_ready(starting: Sequence[Resident], timeout_s: float) -> Resident:
+    """The starting worker that said ``ready`` (or ended) first; past its ``timeout_s`` from its
+    start, the one whose time ran out first (its ``ready`` then fails it)."""
+    if len(starting) == 1:
+        return starting[0]
+    deadline = {r: r.t0 + timeout_s for r in starting}
+    while True:
+        left = min(deadline.values()) - time.perf_counter()
+        if left <= 0:
+            return min(starting, key=lambda r: deadline[r])
+        found, _, _ = select.select(list(starting), [], [], left)
+        if found:
+            return found[0]
+
+
 @dataclass
 class Turns:
     """How long a generation takes turns: at least ``min_turns`` kept turns, then until
@@ -186,6 +220,19 @@ def run_generation(
                 done(r.record(f"{exc} during turn {turn}"))
 
     measured = floors_measured(sink.results) if floors else set()
+    at_once = starts_at_once(k, floors)
+    starting: list[Resident] = []
+
+    def settle() -> None:
+        """Wait for the first starting worker to be ready; one that ended gets its record."""
+        r = first_ready(starting, sink.timeout_s)
+        starting.remove(r)
+        if r.ready(sink.timeout_s):
+            residents.append(r)
+        else:
+            done(r.record())
+
+    began = time.monotonic()
     try:
         for cell in order:
             cell_k = cast(Cell, {**cell, "round": k, **compile_cache(sink.results, cell, k)})
@@ -200,11 +247,12 @@ def run_generation(
             if reason:
                 done(records.new_record(cell_k, "skipped", reason))
                 continue
-            r = Resident(adapters[records.base_adapter(cell)], cell_k)
-            if r.ready(sink.timeout_s):
-                residents.append(r)
-            else:
-                done(r.record())
+            starting.append(Resident(adapters[records.base_adapter(cell)], cell_k))
+            while len(starting) >= at_once:
+                settle()
+        while starting:
+            settle()
+        starting_s = time.monotonic() - began
         kept: list[int]
         loads: list[MachineLoad]
         turn, kept, dropped, loads = first_turn, [], 0, []
@@ -233,6 +281,8 @@ def run_generation(
             "contended": whole.contended,
             "other_cpu_cores": whole.other_cores,
             "steal_share": whole.steal,
+            "starting_s": starting_s,
+            "starts_at_once": at_once,
         }
         while residents:
             r = residents.pop(0)
@@ -240,7 +290,7 @@ def run_generation(
             done({**rec, **turn_fields} if rec["status"] == "ok" else rec)
         return turn
     finally:
-        for r in residents:
+        for r in residents + starting:
             r.kill()
             r.close()
 
