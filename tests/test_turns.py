@@ -734,6 +734,10 @@ def test_a_later_generation_is_estimated_with_the_start_that_side_by_side_starts
     assert policy.next_generation_s(rnn, shares, 0.6) == pytest.approx(280.0 - 0.4 * 80.0)
     side = [{**r, "round": 2, "warm_compiles": True, "starts_at_once": 2, "starting_s": 50.0} for r in rnn]
     assert policy.next_generation_s(side, shares, 0.6) == 300.0, "a side-by-side generation is its own estimate"
+    # a generation that times floors starts one at a time: no saving, and a side-by-side start
+    # (50 s) counts as its one-at-a-time equivalent (50 / 0.6 s)
+    assert policy.next_generation_s(rnn, shares, 0.6, alone=True) == pytest.approx(280.0)
+    assert policy.next_generation_s(side, shares, 0.6, alone=True) == pytest.approx(300.0 + 50.0 / 0.6 - 50.0)
 
 
 def test_after_round_one_the_cheapest_groups_further_generations_come_first(tmp_path):

@@ -65,17 +65,21 @@ class Budget:
         self.reserve_s = self.spent()
 
 
-def generation_s(results: Path, cells: Sequence[Cell]) -> float:
+def generation_s(results: Path, cells: Sequence[Cell], alone: bool = False) -> float:
     """What a further generation of these cells should take (``next_generation_s``, with the
-    run's ``warm_shares``), 0 where none is recorded. A generation is started only when this fits
-    in what is left of a budget."""
+    run's ``warm_shares`` and ``start_factor``; ``alone``: its workers started one at a time, as a
+    generation that times floors starts them), 0 where none is recorded. A generation is started
+    only when this fits in what is left of a budget."""
     ids = {c["cell_id"] for c in cells}
     done = records.load(results) if results.exists() else []
     shares = warm_shares(done)
-    return next_generation_s([r for r in done if r.get("cell_id") in ids], shares, start_factor(done, shares))
+    mine = [r for r in done if r.get("cell_id") in ids]
+    return next_generation_s(mine, shares, start_factor(done, shares), alone)
 
 
-def next_generation_s(recs: list[Record], shares: Mapping[str, float] | None = None, factor: float = 1.0) -> float:
+def next_generation_s(
+    recs: list[Record], shares: Mapping[str, float] | None = None, factor: float = 1.0, alone: bool = False
+) -> float:
     """A further generation's time from these records of a group: its latest generation's longest
     wall (the first worker lives through the whole generation) less what a later generation does
     not repeat, each worker's in turn while the others waited: the dispatch floors that
@@ -84,7 +88,9 @@ def next_generation_s(recs: list[Record], shares: Mapping[str, float] | None = N
     share of each cell's cold compiles (``compile_excess_s``) that a warm start of its adapter
     saved elsewhere in the run (``shares``, from ``warm_shares``; none where not measured); and
     where it started its workers one at a time, the part of that start (``serial_start_s``) that
-    starting them side by side saved elsewhere in the run (``factor``, from ``start_factor``)."""
+    starting them side by side saved elsewhere in the run (``factor``, from ``start_factor``).
+    ``alone``: the next generation starts its workers one at a time (it times floors), so a start
+    taken side by side counts as its one-at-a-time equivalent (``starting_s`` over ``factor``)."""
     if not recs:
         return 0.0
     last = max(round_of(r) for r in recs)
@@ -95,8 +101,11 @@ def next_generation_s(recs: list[Record], shares: Mapping[str, float] | None = N
     if shares:
         cold = [r for r in mine if not r.get("warm_compiles")]
         wall -= sum(shares.get(records.base_adapter(r), 0.0) * compile_excess_s(r) for r in cold)
-    if factor < 1.0 and all((r.get("starts_at_once") or 1) == 1 for r in mine):
+    side = [r["starting_s"] for r in mine if (r.get("starts_at_once") or 1) > 1 and "starting_s" in r]
+    if factor < 1.0 and not side and not alone:
         wall -= (1.0 - factor) * serial_start_s(mine, shares or {})
+    if alone and side and factor > 0:
+        wall += max(side) * (1.0 / factor - 1.0)
     return max(wall, 0.0)
 
 
@@ -249,7 +258,8 @@ def _run(
         # The floors in the group's last planned generation, where they fit beside it and the
         # planned generations still to run: those are what the verdicts need.
         ahead = sum(generation_s(sink.results, c) for (_, g2), c in pending if g2 not in dropped)
-        floors = k >= sink.rounds and budget.left() >= cost + ahead + floors_s(sink.results, cells)
+        alone = generation_s(sink.results, cells, alone=True)  # a generation that times floors
+        floors = k >= sink.rounds and budget.left() >= alone + ahead + floors_s(sink.results, cells)
         parts = turns.split(
             cells, turns.resident_limit(cells[0]["device_requested"], worker_bytes=cells[0].get("worker_bytes"))
         )
@@ -305,7 +315,8 @@ def more_generations(
         planned = [_cell_of(r) for r in cells.values()]
         sink.progress.add(len(planned))
         seconds = turn_seconds(planned)
-        floors = budget.left() >= next_generation_s(mine, shares, factor) + floors_s(sink.results, planned)
+        alone = next_generation_s(mine, shares, factor, alone=True)  # a generation that times floors
+        floors = budget.left() >= alone + floors_s(sink.results, planned)
         turn = turns.run_generation(planned, k + 1, adapters, sink, Turns(seconds), turn, extra, group, floors)
 
 
