@@ -68,9 +68,14 @@ def _judged(data: dict[str, Any]) -> bool:
     return any(p.get("high") is not None and math.isfinite(p["high"]) for p in data["pairs"])
 
 
+def _machines(recs: Sequence[Record]) -> set[tuple[Any, Any]]:
+    """The (CPU model, device) pairs the run's ok cells ran on: what a calibration must match."""
+    return {((r.get("fingerprint") or {}).get("cpu"), r.get("device")) for r in recs if r["status"] == "ok"}
+
+
 def lines(recs: Sequence[Record], folder: Path = REPORTS) -> list[str]:
     """The calibrations of the runs' CPU models and devices, or one line saying none matches."""
-    machines = {((r.get("fingerprint") or {}).get("cpu"), r.get("device")) for r in recs if r["status"] == "ok"}
+    machines = _machines(recs)
     found = [
         (p, d)
         for p, d in committed(folder)
@@ -98,7 +103,7 @@ def across(recs: Sequence[Record], folder: Path = REPORTS) -> str:
     between two groups (Welch's t on process levels, harness.calibrate.between: every cell of one
     fresh run against every cell of its adapter in the next), over all of them together; "" where
     none measured it."""
-    machines = {((r.get("fingerprint") or {}).get("cpu"), r.get("device")) for r in recs if r["status"] == "ok"}
+    machines = _machines(recs)
     pairs, names = [], []
     for path, data in committed(folder):
         meta = data["meta"]
