@@ -137,6 +137,8 @@ lock-diff: $(STAMP)
 # short mlp bench, into one folder (GPU_CHECK). On a machine without a GPU it says what it would verify.
 GPU_CHECK ?= reports/gpu-check-$(shell date +%Y%m%d-%H%M%S)
 GPU_CHECK_BUDGET ?= 10m
+# GPU_CHECK_STEPS=cuda-tests,bench: only those steps (a short lease); the summary lists the others as left out.
+GPU_CHECK_STEPS ?=
 # INSTALL=0: check the frameworks $(PYTHON) already holds (a GPU image's own) instead of installing the locks.
 INSTALL ?= 1
 gpu-check:
@@ -147,9 +149,9 @@ ifeq ($(filter 0 no false,$(INSTALL)),)
 			"$$(grep -m 1 '^error:' $(GPU_CHECK)/install.log || tail -n 1 $(GPU_CHECK)/install.log)" \
 			> $(GPU_CHECK)/summary.md; \
 		echo "gpu-check: make install failed: $(GPU_CHECK)/install.log"; exit 2; }
-	$(PY) -m harness.checks.gpu_check $(GPU_CHECK) --budget $(GPU_CHECK_BUDGET) $(ARGS)
+	$(PY) -m harness.checks.gpu_check $(GPU_CHECK) --budget $(GPU_CHECK_BUDGET) $(if $(GPU_CHECK_STEPS),--steps $(GPU_CHECK_STEPS)) $(ARGS)
 else
-	$(PYTHON) -m harness.checks.gpu_check $(GPU_CHECK) --budget $(GPU_CHECK_BUDGET) --no-install $(ARGS)
+	$(PYTHON) -m harness.checks.gpu_check $(GPU_CHECK) --budget $(GPU_CHECK_BUDGET) --no-install $(if $(GPU_CHECK_STEPS),--steps $(GPU_CHECK_STEPS)) $(ARGS)
 endif
 
 # A named environment over .venv with other versions, for `--env NAME=.venv-NAME/bin/python`:

@@ -166,3 +166,47 @@ def test_exported_programs_serve_on_the_gpu_and_match_the_reference(gpu_exported
     assert rec["status"] == "ok", rec["reason"]
     assert rec["device_requested"] == "cuda" and rec["parity_error"] <= rec["parity_allowed"]
     assert rec["p50_s"] > 0 and rec["throughput_per_s"] > 0
+
+
+SIDE_BY_SIDE = ("torch-eager", "jax-jit", "keras-torch", "tf-function")
+
+
+def side_by_side_generation(device: str, tmp_path) -> list[dict]:
+    """Generation 2 of the available SIDE_BY_SIDE adapters on ``device`` with a twin of the first:
+    no dispatch floor, so turns.starts_at_once starts two workers at once (each its own CUDA
+    context on one GPU); the records it wrote."""
+    from adapters import discover
+    from harness import records
+    from harness.running import turns
+    from harness.running.plan import plan
+    from harness.running.progress import MatrixProgress
+    from harness.running.sink import RoundSink
+
+    names = [n for n in SIDE_BY_SIDE if ADAPTERS[n].available]
+    cells = [{**c, "run_id": "t"} for c in plan(discover(), ",".join(names), "mlp", device, [], "quick", 1, "t")]
+    twin = {**cells[0], "cell_id": cells[0]["cell_id"] + "|twin", "adapter": cells[0]["adapter"] + "~twin1"}
+    cells.append({**twin, "base_adapter": cells[0]["adapter"]})
+    results = tmp_path / records.RESULTS
+    sink = RoundSink(results, 2, 600.0, MatrixProgress(len(cells), live=False))
+    turns.run_generation(cells, 2, discover(), sink, turns.Turns(0.5, min_turns=3), 1, {}, "g", False)
+    return records.load(results)
+
+
+def test_workers_started_side_by_side_on_one_gpu_get_ready_and_take_their_turns_there(tmp_path):
+    """A later generation starts two workers at once (harness.running.turns.starts_at_once): on
+    one GPU, every framework's worker still gets ready, takes every turn on cuda, and counts the
+    side-by-side start; none is left running."""
+    import psutil
+
+    from harness.running import turns
+
+    recs = side_by_side_generation("cuda", tmp_path)
+    skipped = [r for r in recs if r["status"] == "skipped"]
+    if skipped and CPU_BUILDS:
+        pytest.skip(skipped[0]["reason"])
+    assert len(recs) >= 3 and all(r["status"] == "ok" for r in recs), [(r["adapter"], r.get("reason")) for r in recs]
+    assert all(r["device"] == "cuda" and len(r["turn_ids"]) >= 3 for r in recs)
+    assert all(r["starts_at_once"] == turns.starts_at_once(2, False) == 2 and r["starting_s"] > 0 for r in recs)
+    # this process's own children only: other tests of a parallel run (-n 8) keep workers of their own
+    leftover = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)]
+    assert not [c for c in leftover if "worker serve" in c], leftover

@@ -102,3 +102,23 @@ def test_an_image_without_tensorflow_lists_keras_tf_absent_and_still_checks_the_
     # after the install step (no INSTALL=0) the locks put every framework there: every adapter takes the step
     ok, said = gpu_check.check_libraries(tmp_path, installed_only=False)
     assert asked[-1] == list(adapters) and "not installed here" not in said
+
+
+def test_steps_runs_only_the_named_steps_and_lists_the_others_as_left_out(tmp_path, monkeypatch, capsys):
+    ran = []
+    steps = tuple(
+        gpu_check.Step(n, f"checks {n}", lambda out, n=n: (ran.append(n), (True, "fine"))[1], gpu_only=False)
+        for n in ("doctor", "cuda-tests", "bench")
+    )
+    monkeypatch.setattr(gpu_check, "steps", lambda budget, install: steps)
+    assert gpu_check.run(tmp_path, gpu=False, only=["bench", "doctor"]) == 0
+    assert ran == ["doctor", "bench"]  # the planned order, whatever order --steps names them in
+    summary = (tmp_path / "summary.md").read_text()
+    assert "- left out cuda-tests (not in --steps): checks cuda-tests" in summary
+    assert "- ok bench: checks bench. Found: fine" in summary
+    with pytest.raises(SystemExit) as exited:
+        gpu_check.main([str(tmp_path / "x"), "--steps", "bench,tests"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--steps 'bench,tests': no step named tests" in err and "cuda-tests, bench, compute-cache" in err
+    assert not (tmp_path / "x").exists()  # rejected before any step ran

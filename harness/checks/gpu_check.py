@@ -21,7 +21,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -277,8 +277,11 @@ STEPS = (
 )
 
 
-def run(out: Path, gpu: bool, budget: str = BENCH_BUDGET, install: bool = True) -> int:
+def run(
+    out: Path, gpu: bool, budget: str = BENCH_BUDGET, install: bool = True, only: Sequence[str] | None = None
+) -> int:
     """Run the steps into ``out``; 0 when every step that ran passed (one not checked counts as neither).
+    ``only``: the names of the steps to run (a short lease's choice); the others are listed as left out.
     ``summary.md`` is rewritten after every step, so a run stopped part-way keeps the steps it finished."""
     out.mkdir(parents=True, exist_ok=True)
     gpus = env.gpus()
@@ -293,7 +296,9 @@ def run(out: Path, gpu: bool, budget: str = BENCH_BUDGET, install: bool = True) 
         (out / "summary.md").write_text(head + "\n".join(lines + unreached) + "\n")
 
     for i, step in enumerate(planned):
-        if step.gpu_only and not gpu:
+        if only is not None and step.name not in only:
+            line = f"- left out {step.name} (not in --steps): {step.verifies}"
+        elif step.gpu_only and not gpu:
             line = f"- would verify {step.name}: {step.verifies}"
         else:
             print(f"{step.name} ...", flush=True)
@@ -322,11 +327,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--budget", default=BENCH_BUDGET, help=f"the mlp bench's budget (default {BENCH_BUDGET})")
     parser.add_argument("--no-install", action="store_true", help="check this interpreter's own frameworks")
     parser.add_argument("--step-timeout", type=float, default=STEP_TIMEOUT_S, help="seconds each command step may run")
+    parser.add_argument("--steps", help="comma-separated steps to run, the others left out (default: every step)")
     args = parser.parse_args(argv)
     STEP_TIMEOUT_S = args.step_timeout
+    only = None if args.steps is None else [n.strip() for n in args.steps.split(",") if n.strip()]
+    unknown = sorted(set(only or ()) - {s.name for s in STEPS})
+    if only is not None and (unknown or not only):
+        parser.error(f"--steps {args.steps!r}: no step named {', '.join(unknown) or 'at all'}; "
+                     f"steps: {', '.join(s.name for s in STEPS)}")  # fmt: skip
     try:
         with processes.terminated_as_interrupt():  # a killed gpu-check stops its step's processes too
-            return run(args.out, variant.detect().driver is not None, args.budget, not args.no_install)
+            return run(args.out, variant.detect().driver is not None, args.budget, not args.no_install, only)
     except KeyboardInterrupt:
         print(f"gpu-check: interrupted; {args.out / 'summary.md'} keeps the steps it finished", file=sys.stderr)
         return 130
