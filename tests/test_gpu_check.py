@@ -111,6 +111,24 @@ def test_steps_runs_only_the_named_steps_and_lists_the_others_as_left_out(tmp_pa
         for n in ("doctor", "cuda-tests", "bench")
     )
     monkeypatch.setattr(gpu_check, "steps", lambda budget, install: steps)
+    stopped = []
+
+    def stop(out: Path) -> tuple[bool, str]:
+        stopped.append((out / "summary.md").read_text())  # what a run stopped here would leave
+        raise KeyboardInterrupt
+
+    stopping = (steps[0], gpu_check.Step("kernel-jit", "k", stop, gpu_only=False), *steps[1:])
+    with monkeypatch.context() as m:
+        m.setattr(gpu_check, "steps", lambda budget, install: stopping)
+        with pytest.raises(KeyboardInterrupt):
+            gpu_check.run(tmp_path, gpu=False, only=["doctor", "kernel-jit", "bench"])
+    assert stopped[0].splitlines()[-4:] == [
+        "- ok doctor: checks doctor. Found: fine",
+        "- not reached kernel-jit: k",
+        "- left out cuda-tests (not in --steps): checks cuda-tests",
+        "- not reached bench: checks bench",
+    ]
+    ran.clear()
     assert gpu_check.run(tmp_path, gpu=False, only=["bench", "doctor"]) == 0
     assert ran == ["doctor", "bench"]  # the planned order, whatever order --steps names them in
     summary = (tmp_path / "summary.md").read_text()

@@ -291,13 +291,19 @@ def run(
     lines: list[str]
     lines, failed, planned = [], 0, steps(budget, install)
 
+    def asked(step: Step) -> bool:
+        return only is None or step.name in only
+
+    def left_out(step: Step) -> str:
+        return f"- left out {step.name} (not in --steps): {step.verifies}"
+
     def write_summary(after: int) -> None:
-        unreached = [f"- not reached {s.name}: {s.verifies}" for s in planned[after + 1 :]]
+        unreached = [f"- not reached {s.name}: {s.verifies}" if asked(s) else left_out(s) for s in planned[after + 1 :]]
         (out / "summary.md").write_text(head + "\n".join(lines + unreached) + "\n")
 
     for i, step in enumerate(planned):
-        if only is not None and step.name not in only:
-            line = f"- left out {step.name} (not in --steps): {step.verifies}"
+        if not asked(step):
+            line = left_out(step)
         elif step.gpu_only and not gpu:
             line = f"- would verify {step.name}: {step.verifies}"
         else:
