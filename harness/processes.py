@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,6 +42,11 @@ def repo_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     found = dict(os.environ if env is None else env)
     found["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), found.get("PYTHONPATH")]))
     return found
+
+
+def age_s() -> float:
+    """Seconds since this process started (a bench command: what a run's time budget counts)."""
+    return time.time() - psutil.Process().create_time()
 
 
 def tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:

@@ -19,7 +19,9 @@ import datetime
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -148,14 +150,20 @@ class Session:
         info = env.capture(threads, command, [m for a in self.adapters.values() for m in a.cls.requires])
         info["precision"] = cells[0]["precision"] if cells else "fp32"
         info["environments"] = environments.describe()  # one per CUDA major on a GPU variant
+        phases = info["phases_s"] = {"start-up and plan": processes.age_s()}
         print("asking each framework for its build (doctor) ...", flush=True)
         envs = {c["env"]: c["python"] for c in cells if c.get("env")}
-        info["doctor"] = doctor.diagnose(self.adapters, threads, sorted({records.base_adapter(c) for c in cells}), envs)
-        info["kernel_jit"] = _warm_up(self.adapters, cells, info["doctor"])
+        with timed(phases, "doctor"):
+            adapters = sorted({records.base_adapter(c) for c in cells})
+            info["doctor"] = doctor.diagnose(self.adapters, threads, adapters, envs)
+        with timed(phases, "kernel JIT warm-up"):
+            info["kernel_jit"] = _warm_up(self.adapters, cells, info["doctor"])
         print("measuring device peaks (matmul, copy) ...", flush=True)
-        info["peaks"] = runner.measure_peaks(_peak_devices(cells, info), threads, info["precision"])
+        with timed(phases, "device peaks"):
+            info["peaks"] = runner.measure_peaks(_peak_devices(cells, info), threads, info["precision"])
         print("measuring kernel floors (each step's matmuls and convolutions alone) ...", flush=True)
-        found = floors.kernel_floors(cells, _peak_devices(cells, info), threads, info["precision"])
+        with timed(phases, "kernel floors"):
+            found = floors.kernel_floors(cells, _peak_devices(cells, info), threads, info["precision"])
         for c in cells:  # in plan.json too, so a resumed run's cells keep them
             c["kernel_floor_s"] = found["floors"][c["cell_id"]]
         info["kernel_floors"] = {k: found[k] for k in ("kernels", "fastest_library", "errors")}
@@ -188,10 +196,14 @@ class Session:
         if not interrupted and ran:
             print("measuring device peaks again (the run keeps the better of start and end) ...", flush=True)
             info = records.load_env(run_dir)
-            end = runner.measure_peaks(
-                list(info.get("peaks", {})), info.get("threads", 1), info.get("precision", "fp32")
-            )
+            phases = info.setdefault("phases_s", {})
+            with timed(phases, "device peaks again"):
+                end = runner.measure_peaks(
+                    list(info.get("peaks", {})), info.get("threads", 1), info.get("precision", "fp32")
+                )
             info["peaks"] = peak.best_of(info.get("peaks", {}), end)
+            if not self.resumed:  # a resumed run's process started part-way: its age is no run's length
+                info["report_at_s"] = processes.age_s()
             records.write_json(run_dir / records.ENV, info)
         report_failed = False
         if self.results.exists():
@@ -221,6 +233,17 @@ class Session:
             print(f"{len(failed)} failed cells, {len(problems)} physics violations (--strict)", file=sys.stderr)
             return 1
         return 1 if report_failed else 0
+
+
+@contextmanager
+def timed(phases: dict[str, float], name: str) -> Iterator[None]:
+    """Add the seconds the block took to ``phases[name]`` (env.json's ``phases_s``: the run's own
+    start and close, which no record holds; harness.reporting.run_time)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases[name] = phases.get(name, 0.0) + time.perf_counter() - t0
 
 
 def new_run(args: argparse.Namespace, adapters: Adapters) -> tuple[Path, Run]:

@@ -72,6 +72,10 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
         assert cuda["status"] == "ok" and cuda["device"] == "cuda" and cuda["rounds_done"] == 2
     env = json.loads((run / records.ENV).read_text())
     assert env["threads"] >= 1 and "torch" in env["packages"]
+    # the run's own start and close, timed in the bench process (harness.session.timed)
+    own = ["start-up and plan", "doctor", "kernel JIT warm-up", "device peaks", "kernel floors", "device peaks again"]
+    assert list(env["phases_s"]) == own and all(s >= 0 for s in env["phases_s"].values())
+    assert env["report_at_s"] > sum(env["phases_s"].values()), "the run's whole length holds its phases"
     peak = env["peaks"]["cpu"]["matmul_gflops"]
     assert peak > 1 and env["peaks"]["cpu"]["copy_gbs"] > 0
     # physics: the achieved rate is real work over synced time, below what the device can do

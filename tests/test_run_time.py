@@ -86,3 +86,27 @@ def test_a_generation_started_side_by_side_counts_its_start_from_first_start_to_
     assert "Later generations that timed no floor started them two at a time" in text
     assert "one started beside another shared the CPU with it" in text
     assert "two at a time" not in "\n".join(run_time.section(procs[:2]))
+
+
+def test_the_runs_own_start_and_close_and_its_whole_length_come_from_its_phases():
+    """env.json's ``phases_s`` (harness.session.timed) and ``report_at_s``: the start's phases
+    listed (those under 0.05 s left out), the close, and what the run spent around its generations."""
+    procs = [_proc("a", "mlp", 1, 30.0, 150.0), _proc("b", "mlp", 1, 60.0, 115.0)]  # 150 s of generations
+    phases = {"start-up and plan": 3.0, "doctor": 15.0, "kernel JIT warm-up": 0.001, "device peaks": 8.0}
+    env = {"phases_s": {**phases, "kernel floors": 34.0, "device peaks again": 9.0}, "report_at_s": 240.0}
+    text = "\n".join(run_time.section(procs, {"vm": env}))
+    assert "are not counted here, but below it." in text
+    assert (
+        "The run's own start took 1 minutes (start-up and plan 3 s, doctor 15 s, device peaks 8 s, kernel floors "
+        "34 s) before its first generation; its close, 9 s (device peaks again) before the report."
+    ) in text
+    # 240 s = 4 min: 150 s of generations (2.5), 60 + 9 s of its own (1.15), 21 s around them (0.35)
+    assert (
+        "From the command's start to its report: 4 minutes, the generations above 2.5, its own start and close "
+        "1.15, and 0.35 around the generations"
+    ) in text
+    resumed = {"phases_s": env["phases_s"]}  # no report_at_s: a resumed run's process started part-way
+    assert "From the command's start" not in "\n".join(run_time.section(procs, {"vm": resumed}))
+    two = "\n".join(run_time.section(procs, {"vm": env, "other": env}))
+    assert "own start took" not in two and "not counted here." in two, "a merged report's runs each had their own"
+    assert "own start took" not in "\n".join(run_time.section(procs, {"vm": {}}))

@@ -440,14 +440,22 @@ def test_floors_still_to_time_are_estimated_from_each_cells_first_setup_and_cold
     assert policy.floors_s(tmp_path / "none.jsonl", cells) == 0.0
 
 
-def test_a_budget_keeps_back_what_the_runs_start_took_for_its_closing():
+def test_a_budget_keeps_back_what_the_runs_closing_takes():
     """A run's closing (the peaks again, the report) is inside its budget: the executor keeps back
-    as much as the start (doctor, peaks, floors) took, so the last generation ends that much earlier."""
+    what the start's peaks took and the report's allowance, so the last generation ends that much
+    earlier; where the peaks' time is unknown, as much as the whole start took (doctor, peaks,
+    floors), and never more than that."""
     budget = policy.Budget(600.0, t0=time.monotonic() - 100.0)  # a start of 100 s
     assert budget.left() == pytest.approx(500.0, abs=1.0)
+    budget.keep_back_for_closing(8.0)
+    assert budget.reserve_s == pytest.approx(8.0 + policy.REPORT_S)
+    assert budget.left() == pytest.approx(500.0 - 8.0 - policy.REPORT_S, abs=1.0)
     budget.keep_back_for_closing()
     assert budget.reserve_s == pytest.approx(100.0, abs=1.0)
     assert budget.left() == pytest.approx(400.0, abs=1.0)
+    budget = policy.Budget(600.0, t0=time.monotonic() - 20.0)
+    budget.keep_back_for_closing(8.0)
+    assert budget.reserve_s == pytest.approx(20.0, abs=1.0), "no more than the start took"
     assert policy.Budget(None).left() == math.inf
 
 
@@ -460,9 +468,14 @@ def test_the_local_executor_keeps_the_start_back_from_the_budget(monkeypatch, tm
     seen = []
     monkeypatch.setattr(policy, "run", lambda order, adapters, sink, budget, level: seen.append(budget))
     LocalExecutor({}).run([], Run([], 1, 60.0, 900.0), tmp_path / records.RESULTS, SimpleNamespace(budget=None))
-    (budget,) = seen
-    assert budget.total_s == 900.0 and budget.reserve_s > 0
-    assert budget.reserve_s == pytest.approx(budget.spent(), abs=1.0)  # this process's age: its start
+    # a run whose env.json says what its start's device peaks took keeps back that and the report's allowance
+    records.write_json(tmp_path / records.ENV, {"phases_s": {"doctor": 15.0, "device peaks": 0.5}})
+    LocalExecutor({}).run([], Run([], 1, 60.0, 900.0), tmp_path / records.RESULTS, SimpleNamespace(budget=None))
+    unknown, known = seen
+    assert unknown.total_s == 900.0 and unknown.reserve_s > 0
+    assert unknown.reserve_s == pytest.approx(unknown.spent(), abs=1.0)  # this process's age: its start
+    assert known.reserve_s == pytest.approx(min(known.spent(), 0.5 + policy.REPORT_S), abs=1.0)
+    assert known.reserve_s <= 0.5 + policy.REPORT_S
 
 
 def test_the_progress_line_names_a_generation_beyond_the_planned_rounds_as_extra():

@@ -102,7 +102,7 @@ def render(m: model.Model, plot_dir: Path | None = None) -> str:
     out += hardware(recs, m.envs)
     out += memory(recs)
     out += failures(recs)
-    out += run_time.section(m.processes)
+    out += run_time.section(m.processes, m.envs)
     settings = settings_table(recs)
     if settings:
         out += ["## Framework settings", "", settings, ""]

@@ -9,12 +9,16 @@ through all of it). So a generation's start-ups are the sum of its workers' ``re
 where its workers started two at a time, ``starting_s``: its first start to its last ready) and
 the rest of its wall time is turns (warm-up and retaken turns included) and finishing. Cells that run
 alone (no turns: idiomatic scripts, image loaders) count whole. The run's own start and close (the
-doctor, device peaks, kernel floors, the report) are in no record, so the totals here are the
-generations' alone. A cluster's jobs run side by side on its nodes and record neither time: a
-cluster run has no such section.
+doctor, device peaks, kernel floors, the report) are in no record: the table's totals are the
+generations' alone, and the lines below it read the start and close from env.json's ``phases_s``.
+A cluster's jobs run side by side on its nodes and record neither time: a cluster run has no such
+section.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tabulate import tabulate
 
@@ -57,9 +61,40 @@ def generations(processes: list[Record]) -> dict[str, dict[int, dict[str, float]
     return out
 
 
-def section(processes: list[Record]) -> list[str]:
+#: The phases of a run's start (env.json's ``phases_s``, harness.session), in the order they run.
+START = ("start-up and plan", "doctor", "kernel JIT warm-up", "device peaks", "kernel floors")
+
+
+def own_phases(env: Mapping[str, Any], generations_s: float) -> list[str]:
+    """The run's own start and close (``phases_s``) and, where the run went through to its report
+    in one process (``report_at_s``), its whole length against ``generations_s``; nothing for a
+    run before phases were kept."""
+    phases = env.get("phases_s") or {}
+    if not phases:
+        return []
+
+    def listed(names: Sequence[str]) -> str:
+        return ", ".join(f"{n} {sig(phases[n])} s" for n in names if phases.get(n, 0.0) >= 0.05)
+
+    start = sum(phases.get(n, 0.0) for n in START)
+    close = phases.get("device peaks again")
+    line = f"The run's own start took {_minutes(start)} minutes ({listed(START)}) before its first generation"
+    line += f"; its close, {sig(close)} s (device peaks again) before the report." if close is not None else "."
+    whole = env.get("report_at_s")
+    if whole is not None:
+        rest = whole - generations_s - start - (close or 0.0)
+        line += (
+            f" From the command's start to its report: {_minutes(whole)} minutes, the generations above "
+            f"{_minutes(generations_s)}, its own start and close {_minutes(start + (close or 0.0))}, and "
+            f"{_minutes(max(rest, 0.0))} around the generations (workers ending, each next generation planned)."
+        )
+    return [line, ""]
+
+
+def section(processes: list[Record], envs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     """``## Where the run's time went``, or nothing where no record says how long it took (runs
-    before resident workers kept ``wall_s``)."""
+    before resident workers kept ``wall_s``). ``envs``: the runs' env.json by machine; a run of one
+    adds its own start and close (``own_phases``)."""
     found = generations(processes)
     if not found:
         return []
@@ -82,6 +117,8 @@ def section(processes: list[Record]) -> list[str]:
             ]
         )
     rows.append(["all", "", _minutes(total), _minutes(starts), _minutes(total - starts), "", ""])
+    runs = [e for e in (envs or {}).values() if e]
+    own = own_phases(runs[0], total) if len(runs) == 1 else []
     headers = [
         "workload",
         "generations",
@@ -102,10 +139,12 @@ def section(processes: list[Record]) -> list[str]:
             if any((r.get("starts_at_once") or 1) > 1 for r in processes)
             else ""
         )
-        + "The run's own start and close (doctor, device peaks, kernel floors, the report) are not counted here.",
+        + "The run's own start and close (doctor, device peaks, kernel floors, the report) are not counted here"
+        + (", but below it." if own else "."),
         "",
         tabulate(rows, headers, tablefmt="github", disable_numparse=True),
         "",
+        *own,
     ]
     return out + _per_adapter(processes)
 

@@ -22,10 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-import psutil
-
 from adapters import AdapterInfo
-from harness import records
+from harness import processes, records
 from harness.measuring import timing
 from harness.records import Cell, Record, round_of
 from harness.running import runner, turns
@@ -37,6 +35,9 @@ from harness.stats.cells import combine_all
 #: With a budget, the share of what is left that a generation's turns may take (the rest is
 #: start-up: imports, set-up, compiles), down to a quarter of the profile's turn seconds.
 TURN_SHARE = 0.4
+#: Seconds a run's closing keeps back for its report and what follows its peaks: the report of
+#: the 40-minute default run (165 pairs, 9 plots) took about 5 s on the 2-core VM.
+REPORT_S = 30.0
 #: Generations a group may get when a budget adds them to unsettled groups (looks at its verdicts).
 MAX_GENERATIONS = 4
 
@@ -47,7 +48,7 @@ class Budget:
     start of this process (the bench command: its doctor, peaks and floors are in it)."""
 
     total_s: float | None
-    t0: float = field(default_factory=lambda: time.monotonic() - (time.time() - psutil.Process().create_time()))
+    t0: float = field(default_factory=lambda: time.monotonic() - processes.age_s())
     #: Seconds kept back for the run's closing (its peaks again and the report): see keep_back_for_closing.
     reserve_s: float = 0.0
 
@@ -58,11 +59,14 @@ class Budget:
         """Seconds a generation may still start in (the closing's reserve excluded)."""
         return math.inf if self.total_s is None else self.total_s - self.spent() - self.reserve_s
 
-    def keep_back_for_closing(self) -> None:
-        """Keep back as much as the run has spent so far, its start (imports, doctor, device peaks,
-        kernel floors), for its closing (the peaks again, the report): without it a run whose last
-        generation fitted ended that much past its budget."""
-        self.reserve_s = self.spent()
+    def keep_back_for_closing(self, peaks_s: float | None = None) -> None:
+        """Keep back the run's closing (the device peaks again, the report): without it a run whose
+        last generation fitted ended that much past its budget. ``peaks_s``: what the start's device
+        peaks took (env.json's ``phases_s``), so the closing is that and REPORT_S; unknown, it is
+        as much as the run has spent so far (imports, doctor, peaks, kernel floors). Never more
+        than that."""
+        spent = self.spent()
+        self.reserve_s = spent if peaks_s is None else min(spent, peaks_s + REPORT_S)
 
 
 def generation_s(results: Path, cells: Sequence[Cell], alone: bool = False) -> float:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from adapters import AdapterInfo
+from harness import records
 from harness.records import Cell
 from harness.running import budget
 from harness.running.clusters import EXECUTORS, ExecutorError, SlurmOptions, first_line, lost, make
@@ -101,7 +102,7 @@ class LocalExecutor:
     def run(self, todo: Sequence[tuple[Cell, int]], run: Run, results: Path, progress: MatrixProgress) -> None:
         # A resumed run's budget counts afresh: what it had spent is not known.
         left = budget.Budget(run.budget_s)
-        left.keep_back_for_closing()
+        left.keep_back_for_closing(records.load_env(results.parent).get("phases_s", {}).get("device peaks"))
         progress.budget = left if run.budget_s is not None else None
         level = budget.verdict_level(run.rounds, run.budget_s)
         budget.run(todo, self.adapters, RoundSink(results, run.rounds, run.timeout_s, progress), left, level)

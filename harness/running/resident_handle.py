@@ -111,13 +111,22 @@ class Resident:
         msg = self._recv(timeout_s)
         return msg.get("block_s")
 
-    def finish(self, keep: list[int], timeout_s: float) -> Record:
-        """Ask for the record built from the kept turns, and end the worker."""
+    def ask_finish(self, keep: list[int]) -> None:
+        """Ask for the record built from the kept turns; ``collect`` waits for it. Workers asked
+        one after another, before any is waited for, build their records and exit side by side:
+        nothing is timed once the turns are over."""
         try:
             self._send({"cmd": "finish", "keep": keep})
-            self.proc.wait(timeout=timeout_s)
-        except (Gone, subprocess.TimeoutExpired) as exc:
-            self.reason = "timeout writing its record" if isinstance(exc, subprocess.TimeoutExpired) else str(exc)
+        except Gone as exc:
+            self.reason = str(exc)
+
+    def collect(self, timeout_s: float) -> Record:
+        """The record ``ask_finish`` asked for, once the worker has ended (at most ``timeout_s``)."""
+        if getattr(self, "reason", None) is None:
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.reason = "timeout writing its record"
         return self.record()
 
     def record(self, reason: str | None = None) -> Record:

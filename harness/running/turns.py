@@ -284,9 +284,12 @@ def run_generation(
             "starting_s": starting_s,
             "starts_at_once": at_once,
         }
+        for r in residents:
+            r.ask_finish(kept)
+        deadline = time.monotonic() + sink.timeout_s
         while residents:
             r = residents.pop(0)
-            rec = r.finish(kept, sink.timeout_s)
+            rec = r.collect(max(deadline - time.monotonic(), 1.0))
             done({**rec, **turn_fields} if rec["status"] == "ok" else rec)
         return turn
     finally:
