@@ -237,13 +237,14 @@ class Session:
 
 @contextmanager
 def timed(phases: dict[str, float], name: str) -> Iterator[None]:
-    """Add the seconds the block took to ``phases[name]`` (env.json's ``phases_s``: the run's own
-    start and close, which no record holds; harness.reporting.run_time)."""
+    """Set ``phases[name]`` to the seconds the block took (env.json's ``phases_s``: the run's own
+    start and close, which no record holds; harness.reporting.run_time). A resumed run's close
+    replaces the first process's."""
     t0 = time.perf_counter()
     try:
         yield
     finally:
-        phases[name] = phases.get(name, 0.0) + time.perf_counter() - t0
+        phases[name] = time.perf_counter() - t0
 
 
 def new_run(args: argparse.Namespace, adapters: Adapters) -> tuple[Path, Run]:
