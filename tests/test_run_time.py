@@ -110,3 +110,14 @@ def test_the_runs_own_start_and_close_and_its_whole_length_come_from_its_phases(
     two = "\n".join(run_time.section(procs, {"vm": env, "other": env}))
     assert "own start took" not in two and "not counted here." in two, "a merged report's runs each had their own"
     assert "own start took" not in "\n".join(run_time.section(procs, {"vm": {}}))
+
+
+def test_the_committed_default_run_accounts_for_its_whole_length():
+    """reports/2026-11-27-cpu-default-30m-c (the README quotes it): its generations, its own start
+    and close, and what went around them add up to its 29.5 minutes from command to report."""
+    run = Path(__file__).resolve().parent.parent / "reports" / "2026-11-27-cpu-default-30m-c"
+    m = model.load([run])
+    text = "\n".join(run_time.section(m.processes, m.envs))
+    assert _row(text.splitlines(), "rnn-caption, exact")[:2] == ["rnn-caption, exact", "3"]
+    assert "its close, 8.07 s (device peaks again) before the report." in text
+    assert "From the command's start to its report: 29.5 minutes, the generations above 27.9" in text
