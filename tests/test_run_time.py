@@ -89,27 +89,26 @@ def test_a_generation_started_side_by_side_counts_its_start_from_first_start_to_
 
 
 def test_the_runs_own_start_and_close_and_its_whole_length_come_from_its_phases():
-    """env.json's ``phases_s`` (harness.session.timed) and ``report_at_s``: the start's phases
-    listed (those under 0.05 s left out), the close, and what the run spent around its generations."""
+    """env.json's ``phases_s`` (harness.session.timed) and ``report_at_s``: a table of the start's
+    phases (those under 0.05 s left out), the close, and what the run spent around its generations."""
     procs = [_proc("a", "mlp", 1, 30.0, 150.0), _proc("b", "mlp", 1, 60.0, 115.0)]  # 150 s of generations
     phases = {"start-up and plan": 3.0, "doctor": 15.0, "kernel JIT warm-up": 0.001, "device peaks": 8.0}
     env = {"phases_s": {**phases, "kernel floors": 34.0, "device peaks again": 9.0}, "report_at_s": 240.0}
-    text = "\n".join(run_time.section(procs, {"vm": env}))
-    assert "are not counted here, but below it." in text
-    assert (
-        "The run's own start took 1 minutes (start-up and plan 3 s, doctor 15 s, device peaks 8 s, kernel floors "
-        "34 s) before its first generation; its close, 9 s (device peaks again) before the report."
-    ) in text
-    # 240 s = 4 min: 150 s of generations (2.5), 60 + 9 s of its own (1.15), 21 s around them (0.35)
-    assert (
-        "From the command's start to its report: 4 minutes, the generations above 2.5, its own start and close "
-        "1.15, and 0.35 around the generations"
-    ) in text
+    lines = run_time.section(procs, {"vm": env})
+    assert "are not counted here, but in the table below it." in "\n".join(lines)
+    assert _row(lines, "doctor") == ["doctor", "15", "—"] and _row(lines, "kernel floors")[1] == "34"
+    assert not [line for line in lines if line.startswith("| kernel JIT warm-up ")]
+    assert _row(lines, "the run's own start, before its first generation")[1:] == ["60", "1"]
+    assert _row(lines, "device peaks again: its close, before the report")[1] == "9"
+    # 240 s = 4 min: 150 s of generations (2.5), 60 + 9 s of its own, 21 s around them (0.35)
+    assert _row(lines, "the generations above")[2] == "2.5"
+    assert _row(lines, "around the generations (workers ending, each next generation planned)")[2] == "0.35"
+    assert _row(lines, "the command's start to its report")[2] == "4"
     resumed = {"phases_s": env["phases_s"]}  # no report_at_s: a resumed run's process started part-way
-    assert "From the command's start" not in "\n".join(run_time.section(procs, {"vm": resumed}))
+    assert "the command's start to its report" not in "\n".join(run_time.section(procs, {"vm": resumed}))
     two = "\n".join(run_time.section(procs, {"vm": env, "other": env}))
-    assert "own start took" not in two and "not counted here." in two, "a merged report's runs each had their own"
-    assert "own start took" not in "\n".join(run_time.section(procs, {"vm": {}}))
+    assert "| doctor " not in two and "not counted here." in two, "a merged report's runs each had their own"
+    assert "| doctor " not in "\n".join(run_time.section(procs, {"vm": {}}))
 
 
 def test_the_committed_default_run_accounts_for_its_whole_length():
@@ -117,7 +116,9 @@ def test_the_committed_default_run_accounts_for_its_whole_length():
     and close, and what went around them add up to its 29.5 minutes from command to report."""
     run = Path(__file__).resolve().parent.parent / "reports" / "2026-11-27-cpu-default-30m-c"
     m = model.load([run])
-    text = "\n".join(run_time.section(m.processes, m.envs))
-    assert _row(text.splitlines(), "rnn-caption, exact")[:2] == ["rnn-caption, exact", "3"]
-    assert "its close, 8.07 s (device peaks again) before the report." in text
-    assert "From the command's start to its report: 29.5 minutes, the generations above 27.9" in text
+    lines = run_time.section(m.processes, m.envs)
+    assert _row(lines, "rnn-caption, exact")[:2] == ["rnn-caption, exact", "3"]
+    assert _row(lines, "kernel floors")[1] == "51.1"
+    assert _row(lines, "device peaks again: its close, before the report")[1] == "8.07"
+    assert _row(lines, "the generations above")[2] == "27.9"
+    assert _row(lines, "the command's start to its report")[2] == "29.5"

@@ -17,7 +17,7 @@ section.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from tabulate import tabulate
@@ -66,29 +66,32 @@ START = ("start-up and plan", "doctor", "kernel JIT warm-up", "device peaks", "k
 
 
 def own_phases(env: Mapping[str, Any], generations_s: float) -> list[str]:
-    """The run's own start and close (``phases_s``) and, where the run went through to its report
-    in one process (``report_at_s``), its whole length against ``generations_s``; nothing for a
-    run before phases were kept."""
+    """A table of the run's own start and close (``phases_s``) and, where the run went through
+    to its report in one process (``report_at_s``), its whole length against ``generations_s``;
+    nothing for a run before phases were kept."""
     phases = env.get("phases_s") or {}
     if not phases:
         return []
-
-    def listed(names: Sequence[str]) -> str:
-        return ", ".join(f"{n} {sig(phases[n])} s" for n in names if phases.get(n, 0.0) >= 0.05)
-
     start = sum(phases.get(n, 0.0) for n in START)
     close = phases.get("device peaks again")
-    line = f"The run's own start took {_minutes(start)} minutes ({listed(START)}) before its first generation"
-    line += f"; its close, {sig(close)} s (device peaks again) before the report." if close is not None else "."
+    rows = [[n, sig(phases[n]), DASH] for n in START if phases.get(n, 0.0) >= 0.05]
+    rows.append(["the run's own start, before its first generation", sig(start), _minutes(start)])
+    if close is not None:
+        rows.append(["device peaks again: its close, before the report", sig(close), DASH])
     whole = env.get("report_at_s")
     if whole is not None:
-        rest = whole - generations_s - start - (close or 0.0)
-        line += (
-            f" From the command's start to its report: {_minutes(whole)} minutes, the generations above "
-            f"{_minutes(generations_s)}, its own start and close {_minutes(start + (close or 0.0))}, and "
-            f"{_minutes(max(rest, 0.0))} around the generations (workers ending, each next generation planned)."
-        )
-    return [line, ""]
+        own = start + (close or 0.0)
+        rows += [
+            ["the generations above", DASH, _minutes(generations_s)],
+            ["around the generations (workers ending, each next generation planned)", DASH,
+             _minutes(max(whole - generations_s - own, 0.0))],
+            ["the command's start to its report", DASH, _minutes(whole)],
+        ]  # fmt: skip
+    intro = "The run's own start and close, timed by the bench command (env.json's `phases_s`)" + (
+        ", and its whole length:" if whole is not None else ":"
+    )
+    headers = ["part of the run", "seconds", "minutes"]
+    return [intro, "", tabulate(rows, headers, tablefmt="github", disable_numparse=True), ""]
 
 
 def section(processes: list[Record], envs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
@@ -140,7 +143,7 @@ def section(processes: list[Record], envs: Mapping[str, Mapping[str, Any]] | Non
             else ""
         )
         + "The run's own start and close (doctor, device peaks, kernel floors, the report) are not counted here"
-        + (", but below it." if own else "."),
+        + (", but in the table below it." if own else "."),
         "",
         tabulate(rows, headers, tablefmt="github", disable_numparse=True),
         "",
