@@ -154,8 +154,8 @@ class Session:
         print("asking each framework for its build (doctor) ...", flush=True)
         envs = {c["env"]: c["python"] for c in cells if c.get("env")}
         with timed(phases, "doctor"):
-            adapters = sorted({records.base_adapter(c) for c in cells})
-            info["doctor"] = doctor.diagnose(self.adapters, threads, adapters, envs)
+            names = sorted({records.base_adapter(c) for c in cells})
+            info["doctor"] = doctor.diagnose(self.adapters, threads, names, envs)
         with timed(phases, "kernel JIT warm-up"):
             info["kernel_jit"] = _warm_up(self.adapters, cells, info["doctor"])
         print("measuring device peaks (matmul, copy) ...", flush=True)

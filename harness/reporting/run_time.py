@@ -10,7 +10,7 @@ where its workers started two at a time, ``starting_s``: its first start to its 
 the rest of its wall time is turns (warm-up and retaken turns included) and finishing. Cells that run
 alone (no turns: idiomatic scripts, image loaders) count whole. The run's own start and close (the
 doctor, device peaks, kernel floors, the report) are in no record: the table's totals are the
-generations' alone, and the lines below it read the start and close from env.json's ``phases_s``.
+generations' alone, and a table below it reads the start and close from env.json's ``phases_s``.
 A cluster's jobs run side by side on its nodes and record neither time: a cluster run has no such
 section.
 """
