@@ -725,6 +725,40 @@ def test_a_later_generation_starts_workers_side_by_side_and_one_that_fails_to_st
     assert leftover.stdout == b""
 
 
+@pytest.mark.workers
+def test_a_generations_workers_are_all_asked_for_their_records_before_any_is_waited_for(
+    fault_adapters, tmp_path, monkeypatch
+):
+    """Real workers: once the turns are over, every worker is asked to finish before the first
+    is waited for, so they build their records and exit side by side; each record is still its own."""
+    from harness.running.progress import MatrixProgress
+
+    calls = []
+    ask, collect = resident_handle.Resident.ask_finish, resident_handle.Resident.collect
+
+    def asking(self, keep):
+        calls.append(("ask", self.cell["adapter"]))
+        ask(self, keep)
+
+    def collecting(self, timeout_s):
+        calls.append(("collect", self.cell["adapter"]))
+        return collect(self, timeout_s)
+
+    monkeypatch.setattr(resident_handle.Resident, "ask_finish", asking)
+    monkeypatch.setattr(resident_handle.Resident, "collect", collecting)
+    cells = [{**_cell("fault-ok"), "run_id": "t"}]
+    cells.append({**cells[0], "cell_id": cells[0]["cell_id"] + "|twin", "adapter": "fault-ok~twin1",
+                  "base_adapter": "fault-ok"})  # fmt: skip
+    results = tmp_path / records.RESULTS
+    sink = RoundSink(results, 2, 30.0, MatrixProgress(len(cells), live=False))
+    turns.run_generation(cells, 2, discover(), sink, turns.Turns(0.1, min_turns=2), 1, {}, "g", False)
+    assert [c for c, _ in calls] == ["ask", "ask", "collect", "collect"], calls
+    assert sorted(a for c, a in calls if c == "collect") == ["fault-ok", "fault-ok~twin1"]
+    by = {r["adapter"]: r for r in records.load(results)}
+    assert sorted(by) == ["fault-ok", "fault-ok~twin1"]
+    assert all(r["status"] == "ok" and len(r["turn_ids"]) >= 2 and r["wall_s"] > 0 for r in by.values())
+
+
 def test_a_later_generation_is_estimated_with_the_start_that_side_by_side_starts_saved_elsewhere():
     """A group's first generation started one at a time (``ready_s`` 100 s over its workers, 20 of
     them compiles a warm start saves): where another group's side-by-side start took 0.6 of its
