@@ -7,8 +7,9 @@ turns, ``--rounds`` generations) beside twins of itself: identical twins (the sa
 another name, ``~twin<i>``) and twins slowed by a known share of their step (a busy-wait inside
 the timed region, ``~slow10``, ``~slow25``; harness.running.resident.slowed). Every pair of cells of
 a repeat is judged as a report judges it (harness.stats.verdicts). ``calibration-<K>-generations.md``
-(``--generations K`` judges the first K of each repeat again) gives, per
-true effect, how many pairs were called different (false differences for 0%, power otherwise),
+(``--generations K`` judges the first K of each repeat again; ``--looks`` judges each repeat
+where a budgeted bench would stop adding generations to it, ``calibration-3-to-K-generations``)
+gives, per true effect, how many pairs were called different (false differences for 0%, power otherwise),
 with a Wilson interval, against the targets: at most 5% false, at least 80% power at 10%, 99% at
 25%. A repeat in which a cell is flagged ``contended`` (other load through its kept turns) is
 judged apart, as a report does not rank such a cell. The records of every repeat are kept, so the
@@ -69,6 +70,17 @@ def judge(recs: Sequence[Record], level: float) -> tuple[list[dict[str, Any]], d
         known = [v for r, v in fam.rivals if same(r) and v.judged]
         group.update(leader=lead["adapter"], leader_twins=len(known), family_false=any(v.separated for v in known))
     return out, group
+
+
+def stopping_look(recs: Sequence[Record], first: int, last: int, level: float) -> int:
+    """The generation after which a budgeted bench stops looking at this repeat's group: the first
+    of ``first``..``last`` where none of its verdicts is unsettled (the budget's own test,
+    harness.running.budget.unsettled_groups), else ``last`` (the budget adds a generation to an
+    unsettled group while one fits, up to its MAX_GENERATIONS)."""
+    for k in range(first, last):
+        if not budget.unsettled_groups([r for r in recs if records.round_of(r) <= k], level):
+            return k
+    return last
 
 
 def ok_cells(recs: Sequence[Record]) -> list[Record]:
@@ -212,7 +224,9 @@ def write(
     """``calibration-<K>-generations.md`` and ``.json``: the tables from the uncontended repeats,
     then, where there are two or more, their cells across repeats (``across``, from ``between``),
     then the contended ones (``busy``) apart, with their turn counts."""
-    name = f"calibration-{meta['rounds']}-generations"
+    first, last = meta.get("first_look", meta["rounds"]), meta["rounds"]
+    span = f"{first}-to-{last}" if first < last else f"{last}"
+    name = f"calibration-{span}-generations"
     data = {
         "meta": meta,
         "pairs": _strict(pairs),
@@ -227,9 +241,10 @@ def write(
         f"{meta['adapter']} on `{meta['workload']}` ({meta['device']}), {meta['repeats']} repeats"
         + (f" (and {len(busy)} under contention, judged apart below)" if busy else "")
         + ", each a fresh run "
-        f"of the bench protocol with {meta['rounds']} generations (fresh processes per cell) taking turns; in each "
+        f"of the bench protocol with {last} generations (fresh processes per cell) taking turns; in each "
         f"repeat every adapter's cell runs beside twins of itself: {meta['twins']}, all of them in one group. "
-        f"Judged at {100 * meta['level']:.4g}%. Machine: {meta['machine']}. "
+        + (_looks(groups, first, last) if first < last else "")
+        + f"Judged at {100 * meta['level']:.4g}%. Machine: {meta['machine']}. "
         f"Took {meta['wall_min']:.0f} minutes. Command: `{meta['command']}`.",
         "",
         "Every pair of one repeat whose true ratio is known (identical code, or one side slowed by a "
@@ -288,6 +303,18 @@ def write(
     return path
 
 
+def _looks(groups: list[dict[str, Any]], first: int, last: int) -> str:
+    """What ``--looks`` judged: where each repeat's budgeted bench would have stopped."""
+    stopped = [sum(g["generations"] == k for g in groups) for k in range(first, last + 1)]
+    counts = ", ".join(f"{n} after generation {k}" for k, n in zip(range(first, last + 1), stopped, strict=True))
+    return (
+        f"Each repeat is judged where a budgeted bench stops looking at its group (`--looks`): after generation "
+        f"{first} where every verdict of the group is settled, else after the next while any is unsettled, up to "
+        f"{last} (harness.running.budget.more_generations, at Pocock's per-look level); the quiet repeats stopped "
+        f"{counts}. "
+    )
+
+
 def _machine(repeats: Sequence[tuple[int, Sequence[Record]]]) -> str | None:
     """The CPU the repeats ran on, from their records (a repeat judged again elsewhere keeps it)."""
     return next((str(r["fingerprint"]["cpu"]) for _, recs in repeats for r in recs if r.get("fingerprint")), None)
@@ -310,6 +337,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--judge-only", action="store_true", help="judge the repeats already in --out again, run none")
     parser.add_argument(
         "--generations", type=int, default=None, help="judge only the first N generations of each repeat (default: all)"
+    )
+    parser.add_argument(
+        "--looks",
+        action="store_true",
+        help="judge each repeat where a budgeted bench stops looking: after the quick profile's generations where "
+        "its group is settled, else after the next, up to the last judged",
     )
     args = parser.parse_args(argv)
     adapters = discover()
@@ -368,11 +401,15 @@ def main(argv: list[str] | None = None) -> int:
     setting = {**given, **done.get("setting", {})}
     factors = [float(f) for f in setting["twins"].split(",")]
     keep = args.generations or done["rounds"]
+    first = min(keep, timing.PROFILES["quick"].rounds) if args.looks else keep
     busy: list[dict[str, Any]] = []  # repeats with a contended cell, judged apart
     quiet: list[tuple[int, list[Record]]] = []
     for i, run_dir in enumerate(sorted(out.glob("repeat-*")), start=1):
         recs = [r for r in records.load(run_dir / records.RESULTS) if records.round_of(r) <= keep]
+        stop = stopping_look(recs, first, keep, level)
+        recs = [r for r in recs if records.round_of(r) <= stop]
         found, group = judge(recs, level)
+        group["generations"] = stop
         if contended(recs):
             busy.append({"repeat": i, "pairs": found, "group": group, "turns": turn_counts(recs)})
             continue
@@ -386,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         "repeats": len(groups),
         "contended_repeats": [b["repeat"] for b in busy],
         "rounds": keep,
+        "first_look": first,
         "twins": ", ".join(f"{100 * f:g}%" for f in factors),
         "level": level,
         "machine": _machine(quiet) or env.fingerprint().get("cpu", "?"),
