@@ -8,7 +8,7 @@ from pathlib import Path
 from harness.reporting import calibration_note
 
 
-def _write(folder: Path, rounds: int, judged: bool = True) -> None:
+def _write(folder: Path, rounds: int, judged: bool = True, first_look: int | None = None) -> None:
     high = 1.05 if judged else None
     pairs = [
         {"effect": 0.0, "high": high, "different": False, "right_way": False},
@@ -24,16 +24,20 @@ def _write(folder: Path, rounds: int, judged: bool = True) -> None:
         "twins": "0%, 10%",
         "level": 0.9706,
         "machine": "AMD EPYC",
+        **({"first_look": first_look} if first_look else {}),
     }
     groups = [{"judged": judged, "leader_twins": 1, "family_false": False}]
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"calibration-{rounds}-generations.json").write_text(
+    span = f"{first_look}-to-{rounds}" if first_look else f"{rounds}"
+    (folder / f"calibration-{span}-generations.json").write_text(
         json.dumps({"meta": meta, "pairs": pairs, "groups": groups})
     )
 
 
-def _recs(cpu: str = "AMD EPYC", rounds: int = 3) -> list[dict]:
-    return [{"status": "ok", "fingerprint": {"cpu": cpu}, "device": "cpu", "rounds_done": rounds}]
+def _recs(cpu: str = "AMD EPYC", rounds: int = 3, level: float = 0.95) -> list[dict]:
+    return [
+        {"status": "ok", "fingerprint": {"cpu": cpu}, "device": "cpu", "rounds_done": rounds, "verdict_level": level}
+    ]
 
 
 def test_the_calibration_of_the_runs_machine_is_quoted_with_its_rates_and_intervals(tmp_path):
@@ -54,6 +58,18 @@ def test_of_several_judgings_the_one_closest_to_the_runs_generations(tmp_path):
     assert "4 generations" in line
     (line,) = calibration_note.lines(_recs(rounds=3), tmp_path)
     assert "3 generations" in line
+
+
+def test_a_budgeted_run_quotes_the_judging_where_a_budgeted_run_stops_looking(tmp_path):
+    """A budget looks again at an unsettled group (generation 4): the calibration judged the same way
+    (``--looks``) is its match; a run of fixed rounds keeps the fixed judging of its generations."""
+    for rounds in (3, 4):
+        _write(tmp_path / "cal", rounds)
+    _write(tmp_path / "cal", 4, first_look=3)
+    (line,) = calibration_note.lines(_recs(rounds=3, level=0.9706), tmp_path)
+    assert "3 generations, up to 4 where the group was unsettled (a budgeted run's looks), 97.06%" in line
+    (line,) = calibration_note.lines(_recs(rounds=4), tmp_path)
+    assert "beside twins 0%, 10%, 4 generations, 97.06%" in line
 
 
 def test_another_machine_type_is_told_none_was_calibrated_there(tmp_path):

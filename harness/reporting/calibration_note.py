@@ -59,9 +59,18 @@ def quote(path: Path, data: dict[str, Any]) -> str:
         )
     return (
         f"- Calibration (`reports/{path.parent.name}`, {meta['machine']}, {meta['device']}, {meta['adapter']} on "
-        f"{meta['workload']} beside twins {meta['twins']}, {meta['rounds']} generations, "
+        f"{meta['workload']} beside twins {meta['twins']}, {_generations(meta)}, "
         f"{100 * meta['level']:.4g}%, {meta['repeats']} repeats): " + "; ".join(parts) + "."
     )
+
+
+def _generations(meta: dict[str, Any]) -> str:
+    """How many generations a calibration page judged: a fixed number, or (``--looks``) where a
+    budgeted bench stops: its first look, and one more per look while the group is unsettled."""
+    first, last = meta.get("first_look", meta["rounds"]), meta["rounds"]
+    if first < last:
+        return f"{first} generations, up to {last} where the group was unsettled (a budgeted run's looks)"
+    return f"{last} generations"
 
 
 def _judged(data: dict[str, Any]) -> bool:
@@ -81,13 +90,20 @@ def lines(recs: Sequence[Record], folder: Path = REPORTS) -> list[str]:
         for p, d in committed(folder)
         if (d["meta"].get("machine"), d["meta"].get("device")) in machines and _judged(d)
     ]
-    # per calibration folder, the judging closest to the run's own generations
-    gens = sorted(r.get("rounds_done") or 1 for r in recs if r["status"] == "ok")
+    # per calibration folder, the judging that matches the run: a budgeted run's (it looks again at an
+    # unsettled group) the one judged where such a run stops, else the closest to its own generations
+    ok = [r for r in recs if r["status"] == "ok"]
+    gens = sorted(r.get("rounds_done") or 1 for r in ok)
     typical = gens[len(gens) // 2] if gens else 1
+    budgeted = any((r.get("verdict_level") or 0.95) > 0.95 for r in ok)
+
+    def mismatch(meta: dict[str, Any]) -> tuple[bool, int]:
+        return (meta.get("first_look", meta["rounds"]) < meta["rounds"]) != budgeted, abs(meta["rounds"] - typical)
+
     best: dict[Path, tuple[Path, dict[str, Any]]] = {}
     for p, d in found:
         mine = best.get(p.parent)
-        if mine is None or abs(d["meta"]["rounds"] - typical) < abs(mine[1]["meta"]["rounds"] - typical):
+        if mine is None or mismatch(d["meta"]) < mismatch(mine[1]["meta"]):
             best[p.parent] = (p, d)
     found = [best[k] for k in sorted(best)]
     if not found:
