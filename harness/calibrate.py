@@ -194,6 +194,7 @@ def table(pairs: list[dict[str, Any]]) -> str:
         low, high = wilson(hits, len(judged))
         what, target = TARGETS.get(f, ("detected", "-"))
         widths = sorted((p["high"] - p["low"]) / 2 for p in judged)
+        ratios = sorted(p["ratio"] for p in judged)
         rows.append(
             [
                 f"{100 * f:g}%",
@@ -203,9 +204,19 @@ def table(pairs: list[dict[str, Any]]) -> str:
                 f"{100 * hits / max(len(judged), 1):.1f}% [{100 * low:.1f}, {100 * high:.1f}]",
                 target,
                 f"{100 * widths[len(widths) // 2]:.1f}%" if widths else "-",
+                f"{ratios[len(ratios) // 2]:.3f}" if ratios else "-",
             ]
         )
-    headers = ["true slow-down", "pairs", "judged", "called", "rate [95% Wilson]", "target", "median half-width"]
+    headers = [
+        "true slow-down",
+        "pairs",
+        "judged",
+        "called",
+        "rate [95% Wilson]",
+        "target",
+        "median half-width",
+        "median ratio measured",
+    ]
     return tabulate(rows, headers, tablefmt="github")
 
 
@@ -255,7 +266,10 @@ def write(
         "",
         table(pairs),
         "",
-        "A slowed twin counts as detected only when called slower than its base (the right way).",
+        "A slowed twin counts as detected only when called slower than its base (the right way). Its "
+        "busy-wait adds the share it names to each step's time, yet such twins have measured slower than "
+        "that share: the median ratio its pairs measured (the last column) is the effect the power "
+        "was measured at.",
         "",
         "Each repeat as one group, judged as a report judges a workload (Holm over all its pairs; "
         "the leader is its fastest cell): how often an identical cell is called different.",

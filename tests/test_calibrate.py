@@ -28,6 +28,8 @@ def test_calibration_counts_false_differences_and_power_by_true_effect():
     )
     text = calibrate.table(pairs)
     assert "| 0%" in text and "0 false differences" in text and "2 detected" in text
+    row = next(line for line in text.splitlines() if line.startswith("| 25%"))
+    assert float(row.split("|")[-2]) == pytest.approx(1.25, abs=0.01), "the effect the pairs measured"
     # b leads the group; no cell identical to it, so the family-wise count skips this repeat
     assert group == {"judged": True, "any_pair_false": False, "leader": "b", "leader_twins": 0, "family_false": False}
     _, group = calibrate.judge(aa + slow, 0.95)
