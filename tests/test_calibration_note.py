@@ -11,9 +11,9 @@ from harness.reporting import calibration_note
 def _write(folder: Path, rounds: int, judged: bool = True, first_look: int | None = None) -> None:
     high = 1.05 if judged else None
     pairs = [
-        {"effect": 0.0, "high": high, "different": False, "right_way": False},
-        {"effect": 0.0, "high": high, "different": True, "right_way": False},
-        {"effect": 0.1, "high": high, "different": True, "right_way": True},
+        {"effect": 0.0, "high": high, "different": False, "right_way": False, "ratio": 1.01},
+        {"effect": 0.0, "high": high, "different": True, "right_way": False, "ratio": 1.08},
+        {"effect": 0.1, "high": high, "different": True, "right_way": True, "ratio": 1.15},
     ]
     meta = {
         "adapter": "torch-eager,jax-jit",
@@ -47,7 +47,7 @@ def test_the_calibration_of_the_runs_machine_is_quoted_with_its_rates_and_interv
     assert line.startswith("- Calibration (`reports/2026-11-25-calibration-mixed`, AMD EPYC, cpu, torch-eager,jax-jit")
     assert "3 generations, 97.06%, 2 repeats" in line
     assert "identical cells called different in 1 of 2 pairs (50% [9, 91])" in line
-    assert "a 10% slow-down detected in 1 of 1 pairs (100% [21, 100])" in line
+    assert "a 10% slow-down (measured 1.15x, median) detected in 1 of 1 pairs (100% [21, 100])" in line
     assert "0 of 1 groups" in line
 
 
@@ -98,9 +98,9 @@ def test_the_verdict_between_groups_quotes_the_calibrations_across_two_runs_of_t
         data = json.loads(path.read_text())
         data["between"] = {
             "pairs": [
-                {"effect": 0.0, "high": 1.4, "different": different, "right_way": False},
-                {"effect": 0.0, "high": None, "different": False, "right_way": False},  # not judged
-                {"effect": 0.1, "high": 1.5, "different": False, "right_way": False},
+                {"effect": 0.0, "high": 1.4, "different": different, "right_way": False, "ratio": 1.2},
+                {"effect": 0.0, "high": None, "different": False, "right_way": False, "ratio": 2.0},  # not judged
+                {"effect": 0.1, "high": 1.5, "different": False, "right_way": False, "ratio": 1.1},
             ],
             "groups": [{"repeats": [1, 2], "judged": True, "any_pair_false": different}],
         }
@@ -109,7 +109,16 @@ def test_the_verdict_between_groups_quotes_the_calibrations_across_two_runs_of_t
     assert line == (
         "Between two groups (`steady vs its exact`: Welch's t, nothing pairs their generations), calibrated "
         "between two fresh runs on this CPU model (`reports/2026-11-26-a`, `reports/2026-11-26-b`): "
-        "identical cells called different in 1 of 2 pairs (50% [9, 91]); a 10% slow-down found in 0 of 2 pairs "
-        "(0.0% [0.0, 65.8]). Such a verdict separates only large differences."
+        "identical cells called different in 1 of 2 pairs (50% [9, 91]), in 1 of 2 pairs of runs (50% [9, 91]); "
+        "a 10% slow-down found in 0 of 2 pairs (0.0% [0.0, 65.8]). Identical code ran up to 1.20x slower in one "
+        "run than in the other: the machine's speed drifts between groups, which this verdict does not model, so "
+        "it separates only large differences, and a run whose speed shifted between its groups can separate "
+        "identical code."
     )
     assert calibration_note.across(_recs(cpu="Intel Xeon"), tmp_path) == ""
+    # a folder's other judging of the same repeats (2 generations) does not count its pairs again
+    again = json.loads(path.read_text())
+    again["meta"]["rounds"] = 2
+    again["between"]["pairs"][0]["different"] = False
+    (path.parent / "calibration-2-generations.json").write_text(json.dumps(again))
+    assert calibration_note.across(_recs(), tmp_path) == line

@@ -54,8 +54,10 @@ def quote(path: Path, data: dict[str, Any]) -> str:
     ]
     for effect in sorted({p["effect"] for p in judged if p["effect"]}):
         hit = [p for p in judged if p["effect"] == effect]
+        measured = sorted(p["ratio"] for p in hit)[len(hit) // 2]  # a busy-wait twin runs slower than it names
         parts.append(
-            f"a {effect:.0%} slow-down detected in {_rate(sum(p['right_way'] for p in hit), len(hit), 'pairs')}"
+            f"a {effect:.0%} slow-down (measured {measured:.2f}x, median) detected in "
+            f"{_rate(sum(p['right_way'] for p in hit), len(hit), 'pairs')}"
         )
     return (
         f"- Calibration (`reports/{path.parent.name}`, {meta['machine']}, {meta['device']}, {meta['adapter']} on "
@@ -71,6 +73,11 @@ def _generations(meta: dict[str, Any]) -> str:
     if first < last:
         return f"{first} generations, up to {last} where the group was unsettled (a budgeted run's looks)"
     return f"{last} generations"
+
+
+def _fixed_rounds(meta: dict[str, Any]) -> int:
+    """A page's generations judged, a ``--looks`` page's counted below every fixed one's."""
+    return meta["rounds"] if meta.get("first_look", meta["rounds"]) == meta["rounds"] else 0
 
 
 def _judged(data: dict[str, Any]) -> bool:
@@ -120,21 +127,36 @@ def across(recs: Sequence[Record], folder: Path = REPORTS) -> str:
     fresh run against every cell of its adapter in the next), over all of them together; "" where
     none measured it."""
     machines = _machines(recs)
-    pairs, names = [], []
+    # one page per calibration folder: its judgings of 2, 3 or 4 generations pair the same repeats
+    # again, so counting each would count those pairs more than once (the most generations judged)
+    pages: dict[Path, dict[str, Any]] = {}
     for path, data in committed(folder):
         meta = data["meta"]
         if "between" in data and (meta.get("machine"), meta.get("device")) in machines:
-            pairs += [p for p in data["between"]["pairs"] if p.get("high") is not None and math.isfinite(p["high"])]
-            names.append(f"`reports/{path.parent.name}`")
+            if path.parent not in pages or _fixed_rounds(meta) > _fixed_rounds(pages[path.parent]["meta"]):
+                pages[path.parent] = data
+    pairs, runs, names = [], [], []
+    for parent in sorted(pages):
+        judged = pages[parent]["between"]["pairs"]
+        pairs += [p for p in judged if p.get("high") is not None and math.isfinite(p["high"])]
+        runs += [g for g in pages[parent]["between"]["groups"] if g.get("judged")]
+        names.append(f"`reports/{parent.name}`")
     if not pairs:
         return ""
     null = [p for p in pairs if not p["effect"]]
-    parts = [f"identical cells called different in {_rate(sum(p['different'] for p in null), len(null), 'pairs')}"]
+    false_runs = _rate(sum(g["any_pair_false"] for g in runs), len(runs), "pairs of runs")
+    parts = [
+        f"identical cells called different in {_rate(sum(p['different'] for p in null), len(null), 'pairs')}, "
+        f"in {false_runs}"
+    ]
     for effect in sorted({p["effect"] for p in pairs if p["effect"]}):
         hit = [p for p in pairs if p["effect"] == effect]
         parts.append(f"a {effect:.0%} slow-down found in {_rate(sum(p['right_way'] for p in hit), len(hit), 'pairs')}")
+    drift = max((max(p["ratio"], 1 / p["ratio"]) for p in null), default=1.0)
     return (
         "Between two groups (`steady vs its exact`: Welch's t, nothing pairs their generations), calibrated "
         f"between two fresh runs on this CPU model ({', '.join(names)}): " + "; ".join(parts) + ". "
-        "Such a verdict separates only large differences."
+        f"Identical code ran up to {drift:.2f}x slower in one run than in the other: the machine's speed drifts "
+        "between groups, which this verdict does not model, so it separates only large differences, and a run "
+        "whose speed shifted between its groups can separate identical code."
     )
