@@ -72,6 +72,19 @@ def test_a_budgeted_run_quotes_the_judging_where_a_budgeted_run_stops_looking(tm
     assert "beside twins 0%, 10%, 4 generations, 97.06%" in line
 
 
+def test_a_calibration_of_slowed_twins_only_quotes_its_power_alone(tmp_path):
+    _write(tmp_path / "cal", 3)
+    path = tmp_path / "cal" / "calibration-3-generations.json"
+    data = json.loads(path.read_text())
+    data["pairs"] = [p for p in data["pairs"] if p["effect"]]
+    data["groups"] = [{"judged": False, "any_pair_false": False, "leader_twins": 0, "family_false": False}]
+    path.write_text(json.dumps(data))
+    (line,) = calibration_note.lines(_recs(), tmp_path)
+    assert line.endswith(
+        "2 repeats): a 10% slow-down (measured 1.15x, median) detected in 1 of 1 pairs (100% [21, 100])."
+    )
+
+
 def test_another_machine_type_is_told_none_was_calibrated_there(tmp_path):
     _write(tmp_path / "cal", 3)
     (line,) = calibration_note.lines(_recs(cpu="Intel Xeon"), tmp_path)

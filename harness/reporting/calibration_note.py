@@ -47,11 +47,14 @@ def quote(path: Path, data: dict[str, Any]) -> str:
     judged = [p for p in data["pairs"] if p.get("high") is not None and math.isfinite(p["high"])]
     null = [p for p in judged if not p["effect"]]
     fam = [g for g in data["groups"] if g.get("judged") and g.get("leader_twins")]
-    false_groups = _rate(sum(g["family_false"] for g in fam), len(fam), "groups")
-    parts = [
-        f"identical cells called different in {_rate(sum(p['different'] for p in null), len(null), 'pairs')}",
-        f"a cell identical to the leader marked different in {false_groups} (family-wise)",
-    ]
+    parts = []  # a calibration of slowed twins only judged no identical pair, and says nothing of them
+    if null:
+        parts.append(
+            f"identical cells called different in {_rate(sum(p['different'] for p in null), len(null), 'pairs')}"
+        )
+    if fam:
+        false_groups = _rate(sum(g["family_false"] for g in fam), len(fam), "groups")
+        parts.append(f"a cell identical to the leader marked different in {false_groups} (family-wise)")
     for effect in sorted({p["effect"] for p in judged if p["effect"]}):
         hit = [p for p in judged if p["effect"] == effect]
         measured = sorted(p["ratio"] for p in hit)[len(hit) // 2]  # a busy-wait twin runs slower than it names
