@@ -69,18 +69,23 @@ def quote(path: Path, data: dict[str, Any]) -> str:
     )
 
 
+def _looked(meta: dict[str, Any]) -> bool:
+    """Whether a calibration page was judged where a budgeted bench stops (``--looks``: its first
+    look, and one more per look while the group is unsettled), not at a fixed number of generations."""
+    return meta.get("first_look", meta["rounds"]) < meta["rounds"]
+
+
 def _generations(meta: dict[str, Any]) -> str:
-    """How many generations a calibration page judged: a fixed number, or (``--looks``) where a
-    budgeted bench stops: its first look, and one more per look while the group is unsettled."""
-    first, last = meta.get("first_look", meta["rounds"]), meta["rounds"]
-    if first < last:
+    """How many generations a calibration page judged."""
+    if _looked(meta):
+        first, last = meta["first_look"], meta["rounds"]
         return f"{first} generations, up to {last} where the group was unsettled (a budgeted run's looks)"
-    return f"{last} generations"
+    return f"{meta['rounds']} generations"
 
 
 def _fixed_rounds(meta: dict[str, Any]) -> int:
     """A page's generations judged, a ``--looks`` page's counted below every fixed one's."""
-    return meta["rounds"] if meta.get("first_look", meta["rounds"]) == meta["rounds"] else 0
+    return 0 if _looked(meta) else meta["rounds"]
 
 
 def _judged(data: dict[str, Any]) -> bool:
@@ -108,7 +113,7 @@ def lines(recs: Sequence[Record], folder: Path = REPORTS) -> list[str]:
     budgeted = any((r.get("verdict_level") or 0.95) > 0.95 for r in ok)
 
     def mismatch(meta: dict[str, Any]) -> tuple[bool, int]:
-        return (meta.get("first_look", meta["rounds"]) < meta["rounds"]) != budgeted, abs(meta["rounds"] - typical)
+        return _looked(meta) != budgeted, abs(meta["rounds"] - typical)
 
     best: dict[Path, tuple[Path, dict[str, Any]]] = {}
     for p, d in found:
