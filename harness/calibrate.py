@@ -8,7 +8,8 @@ another name, ``~twin<i>``) and twins slowed by a known share of their step (a b
 the timed region, ``~slow10``, ``~slow25``; harness.running.resident.slowed). Every pair of cells of
 a repeat is judged as a report judges it (harness.stats.verdicts). ``calibration-<K>-generations.md``
 (``--generations K`` judges the first K of each repeat again; ``--looks`` judges each repeat
-where a budgeted bench would stop adding generations to it, ``calibration-3-to-K-generations``)
+where a budgeted bench before 2026-11-27 stopped adding generations to it, at Pocock's level for
+its looks, ``calibration-3-to-K-generations``)
 gives, per true effect, how many pairs were called different (false differences for 0%, power otherwise),
 with a Wilson interval, against the targets: at most 5% false, at least 80% power at 10%, 99% at
 25%. A repeat in which a cell is flagged ``contended`` (other load through its kept turns) is
@@ -39,6 +40,7 @@ from harness.running import budget, executors
 from harness.running.plan import PlanError, plan, twins
 from harness.running.progress import MatrixProgress
 from harness.running.rounds import Run
+from harness.stats import inference, verdicts
 from harness.stats.inference import wilson
 
 #: Targets from the project's issue: false differences at most, power at least.
@@ -55,8 +57,6 @@ def judge(recs: Sequence[Record], level: float) -> tuple[list[dict[str, Any]], d
     interval and the verdict; and the repeat as one group (``verdicts.family`` over all its cells,
     as a report judges a workload): whether any identical pair was separated (pair by pair), and
     whether a cell identical to the leader was marked different from it (family-wise)."""
-    from harness.stats import verdicts
-
     cells = ok_cells(recs)
     out = [p for a, b in itertools.combinations(cells, 2) if (p := known_pair(a, b, level))]
     group: dict[str, Any] = {"judged": bool(_identical(out)), "any_pair_false": any_false(out)}
@@ -72,15 +72,40 @@ def judge(recs: Sequence[Record], level: float) -> tuple[list[dict[str, Any]], d
     return out, group
 
 
+#: The level ``--looks`` judges at unless told: Pocock's for the two looks (generations 3 and 4)
+#: a budgeted bench took before 2026-11-27 (harness.running.budget.VERDICT_LEVEL says why no more).
+LOOKS_LEVEL = inference.pocock_level(budget.MAX_GENERATIONS - timing.PROFILES["quick"].rounds + 1)
+
+
 def stopping_look(recs: Sequence[Record], first: int, last: int, level: float) -> int:
-    """The generation after which a budgeted bench stops looking at this repeat's group: the first
-    of ``first``..``last`` where none of its verdicts is unsettled (the budget's own test,
-    harness.running.budget.unsettled_groups), else ``last`` (the budget adds a generation to an
-    unsettled group while one fits, up to its MAX_GENERATIONS)."""
+    """The generation after which a budgeted bench before 2026-11-27 stopped looking at this
+    repeat's group: the first of ``first``..``last`` where none of its verdicts is unsettled
+    (``unsettled_groups``), else ``last`` (that budget added a generation to an unsettled group
+    while one fitted, up to its MAX_GENERATIONS)."""
     for k in range(first, last):
-        if not budget.unsettled_groups([r for r in recs if records.round_of(r) <= k], level):
+        if not unsettled_groups([r for r in recs if records.round_of(r) <= k], level):
             return k
     return last
+
+
+def unsettled_groups(recs: Sequence[Record], level: float) -> dict[str, int]:
+    """Group -> how many of its pairs of ``ok`` cells are not settled (harness.stats.verdicts.settled),
+    and how many of its cells are separated from the leader alone but not family-wise (``family``):
+    the test by which a budget before 2026-11-27 gave a group another generation."""
+    from harness.stats import cells as stats_cells
+
+    by_group: dict[str, list[Record]] = {}
+    for rec in stats_cells.combine_all(list(recs)):
+        if rec["status"] == "ok" and rec.get("group"):
+            by_group.setdefault(rec["group"], []).append(rec)
+    counts = {}
+    for group, cells in by_group.items():
+        n = sum(not verdicts.settled(a, b, level) for i, a in enumerate(cells) for b in cells[i + 1 :])
+        if len(cells) >= 2:  # and the reports' family-wise marks: separated alone, not against the leader
+            n += sum(v.reason == verdicts.FAMILY for _, v in verdicts.family(cells, level).rivals)
+        if n:
+            counts[group] = n
+    return counts
 
 
 def ok_cells(recs: Sequence[Record]) -> list[Record]:
@@ -322,9 +347,9 @@ def _looks(groups: list[dict[str, Any]], first: int, last: int) -> str:
     stopped = [sum(g["generations"] == k for g in groups) for k in range(first, last + 1)]
     counts = ", ".join(f"{n} after generation {k}" for k, n in zip(range(first, last + 1), stopped, strict=True))
     return (
-        f"Each repeat is judged where a budgeted bench stops looking at its group (`--looks`): after generation "
-        f"{first} where every verdict of the group is settled, else after the next while any is unsettled, up to "
-        f"{last} (harness.running.budget.more_generations, at Pocock's per-look level); the quiet repeats stopped "
+        f"Each repeat is judged where a budgeted bench before 2026-11-27 stopped looking at its group (`--looks`): "
+        f"after generation {first} where every verdict of the group was settled, else after the next while any was "
+        f"unsettled, up to {last} (at Pocock's per-look level); the quiet repeats stopped "
         f"{counts}. "
     )
 
@@ -338,7 +363,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness calibrate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--framework", default="torch-eager", help="adapters, comma-separated (default: torch-eager)")
     parser.add_argument(
-        "--level", type=float, default=None, help="confidence level of the verdicts (default: a budgeted bench's)"
+        "--level",
+        type=float,
+        default=None,
+        help="confidence level of the verdicts (default: a bench's, 95%%; with --looks, Pocock's for its looks)",
     )
     parser.add_argument("--workload", default="mlp")
     parser.add_argument("--device", default="cpu")
@@ -371,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m harness calibrate " + " ".join(sys.argv[1:] if argv is None else argv)
     pairs: list[dict[str, Any]] = []
     groups: list[dict[str, Any]] = []
-    level = args.level or budget.verdict_level(timing.PROFILES["quick"].rounds, 1.0)
+    level = args.level or (LOOKS_LEVEL if args.looks else budget.VERDICT_LEVEL)
     for i in range(1, 0 if args.judge_only else args.repeats + 1):
         run_dir = out / f"repeat-{i:02d}"
         run_dir.mkdir(exist_ok=True)

@@ -91,6 +91,7 @@ class Record(Cell, total=False):
     turns_dropped: int
     turns_contended: int
     verdict_level: float
+    budget_s: float  #: the run's time budget, where it had one (harness.running.budget)
     contended: bool
     other_cpu_cores: float
     noisy: bool
@@ -107,7 +108,8 @@ class Record(Cell, total=False):
     gflops: float | None
     flops_per_step: float | None
     dispatch_floor_s: float
-    dispatch_floor_wall_s: float  #: seconds its measurement took (the budget's estimate of later rounds)
+    dispatch_floor_wall_s: float  #: seconds its preparation and timing took (the budget's estimate of later rounds)
+    dispatch_floor_timed_s: float  #: of those, the seconds its timing took once its worker was ready (alone)
     steady_recompiles: int
     pipelined_recompiles: int
     recompile_times_s: list[float]

@@ -173,7 +173,7 @@ SIDE_BY_SIDE = ("torch-eager", "jax-jit", "keras-torch", "tf-function")
 
 def side_by_side_generation(device: str, tmp_path) -> list[dict]:
     """Generation 2 of the available SIDE_BY_SIDE adapters on ``device`` with a twin of the first:
-    no dispatch floor, so turns.starts_at_once starts two workers at once (each its own CUDA
+    so turns.starts_at_once starts two workers at once (each its own CUDA
     context on one GPU); the records it wrote."""
     from adapters import discover
     from harness import records
@@ -206,7 +206,7 @@ def test_workers_started_side_by_side_on_one_gpu_get_ready_and_take_their_turns_
         pytest.skip(skipped[0]["reason"])
     assert len(recs) >= 3 and all(r["status"] == "ok" for r in recs), [(r["adapter"], r.get("reason")) for r in recs]
     assert all(r["device"] == "cuda" and len(r["turn_ids"]) >= 3 for r in recs)
-    assert all(r["starts_at_once"] == turns.starts_at_once(2, False) == 2 and r["starting_s"] > 0 for r in recs)
+    assert all(r["starts_at_once"] == turns.starts_at_once(2) == 2 and r["starting_s"] > 0 for r in recs)
     # this process's own children only: other tests of a parallel run (-n 8) keep workers of their own
     leftover = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)]
     assert not [c for c in leftover if "worker serve" in c], leftover

@@ -86,6 +86,10 @@ def test_a_generation_started_side_by_side_counts_its_start_from_first_start_to_
     assert "Later generations that timed no floor started them two at a time" in text
     assert "one started beside another shared the CPU with it" in text
     assert "two at a time" not in "\n".join(run_time.section(procs[:2]))
+    floored = [*procs[:3], {**procs[3], "dispatch_floor_wall_s": 3.0, "dispatch_floor_timed_s": 1.0}]
+    text = "\n".join(run_time.section(floored))
+    assert "Later generations started them two at a time" in text, "since 2026-11-27 floors start side by side too"
+    assert "then each floor is timed, one worker at a time (counted with the turns)" in text
 
 
 def test_the_runs_own_start_and_close_and_its_whole_length_come_from_its_phases():

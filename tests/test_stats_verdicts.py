@@ -18,6 +18,7 @@ import pytest
 import scipy.stats
 
 from harness.reporting import breakeven, compare
+from harness.running import budget as policy
 from harness.stats import cells, inference, verdicts
 
 REPS = 2000
@@ -513,14 +514,16 @@ def test_a_pair_the_run_cannot_judge_is_unresolved_everywhere_in_the_report():
     assert re.fullmatch(r"\d\.\d\d \[\d\.\d\d, \d\.\d\d\]( same speed| unresolved)?", _vs_fastest(three[2], three[0]))
 
 
-@pytest.mark.parametrize(("k", "level", "power"), [(4, 0.9706, 0.80), (3, 0.9706, 0.55)])
-def test_the_default_protocol_finds_a_ten_percent_difference_and_keeps_aa_at_the_nominal_rate(k, level, power):
+@pytest.mark.parametrize(("k", "power"), [(4, 0.90), (3, 0.70)])
+def test_the_default_protocol_finds_a_ten_percent_difference_and_keeps_aa_at_the_nominal_rate(k, power):
     """The default run's protocol as it runs: 10 adapters in a group, 8 kept turns a generation
-    (the fewest any group gets: rnn-caption's whole passes), 3 planned generations and a 4th for
-    unsettled groups, at the budget's Pocock level; 3% noise in a process's level (2% between
-    processes, 5% per block over 8 blocks). A true 10% difference: found in 86% of groups once
-    the 4th generation runs, 63% at 3 (a group still unsettled gets the 4th); identical cells at
-    most at the nominal rate (1.4% here)."""
+    (the fewest any group gets: rnn-caption's whole passes), 3 planned generations and a 4th where
+    the budget holds it, its verdicts read once at 95% (harness.running.budget.VERDICT_LEVEL);
+    3% noise in a process's level (2% between processes, 5% per block over 8 blocks). A true 10%
+    difference: found in 93.5% of groups at 4 generations, 76% at 3 (under the protocol before
+    2026-11-27, at Pocock's 97.06% for its looks: 86% and 63%); identical cells at most at the
+    nominal rate (3.0% and 2.0% here)."""
+    level = policy.VERDICT_LEVEL
     effects = np.zeros(10)
     effects[1] = math.log(1.10)
     blocks = simulate(np.random.default_rng(50 + k), 10, k, t=8, effects=effects, process=0.02)

@@ -270,13 +270,17 @@ def _turn_records(adapter: str, factor: float, rounds: int = 3, noise: float = 0
     return out
 
 
-def test_a_budget_looks_again_only_where_verdicts_are_unsettled():
+def test_the_generations_a_budget_looked_again_at_were_those_with_unsettled_verdicts():
+    """The rule a budget gave further generations by until 2026-11-27, kept to judge that protocol
+    (harness.calibrate --looks)."""
+    from harness import calibrate
+
     clear = _turn_records("a", 1.0) + _turn_records("b", 2.0, seed=1) + _turn_records("c", 1.0, seed=2)
-    assert policy.unsettled_groups(clear, 0.95) == {}  # b separated from both; a and c tied within 5%
+    assert calibrate.unsettled_groups(clear, 0.95) == {}  # b separated from both; a and c tied within 5%
     close = _turn_records("a", 1.0, noise=0.05) + _turn_records("b", 1.03, noise=0.05, seed=1)
-    assert policy.unsettled_groups(close, 0.95) == {"mlp|cpu": 1}
-    assert policy.verdict_level(2, None) == 0.95
-    assert 0.95 < policy.verdict_level(2, 900.0) < 0.99  # Pocock: 3 looks (generations 2, 3, 4)
+    assert calibrate.unsettled_groups(close, 0.95) == {"mlp|cpu": 1}
+    assert 0.95 < calibrate.LOOKS_LEVEL < 0.99  # Pocock: 2 looks (generations 3 and 4)
+    assert policy.VERDICT_LEVEL == 0.95, "a budget reads no verdict before its last generation: one look"
 
 
 def test_run_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
@@ -377,7 +381,7 @@ def test_the_local_executor_keeps_the_start_back_from_the_budget(monkeypatch, tm
     from harness.running.rounds import Run
 
     seen = []
-    monkeypatch.setattr(policy, "run", lambda order, adapters, sink, budget, level: seen.append(budget))
+    monkeypatch.setattr(policy, "run", lambda order, adapters, sink, budget: seen.append(budget))
     LocalExecutor({}).run([], Run([], 1, 60.0, 900.0), tmp_path / records.RESULTS, SimpleNamespace(budget=None))
     # a run whose env.json says what its start's device peaks took keeps back that and the report's allowance
     records.write_json(tmp_path / records.ENV, {"phases_s": {"doctor": 15.0, "device peaks": 0.5}})
@@ -434,7 +438,7 @@ def _generations_run(
 ) -> list[tuple[int, bool]]:
     """(generation, floors asked) of each generation policy._run starts for one group of two cells
     per workload, whose generations each take 100 s of the budget (each cell's first set-up and
-    cold window, 30 s, is the estimate of its floor's cost); more generations look at the first."""
+    cold window, 30 s, is the estimate of its floor's cost)."""
     from harness.running.progress import MatrixProgress
 
     tmp_path.mkdir()
@@ -467,7 +471,6 @@ def _generations_run(
         return 1
 
     monkeypatch.setattr(turns, "run_generation", generation)
-    monkeypatch.setattr(policy, "unsettled_groups", lambda recs, level: {"g": 1})
     order = [(c, k) for k in range(1, rounds + 1) for c in cells]
     policy._run(order, {}, RoundSink(results, rounds, 60.0, MatrixProgress(len(order), live=False)), budget, 0.95)
     return started
@@ -494,6 +497,51 @@ def test_floors_wait_for_the_planned_generations_of_the_groups_still_to_run(monk
     assert ample[:6] == [(1, False), (1, False), (2, False), (3, True), (2, False), (3, True)]
     tight = _generations_run(monkeypatch, tmp_path / "b", 3, policy.Budget(620.0, t0=time.monotonic()), ("mlp", "cnn"))
     assert tight[:6] == [(1, False), (1, False), (2, False), (3, False), (2, False), (3, False)]
+
+
+def test_a_budget_adds_generations_fewest_first_then_cheapest_without_reading_a_verdict(monkeypatch, tmp_path):
+    """After the planned rounds, each further generation goes to a group of two cells or more
+    below MAX_GENERATIONS with the fewest generations, the cheapest first, while one fits: chosen
+    by time alone (no verdict is computed, so none decides which group gets one)."""
+    from harness.running.progress import MatrixProgress
+    from harness.stats import verdicts
+
+    def run(left: float) -> list[tuple[str, int]]:
+        results = tmp_path / f"results-{left:g}.jsonl"
+        walls = {"dear": 100.0, "cheap": 50.0, "done": 10.0, "alone": 5.0}
+        gens = {"dear": 3, "cheap": 3, "done": policy.MAX_GENERATIONS, "alone": 3}
+        for group, n in gens.items():
+            for k in range(1, n + 1):
+                for a in "ab" if group != "alone" else "a":
+                    rec = {
+                        "cell_id": f"{a}|{group}",
+                        "adapter": a,
+                        "workload": group,
+                        "run_id": "r",
+                        "profile": "quick",
+                        "device_requested": "cpu",
+                    }
+                    rec.update(schema_version=records.SCHEMA_VERSION, status="ok", round=k, group=group)
+                    records.append(results, {**rec, "wall_s": walls[group], "setup_s": 1.0, "cold_times_s": [1.0]})
+        budget = policy.Budget(left, t0=time.monotonic())
+        started = []
+
+        def generation(part, k, adapters, sink, plan, turn, extra, group, floors):
+            started.append((group, k))
+            budget.t0 -= walls[group]
+            for c in part:
+                records.append(results, {**c, "schema_version": records.SCHEMA_VERSION, "status": "ok", "round": k,
+                                         "group": group, "wall_s": walls[group]})  # fmt: skip
+            return turn
+
+        monkeypatch.setattr(turns, "run_generation", generation)
+        monkeypatch.setattr(verdicts, "pair_verdict", lambda *a, **k: pytest.fail("a verdict was read"))
+        sink = RoundSink(results, 3, 60.0, MatrixProgress(1, live=False))
+        policy.more_generations({}, sink, budget, 1, {"verdict_level": policy.VERDICT_LEVEL})
+        return started
+
+    assert run(1000.0) == [("cheap", 4), ("dear", 4)], "the done group is at its most, the alone one has no pair"
+    assert run(120.0) == [("cheap", 4)], "70 s left do not hold the dear group's 100"
 
 
 def test_a_second_generation_starts_only_where_a_third_fits_beside_it(monkeypatch, tmp_path):
@@ -575,11 +623,10 @@ def test_the_warm_estimate_is_closer_to_the_later_generations_the_default_run_me
         assert abs(warm - took) < abs(cold - took) and warm < cold, (group, cold, warm, took)
 
 
-def test_later_generations_without_floors_start_two_workers_at_a_time_where_two_cores_allow():
-    assert turns.starts_at_once(1, False, cores=16) == 1, "round 1 compiles cold and times its cold window alone"
-    assert turns.starts_at_once(2, True, cores=16) == 1, "a dispatch floor is timed alone"
-    assert turns.starts_at_once(2, False, cores=1) == 1
-    assert turns.starts_at_once(3, False, cores=2) == 2
+def test_later_generations_start_two_workers_at_a_time_where_two_cores_allow():
+    assert turns.starts_at_once(1, cores=16) == 1, "round 1 compiles cold and times its cold window alone"
+    assert turns.starts_at_once(2, cores=1) == 1
+    assert turns.starts_at_once(3, cores=2) == turns.starts_at_once(4, cores=16) == 2
 
 
 class _Starting:
@@ -631,7 +678,7 @@ def test_a_later_generation_starts_workers_side_by_side_and_one_that_fails_to_st
     assert by["fault-hang"]["status"] == "failed" and by["fault-hang"]["reason"].startswith("timeout after 8 s")
     ok = [by["fault-ok"], by["fault-ok~twin1"]]
     assert all(r["status"] == "ok" and len(r["turn_ids"]) >= 2 for r in ok)
-    assert all(r["starts_at_once"] == turns.starts_at_once(2, False) and r["starting_s"] > 0 for r in ok)
+    assert all(r["starts_at_once"] == turns.starts_at_once(2) and r["starting_s"] > 0 for r in ok)
     leftover = subprocess.run(["pgrep", "-f", "harness.running.worker serve"], capture_output=True)
     assert leftover.stdout == b""
 
@@ -692,10 +739,52 @@ def test_a_later_generation_is_estimated_with_the_start_that_side_by_side_starts
     assert policy.next_generation_s(rnn, shares, 0.6) == pytest.approx(280.0 - 0.4 * 80.0)
     side = [{**r, "round": 2, "warm_compiles": True, "starts_at_once": 2, "starting_s": 50.0} for r in rnn]
     assert policy.next_generation_s(side, shares, 0.6) == 300.0, "a side-by-side generation is its own estimate"
-    # a generation that times floors starts one at a time: no saving, and a side-by-side start
-    # (50 s) counts as its one-at-a-time equivalent (50 / 0.6 s)
-    assert policy.next_generation_s(rnn, shares, 0.6, alone=True) == pytest.approx(280.0)
-    assert policy.next_generation_s(side, shares, 0.6, alone=True) == pytest.approx(300.0 + 50.0 / 0.6 - 50.0)
+
+
+def test_a_generations_floors_are_taken_off_its_estimate_as_much_as_they_lengthened_it():
+    """Timed once every worker was ready, a floor lengthened the generation by its timing; prepared
+    in a side-by-side start (40 s of the workers' 80 s of start, which took 50 s), by its share of
+    that start; before 2026-11-27 (no ``dispatch_floor_timed_s``) the whole floor, one at a time."""
+    side = {"starts_at_once": 2, "starting_s": 50.0, "round": 3}
+    gen = [
+        {**side, "ready_s": 50.0, "dispatch_floor_wall_s": 32.0, "dispatch_floor_timed_s": 2.0},
+        {**side, "ready_s": 30.0, "dispatch_floor_wall_s": 11.0, "dispatch_floor_timed_s": 1.0},
+    ]
+    assert policy.floors_wall_s(gen) == pytest.approx(3.0 + 40.0 * 50.0 / 80.0)
+    old = [
+        {"adapter": "a", "round": 3, "ready_s": 50.0, "starting_s": 80.0, "dispatch_floor_wall_s": 30.0},
+        {"adapter": "b", "round": 3, "ready_s": 30.0},
+    ]
+    assert policy.floors_wall_s(old) == pytest.approx(30.0)
+    assert policy.next_generation_s([{**r, "wall_s": 200.0} for r in gen]) == pytest.approx(200.0 - 28.0)
+    assert policy.serial_start_s(old, {}) == pytest.approx(50.0), "a floor's preparation is no start to repeat"
+
+
+@pytest.mark.workers
+def test_a_generation_that_times_floors_starts_its_workers_side_by_side_and_times_each_floor_once_all_are_ready(
+    fault_adapters, tmp_path, monkeypatch
+):
+    """Real workers, generation 2 with floors: started two at a time (each prepares its tiny
+    instance in its start), then each floor timed on its own once every worker is ready, before
+    the first turn; the records hold the floor and what its timing took."""
+    from harness.running.progress import MatrixProgress
+
+    calls = []
+    ready, floor, turn = resident_handle.Resident.ready, resident_handle.Resident.floor, resident_handle.Resident.turn
+    monkeypatch.setattr(resident_handle.Resident, "ready", lambda self, t: calls.append("ready") or ready(self, t))
+    monkeypatch.setattr(resident_handle.Resident, "floor", lambda self, t: calls.append("floor") or floor(self, t))
+    monkeypatch.setattr(resident_handle.Resident, "turn", lambda self, *a: calls.append("turn") or turn(self, *a))
+    cells = [{**_cell("fault-ok"), "run_id": "t"}]
+    cells.append({**cells[0], "cell_id": cells[0]["cell_id"] + "|twin", "adapter": "fault-ok~twin1",
+                  "base_adapter": "fault-ok"})  # fmt: skip
+    results = tmp_path / records.RESULTS
+    sink = RoundSink(results, 2, 60.0, MatrixProgress(len(cells), live=False))
+    turns.run_generation(cells, 2, discover(), sink, turns.Turns(0.1, min_turns=2), 1, {}, "g", True)
+    assert calls[:4] == ["ready", "ready", "floor", "floor"] and set(calls[4:]) == {"turn"}, calls
+    recs = records.load(results)
+    assert len(recs) == 2 and all(r["status"] == "ok" and r["starts_at_once"] == 2 for r in recs)
+    assert all(r["dispatch_floor_s"] > 0 for r in recs)
+    assert all(0 < r["dispatch_floor_timed_s"] <= r["dispatch_floor_wall_s"] for r in recs)
 
 
 def test_after_round_one_the_cheapest_groups_further_generations_come_first(tmp_path):

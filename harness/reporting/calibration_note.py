@@ -105,15 +105,16 @@ def lines(recs: Sequence[Record], folder: Path = REPORTS) -> list[str]:
         for p, d in committed(folder)
         if (d["meta"].get("machine"), d["meta"].get("device")) in machines and _judged(d)
     ]
-    # per calibration folder, the judging that matches the run: a budgeted run's (it looks again at an
-    # unsettled group) the one judged where such a run stops, else the closest to its own generations
+    # per calibration folder, the judging that matches the run: a run that looked again at an unsettled
+    # group (a budgeted run before 2026-11-27, at Pocock's level) the one judged where such a run
+    # stopped, else the closest to its own generations
     ok = [r for r in recs if r["status"] == "ok"]
     gens = sorted(r.get("rounds_done") or 1 for r in ok)
     typical = gens[len(gens) // 2] if gens else 1
-    budgeted = any((r.get("verdict_level") or 0.95) > 0.95 for r in ok)
+    looked = any((r.get("verdict_level") or 0.95) > 0.95 for r in ok)
 
     def mismatch(meta: dict[str, Any]) -> tuple[bool, int]:
-        return _looked(meta) != budgeted, abs(meta["rounds"] - typical)
+        return _looked(meta) != looked, abs(meta["rounds"] - typical)
 
     best: dict[Path, tuple[Path, dict[str, Any]]] = {}
     for p, d in found:

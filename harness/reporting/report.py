@@ -50,7 +50,8 @@ def generations_note(group: Sequence[Record]) -> list[str]:
     ran = min(len(r["group_generations"]) for r in ok)
     if ran >= planned:
         return []
-    budgeted = ok[0].get("verdict_level", 0.95) > 0.95  # a budget's looks raise the level (Pocock)
+    # a budget's records say so; before 2026-11-27 they did not, but its looks raised the level (Pocock)
+    budgeted = ok[0].get("budget_s") is not None or ok[0].get("verdict_level", 0.95) > 0.95
     why = "the run's time budget ran out before the next one" if budgeted else "see Status"
     said = f"Generations: {ran} of the {planned} planned ({why})"
     said += "; with fewer than 3, every pair stays `unresolved`" if ran < 3 else ""

@@ -3,11 +3,12 @@ turns, per workload group and per adapter, read from every process's record (the
 ``processes``, harness.reporting.model).
 
 A generation (harness.running.turns) starts its workers one at a time, each alone (import,
-set-up, cold window, and a dispatch floor where one is timed: the record's ``ready_s``), then
-takes turns; its wall time is its longest-lived worker's (``wall_s``, the first started lives
-through all of it). So a generation's start-ups are the sum of its workers' ``ready_s`` (or,
-where its workers started two at a time, ``starting_s``: its first start to its last ready) and
-the rest of its wall time is turns (warm-up and retaken turns included) and finishing. Cells that run
+set-up, cold window, and a dispatch floor's set-up where one is planned: the record's ``ready_s``;
+before 2026-11-27 the floor was timed there too), then times the floors and takes turns; its
+wall time is its longest-lived worker's (``wall_s``, the first started lives through all of it).
+So a generation's start-ups are the sum of its workers' ``ready_s`` (or, where its workers
+started two at a time, ``starting_s``: its first start to its last ready) and the rest of its
+wall time is floors, turns (warm-up and retaken turns included) and finishing. Cells that run
 alone (no turns: idiomatic scripts, image loaders) count whole. The run's own start and close (the
 doctor, device peaks, kernel floors, the report) are in no record: the table's totals are the
 generations' alone, and a table below it reads the start and close from env.json's ``phases_s``.
@@ -131,14 +132,20 @@ def section(processes: list[Record], envs: Mapping[str, Mapping[str, Any]] | Non
         "generation 1",
         "each later one (mean)",
     ]
+    floors_after_start = any("dispatch_floor_timed_s" in r for r in processes)  # since 2026-11-27
     out = [
         "## Where the run's time went",
         "",
         "Minutes of the run's generations (harness.running.turns): each starts its workers one at a time, alone "
-        "(import, set-up, cold window, a dispatch floor where one is timed), then they take turns. "
         + (
-            "Later generations that timed no floor started them two at a time, each next one as soon as one was "
-            "ready (their start counts from the first start to the last ready). "
+            "(import, set-up, cold window, a dispatch floor's set-up where one is planned), then each floor is "
+            "timed, one worker at a time (counted with the turns), then they take turns. "
+            if floors_after_start
+            else "(import, set-up, cold window, a dispatch floor where one is timed), then they take turns. "
+        )
+        + (
+            f"Later generations{'' if floors_after_start else ' that timed no floor'} started them two at a time, "
+            "each next one as soon as one was ready (their start counts from the first start to the last ready). "
             if any((r.get("starts_at_once") or 1) > 1 for r in processes)
             else ""
         )

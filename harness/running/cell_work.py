@@ -194,12 +194,25 @@ def wake(stepper: timing.Stepper, seconds: float = FLOOR_WAKE_S) -> None:
 FLOOR_PROFILE = timing.Profile("floor", 5, 30, 2000, budget_s=0.3, target_rel_iqr=0.05, rounds=1, timeout_s=600)
 
 
-def dispatch_floor(cell: Cell, spec, device: str) -> dict[str, Any]:
-    """The adapter's step time on ``spec.tiny()`` (harness.measuring.floors): a second adapter instance,
-    set up and warmed up like the first (its compiles are not the cell's), its steady step time
-    as the cell's is taken. Once per cell: the caller says when (a cell timed alone in its first
-    round, a resident worker where its cell is planned with ``dispatch_floor``). Not for a cell planned with
-    ``floors: False`` (a calibration's: it judges verdicts alone); a failure is recorded, not raised."""
+@dataclasses.dataclass
+class Floor:
+    """A dispatch floor's tiny adapter instance, set up and compiled (``prepare_floor``), for
+    ``time_floor`` to time."""
+
+    adapter: Any
+    step: Callable[[Any], Any]
+    inputs: list
+    pass_steps: int
+    chained: bool
+    prepared_s: float
+
+
+def prepare_floor(cell: Cell, spec, device: str) -> Floor | dict[str, Any]:
+    """The first half of ``dispatch_floor``: a second adapter instance on ``spec.tiny()`` (its
+    compiles are not the cell's), set up and run untimed through a cold window until a pass
+    compiles nothing, so that timing it later (``time_floor``) needs no compile. Its time is
+    start-up, not measured: a resident worker prepares it beside another's start. A dict where
+    there is no floor to time: ``{}`` (none planned, no tiny spec, unsupported) or the failure."""
     if cell.get("floors") is False:
         return {}
     tiny = spec.tiny()
@@ -218,24 +231,49 @@ def dispatch_floor(cell: Cell, spec, device: str) -> dict[str, Any]:
         mode = "resident" if mode == "loader" and has_images(tiny) else mode
         step, inputs, _, _ = feed(adapter, tiny, mode, batches)
         pass_steps = len(batches) if len({tiny.flops(b) for b in batches}) > 1 else 1  # as bench() decides
-        chained = tiny.task == "train"
-        wake(timing.Stepper(step, adapter.sync, inputs))
-        m = timing.measure(
-            step,
-            adapter.sync,
-            inputs,
-            FLOOR_PROFILE,
-            compiles=compile_count(adapter),
-            pass_steps=pass_steps,
-            chained=chained,
-            blocks=False,  # its synced steps alone: the pipelined blocks would double its cost (whole passes)
-        )
-        return {
-            "dispatch_floor_s": step_time(m.step_times_s, m.step_batches if pass_steps > 1 else None),
-            "dispatch_floor_wall_s": time.perf_counter() - started,
-        }
+        timing.Stepper(step, adapter.sync, inputs, compiles=compile_count(adapter)).cold_window(FLOOR_PROFILE)
+        return Floor(adapter, step, inputs, pass_steps, tiny.task == "train", time.perf_counter() - started)
     except Exception as exc:  # noqa: BLE001 - the floor is extra; the cell's own numbers stand
         return {"dispatch_floor_error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def time_floor(floor: Floor) -> dict[str, Any]:
+    """The second half of ``dispatch_floor``: the prepared instance woken, then its steady step
+    time taken as the cell's is (``dispatch_floor_s``); ``dispatch_floor_timed_s`` is what this
+    took, ``dispatch_floor_wall_s`` that and the preparation. A failure is recorded, not raised."""
+    started = time.perf_counter()
+    try:
+        wake(timing.Stepper(floor.step, floor.adapter.sync, floor.inputs))
+        m = timing.measure(
+            floor.step,
+            floor.adapter.sync,
+            floor.inputs,
+            FLOOR_PROFILE,
+            compiles=compile_count(floor.adapter),
+            pass_steps=floor.pass_steps,
+            chained=floor.chained,
+            blocks=False,  # its synced steps alone: the pipelined blocks would double its cost (whole passes)
+        )
+    except Exception as exc:  # noqa: BLE001 - the floor is extra; the cell's own numbers stand
+        return {"dispatch_floor_error": f"{type(exc).__name__}: {exc}"[:300]}
+    timed = time.perf_counter() - started
+    return {
+        "dispatch_floor_s": step_time(m.step_times_s, m.step_batches if floor.pass_steps > 1 else None),
+        "dispatch_floor_wall_s": floor.prepared_s + timed,
+        "dispatch_floor_timed_s": timed,
+    }
+
+
+def dispatch_floor(cell: Cell, spec, device: str) -> dict[str, Any]:
+    """The adapter's step time on ``spec.tiny()`` (harness.measuring.floors): a second adapter instance,
+    set up and warmed up like the first (its compiles are not the cell's), its steady step time
+    as the cell's is taken (``prepare_floor``, then ``time_floor``). Once per cell: the caller says
+    when (a cell timed alone in its first round, a resident worker where its cell is planned with
+    ``dispatch_floor``, which prepares it in its start and times it when the parent asks). Not for
+    a cell planned with ``floors: False`` (a calibration's: it judges verdicts alone); a failure is
+    recorded, not raised."""
+    floor = prepare_floor(cell, spec, device)
+    return floor if isinstance(floor, dict) else time_floor(floor)
 
 
 @dataclasses.dataclass

@@ -104,8 +104,7 @@ class LocalExecutor:
         left = budget.Budget(run.budget_s)
         left.keep_back_for_closing(records.load_env(results.parent).get("phases_s", {}).get("device peaks"))
         progress.budget = left if run.budget_s is not None else None
-        level = budget.verdict_level(run.rounds, run.budget_s)
-        budget.run(todo, self.adapters, RoundSink(results, run.rounds, run.timeout_s, progress), left, level)
+        budget.run(todo, self.adapters, RoundSink(results, run.rounds, run.timeout_s, progress), left)
 
     def close(self) -> None:
         """Nothing held: every worker ends with its generation."""

@@ -70,7 +70,7 @@ class MatrixProgress:
             self._bar.update(self._task, description=what)
 
     def add(self, n: int) -> None:
-        """``n`` more rounds planned (a budget adds generations to unsettled groups)."""
+        """``n`` more rounds planned (a budget adds generations where its time holds them)."""
         self.total += n
         if self._bar:
             self._bar.update(self._task, total=self.total)

@@ -7,13 +7,16 @@ synced steps (each timed alone; about BLOCK_S, whole passes where steps differ i
 cell's first process, every PIPED_EVERY-th turn, one pipelined block (issued back to back, one
 sync), and replies with the synced block's step time. ``finish`` names the turns to keep (the parent
 leaves out turns taken under contention); the record is built from those alone. A cell planned with
-``dispatch_floor`` times its dispatch floor (harness.running.cell_work.dispatch_floor) before
-``ready``, alone: the parent asks once per cell, in its group's last planned generation, so that the
-floors' compiles do not delay the generations the verdicts need. End of file on the command pipe
-(the parent died) ends the worker silently.
+``dispatch_floor`` prepares its dispatch floor's tiny instance (harness.running.cell_work.prepare_floor:
+set-up and compiles, untimed) before ``ready``, and times it on ``floor``, which the parent sends
+before the turns, to one worker at a time while the others wait idle: the parent asks once per
+cell, in its group's last planned generation, so that the floors' compiles do not delay the
+generations the verdicts need. End of file on the command pipe (the parent died) ends the worker
+silently.
 
-Messages are JSON lines: commands ``{"cmd": "turn", "turn": T}``, ``{"cmd": "finish", "keep": [T, ...]}``;
-replies ``{"event": "ready", ...}``, ``{"event": "turn", "turn": T, "block_s": S, ...}``.
+Messages are JSON lines: commands ``{"cmd": "floor"}``, ``{"cmd": "turn", "turn": T}``,
+``{"cmd": "finish", "keep": [T, ...]}``; replies ``{"event": "ready", ...}``, ``{"event": "floor"}``,
+``{"event": "turn", "turn": T, "block_s": S, ...}``.
 """
 
 from __future__ import annotations
@@ -130,14 +133,23 @@ def serve(cell: Cell, fd_in: int, fd_out: int) -> Record | None:
     load.stop(_children())
     steps = block_steps(sizing_step(stepper, s.pass_steps, cold), s.pass_steps)
     extra = {"cold_other_cores": load.other_cores, "cold_contended": load.contended}
-    if cell.get("dispatch_floor"):  # before ready: the other workers wait idle
-        extra.update(cell_work.dispatch_floor(cell, s.spec, s.device))
+    prepared = cell_work.prepare_floor(cell, s.spec, s.device) if cell.get("dispatch_floor") else {}
+    floor: cell_work.Floor | None = None
+    if isinstance(prepared, dict):  # nothing to time: none planned, none for this spec, or why it failed
+        extra.update(prepared)
+    else:
+        floor = prepared
     sampler = UtilSampler(interval_s=0.01) if s.device == "cuda" else None
     turns: dict[int, dict[str, Any]] = {}
     first = round_of(cell) == 1  # later processes are there for the verdicts' synced blocks
     reply.write(json.dumps({"event": "ready", "cold_s": sum(cold), "block_steps": steps}) + "\n")
     for msg in _lines(fd_in):
-        if msg["cmd"] == "turn":
+        if msg["cmd"] == "floor":
+            if floor is not None:
+                extra.update(cell_work.time_floor(floor))
+                floor = None  # the tiny instance is not kept through the turns
+            reply.write(json.dumps({"event": "floor"}) + "\n")
+        elif msg["cmd"] == "turn":
             piped = first and msg["turn"] % PIPED_EVERY == 0
             turns[msg["turn"]] = taken = take_turn(stepper, s, steps, sampler, piped)
             reply.write(json.dumps({"event": "turn", "turn": msg["turn"], "block_s": taken["block_s"]}) + "\n")

@@ -105,6 +105,12 @@ class Resident:
         self.ready_s = time.perf_counter() - self.t0
         return True
 
+    def floor(self, timeout_s: float) -> None:
+        """Time the dispatch floor the worker prepared in its start (if it was planned one): the
+        others wait idle meanwhile. Raises Gone."""
+        self._send({"cmd": "floor"})
+        self._recv(timeout_s)
+
     def turn(self, turn: int, timeout_s: float) -> float | None:
         """One turn's block; its step time (None if every step of it recompiled). Raises Gone."""
         self._send({"cmd": "turn", "turn": turn})
@@ -145,7 +151,7 @@ class Resident:
                 rec.setdefault("stderr_tail", tail)
         rec["wall_s"] = time.perf_counter() - self.t0
         if hasattr(self, "ready_s"):
-            rec["ready_s"] = self.ready_s  # start-up: import, set-up, cold window (and dispatch floor)
+            rec["ready_s"] = self.ready_s  # start-up: import, set-up, cold window (and the floor's preparation)
         self.close()
         return rec
 

@@ -20,24 +20,28 @@ a context each, with no preallocation). A group of more cells than ``resident_li
 as several sub-groups, each its own group.
 
 Dispatch floors (harness.running.cell_work.dispatch_floor, a second tiny instance of each adapter)
-are timed once per cell, by its worker in its group's last planned generation before it says
-``ready`` (the other workers wait idle), where the budget holds them beside it and the planned
-generations of the groups still to run: those generations are what the verdicts need, and in
-round 1 the floors took over a quarter of a slow group's start-up.
+are timed once per cell, by its worker in its group's last planned generation, where the budget
+holds them beside it and the planned generations of the groups still to run: those generations are
+what the verdicts need, and in round 1 the floors took over a quarter of a slow group's start-up.
+The worker sets the tiny instance up and compiles it in its start (``prepare_floor``, untimed, beside
+another worker's start where starts are side by side); once every worker is ready, each times its
+floor in turn (a shuffled order) while the others wait idle.
 
 Which generation runs next, and what a time budget buys, is harness.running.budget's. Cells that
 cannot take turns run alone as before (harness.running.runner.run_cell): the idiomatic
 scripts of ``fidelity`` and image input pipelines (their loader workers would keep decoding while
 other cells take their turns).
 
-Start-ups side by side (``starts_at_once``): a generation after the first whose workers time no
-dispatch floor starts two workers at a time on a machine of two cores or more, each next one as
-soon as one is ready. Nothing measured there is reported: its compiles come from the cache, its
-cold window is round 1's, and the turns begin only once every worker is ready. The blocks of a
-worker whose sizing probe ran beside another's start may be shorter than BLOCK_S, never biased.
-Round 1 (cold compiles, cold windows, break-even) and the floors still start one at a time,
-alone. A generation's records say how long its start took in all (``starting_s``) and how many
-started at once (``starts_at_once``).
+Start-ups side by side (``starts_at_once``): a generation after the first starts two workers at a
+time on a machine of two cores or more, each next one as soon as one is ready. Nothing measured
+there is reported: its compiles come from the cache, its cold window is round 1's, a dispatch floor
+is only prepared there, and the turns (and floors) begin only once every worker is ready. The
+blocks of a worker whose sizing probe ran beside another's start may be shorter than BLOCK_S,
+never biased. Round 1 (cold compiles, cold windows, break-even) still starts one at a time, alone.
+(Until 2026-11-27 a generation that timed floors also started one at a time, the floors timed in
+the start: in the default run's rnn-caption they took 148 of its third generation's 263 s of start.)
+A generation's records say how long its start took in all (``starting_s``, the floors' timing
+not in it) and how many started at once (``starts_at_once``).
 
 Compiler caches (``compile_cache``): each cell gets a compiler cache of its own for the run
 (XLA's persistent cache, Inductor's caches), empty when its first process starts, so that process
@@ -152,12 +156,12 @@ def _gpu_free_bytes() -> int | None:
         return None
 
 
-def starts_at_once(k: int, floors: bool, cores: int | None = None) -> int:
+def starts_at_once(k: int, cores: int | None = None) -> int:
     """Workers generation ``k`` starts at a time (module docstring): 2 after the first generation
-    where no floor is timed and this process may use two cores or more (``cores``), else 1."""
+    where this process may use two cores or more (``cores``), else 1."""
     if cores is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return 2 if k > 1 and not floors and cores >= 2 else 1
+    return 2 if k > 1 and cores >= 2 else 1
 
 
 def first_ready(starting: Sequence[Resident], timeout_s: float) -> Resident:
@@ -198,7 +202,8 @@ def run_generation(
 ) -> int:
     """Generation ``k`` of one group (module docstring): every cell's worker started and warmed
     up in turn, then turns, then each record (with ``extra`` fields) handed to ``sink``; with
-    ``floors``, each cell whose dispatch floor no earlier record holds times it before its turns.
+    ``floors``, each cell whose dispatch floor no earlier record holds prepares it in its start
+    and times it, one worker at a time, before the turns.
     A cell that is skipped, fails or hangs gets its record; the others go on. Returns the next
     free turn number. Every worker is ended on the way out, also on an interruption."""
     residents: list[Resident] = []
@@ -220,7 +225,7 @@ def run_generation(
                 done(r.record(f"{exc} during turn {turn}"))
 
     measured = floors_measured(sink.results) if floors else set()
-    at_once = starts_at_once(k, floors)
+    at_once = starts_at_once(k)
     starting: list[Resident] = []
 
     def settle() -> None:
@@ -253,6 +258,13 @@ def run_generation(
         while starting:
             settle()
         starting_s = time.monotonic() - began
+        for r in rng.sample(residents, len(residents)):  # each floor alone, the others idle
+            if r.cell.get("dispatch_floor"):
+                try:
+                    r.floor(min(sink.timeout_s, TURN_TIMEOUT_S))
+                except Gone as exc:
+                    residents.remove(r)
+                    done(r.record(f"{exc} while timing its dispatch floor"))
         kept: list[int]
         loads: list[MachineLoad]
         turn, kept, dropped, loads = first_turn, [], 0, []

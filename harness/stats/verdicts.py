@@ -29,8 +29,10 @@ of cell c in generation k) and what its group's model says:
   rival, so the comparisons of a group are tested together, Holm's step-down over all of its
   ``n (n - 1) / 2`` pairs (the leader is picked from the data, so its ``n - 1`` comparisons
   alone would not hold the family's rate).
-- **Sequential looks** (a time budget adds generations to unsettled groups and looks again): the
-  level per look comes from Pocock's constants (``pocock_level``).
+- **One look**: a time budget adds generations by time alone, reading no verdict
+  (harness.running.budget.VERDICT_LEVEL), so each verdict is read once at its level. Until
+  2026-11-27 a budget added them to unsettled groups and looked again, at Pocock's level per look
+  (``pocock_level``; harness.calibrate's ``--looks`` judges that protocol).
 - **Judged once** (``judged_once``): within a report's scope every pair's verdict is computed
   once and read by every table, picture and sentence that needs it (harness.reporting.model).
 """
