@@ -683,13 +683,26 @@ def test_a_later_generation_starts_workers_side_by_side_and_one_that_fails_to_st
     assert leftover.stdout == b""
 
 
+def _twins_second_generation(tmp_path, timeout_s: float, floors: bool):
+    """Real workers: generation 2 of fault-ok and an identical twin of it, in one group (with
+    ``floors``, each times its dispatch floor); the run's results file."""
+    from harness.running.progress import MatrixProgress
+
+    cells = [{**_cell("fault-ok"), "run_id": "t"}]
+    cells.append({**cells[0], "cell_id": cells[0]["cell_id"] + "|twin", "adapter": "fault-ok~twin1",
+                  "base_adapter": "fault-ok"})  # fmt: skip
+    results = tmp_path / records.RESULTS
+    sink = RoundSink(results, 2, timeout_s, MatrixProgress(len(cells), live=False))
+    turns.run_generation(cells, 2, discover(), sink, turns.Turns(0.1, min_turns=2), 1, {}, "g", floors)
+    return results
+
+
 @pytest.mark.workers
 def test_a_generations_workers_are_all_asked_for_their_records_before_any_is_waited_for(
     fault_adapters, tmp_path, monkeypatch
 ):
     """Real workers: once the turns are over, every worker is asked to finish before the first
     is waited for, so they build their records and exit side by side; each record is still its own."""
-    from harness.running.progress import MatrixProgress
 
     calls = []
     ask, collect = resident_handle.Resident.ask_finish, resident_handle.Resident.collect
@@ -704,12 +717,7 @@ def test_a_generations_workers_are_all_asked_for_their_records_before_any_is_wai
 
     monkeypatch.setattr(resident_handle.Resident, "ask_finish", asking)
     monkeypatch.setattr(resident_handle.Resident, "collect", collecting)
-    cells = [{**_cell("fault-ok"), "run_id": "t"}]
-    cells.append({**cells[0], "cell_id": cells[0]["cell_id"] + "|twin", "adapter": "fault-ok~twin1",
-                  "base_adapter": "fault-ok"})  # fmt: skip
-    results = tmp_path / records.RESULTS
-    sink = RoundSink(results, 2, 30.0, MatrixProgress(len(cells), live=False))
-    turns.run_generation(cells, 2, discover(), sink, turns.Turns(0.1, min_turns=2), 1, {}, "g", False)
+    results = _twins_second_generation(tmp_path, 30.0, floors=False)
     assert [c for c, _ in calls] == ["ask", "ask", "collect", "collect"], calls
     assert sorted(a for c, a in calls if c == "collect") == ["fault-ok", "fault-ok~twin1"]
     by = {r["adapter"]: r for r in records.load(results)}
@@ -767,19 +775,13 @@ def test_a_generation_that_times_floors_starts_its_workers_side_by_side_and_time
     """Real workers, generation 2 with floors: started two at a time (each prepares its tiny
     instance in its start), then each floor timed on its own once every worker is ready, before
     the first turn; the records hold the floor and what its timing took."""
-    from harness.running.progress import MatrixProgress
 
     calls = []
     ready, floor, turn = resident_handle.Resident.ready, resident_handle.Resident.floor, resident_handle.Resident.turn
     monkeypatch.setattr(resident_handle.Resident, "ready", lambda self, t: calls.append("ready") or ready(self, t))
     monkeypatch.setattr(resident_handle.Resident, "floor", lambda self, t: calls.append("floor") or floor(self, t))
     monkeypatch.setattr(resident_handle.Resident, "turn", lambda self, *a: calls.append("turn") or turn(self, *a))
-    cells = [{**_cell("fault-ok"), "run_id": "t"}]
-    cells.append({**cells[0], "cell_id": cells[0]["cell_id"] + "|twin", "adapter": "fault-ok~twin1",
-                  "base_adapter": "fault-ok"})  # fmt: skip
-    results = tmp_path / records.RESULTS
-    sink = RoundSink(results, 2, 60.0, MatrixProgress(len(cells), live=False))
-    turns.run_generation(cells, 2, discover(), sink, turns.Turns(0.1, min_turns=2), 1, {}, "g", True)
+    results = _twins_second_generation(tmp_path, 60.0, floors=True)
     assert calls[:4] == ["ready", "ready", "floor", "floor"] and set(calls[4:]) == {"turn"}, calls
     recs = records.load(results)
     assert len(recs) == 2 and all(r["status"] == "ok" and r["starts_at_once"] == 2 for r in recs)
