@@ -92,11 +92,9 @@ def unsettled_groups(recs: Sequence[Record], level: float) -> dict[str, int]:
     """Group -> how many of its pairs of ``ok`` cells are not settled (harness.stats.verdicts.settled),
     and how many of its cells are separated from the leader alone but not family-wise (``family``):
     the test by which a budget before 2026-11-27 gave a group another generation."""
-    from harness.stats import cells as stats_cells
-
     by_group: dict[str, list[Record]] = {}
-    for rec in stats_cells.combine_all(list(recs)):
-        if rec["status"] == "ok" and rec.get("group"):
+    for rec in ok_cells(recs):
+        if rec.get("group"):
             by_group.setdefault(rec["group"], []).append(rec)
     counts = {}
     for group, cells in by_group.items():

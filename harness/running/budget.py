@@ -335,18 +335,17 @@ def more_generations(
         candidates = []
         for group, mine in by_group.items():
             k = max(round_of(r) for r in mine)
-            ok = {r["cell_id"] for r in mine if r["status"] == "ok" and r["cell_id"] not in sink.ended}
+            cells = {r["cell_id"]: r for r in mine if r["status"] == "ok" and r["cell_id"] not in sink.ended}
             cost = next_generation_s(mine, shares, factor)
-            if len(ok) >= 2 and k < MAX_GENERATIONS and committed_s(cost, k + 1) < budget.left():
-                candidates.append((k, cost, group, mine))
+            if len(cells) >= 2 and k < MAX_GENERATIONS and committed_s(cost, k + 1) < budget.left():
+                candidates.append((k, cost, group, cells))
         if not candidates:
             return
-        k, _, group, mine = min(candidates, key=lambda c: c[:3])
-        cells = {r["cell_id"]: r for r in mine if r["status"] == "ok" and r["cell_id"] not in sink.ended}
+        k, cost, group, cells = min(candidates, key=lambda c: c[:3])
         planned = [_cell_of(r) for r in cells.values()]
         sink.progress.add(len(planned))
         seconds = turn_seconds(planned)
-        floors = budget.left() >= next_generation_s(mine, shares, factor) + floors_s(sink.results, planned)
+        floors = budget.left() >= cost + floors_s(sink.results, planned)
         turn = turns.run_generation(planned, k + 1, adapters, sink, Turns(seconds), turn, extra, group, floors)
 
 
