@@ -90,6 +90,12 @@ class Record(Cell, total=False):
     turn_block_s: list[float]
     turns_dropped: int
     turns_contended: int
+    #: kept turns a slow cell sat out (harness.running.turns.takes_part; a combined record: over its
+    #: processes); absent: none
+    sat_out_turns: int
+    #: the rule a slow cell's turns followed: ``block_factor`` (its block against the group's median),
+    #: ``blocks`` of every ``turns`` kept turns
+    slow_rule: dict[str, float]
     verdict_level: float
     budget_s: float  #: the run's time budget, where it had one (harness.running.budget)
     contended: bool

@@ -33,6 +33,16 @@ def test_first_step_and_cold_window_are_kept_apart_from_steady_steps():
     assert adapter.batches_seen[:4] == ["b0", "b1", "b0", "b1"]
 
 
+def test_a_warm_step_goes_straight_to_its_steady_window():
+    """A prepared dispatch floor ran its cold window already: none is run again or reported."""
+    clock = FakeClock()
+    adapter = FakeAdapter(clock, [0.01] * 500)
+    m = measure(adapter.train_step, adapter.sync, ["b0", "b1"], PROFILE, adapter.clock, blocks=False, warm=True)
+    assert m.cold_times_s == [] and m.block_times_s == []
+    assert adapter.steps == len(m.step_times_s) and 100 <= adapter.steps <= 101  # its steady window alone
+    assert m.loss_first == 1.0  # the first step's loss (1 / (step + 1)): no cold step came before it
+
+
 def test_min_steps_wins_over_an_exhausted_budget():
     clock = FakeClock()
     m = run(FakeAdapter(clock, [0.5]), ["b"])

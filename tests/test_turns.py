@@ -20,6 +20,8 @@ from harness.running import resident, resident_handle, turns
 from harness.running.plan import plan as plan_cells
 from harness.running.plan import twins
 from harness.running.sink import RoundSink
+from harness.stats import verdicts
+from harness.stats.cells import combine_all
 from tests.conftest import REPO
 from tests.test_faults import FAST, bench
 
@@ -311,6 +313,30 @@ def test_the_method_says_what_the_run_can_tell_apart_and_what_contention_cost():
     assert "Resolution: this run can tell apart differences of about" in text
     assert "Contention: 6 turns were taken while other processes used the CPU" in text  # 2 x 3 generations
     assert "60 turns were kept in 3 generations" in text
+    assert "Slow cells" not in text
+
+
+def test_the_method_names_the_slow_cells_and_the_rule_their_records_kept():
+    """A slow cell keeps 5 of each generation's 20 turns: the contention line still counts the
+    generation's turns, and the Method names the cell and its record's rule."""
+    from harness.measuring import timing
+    from harness.reporting import sections
+
+    raw = _turn_records("a", 1.0) + _turn_records("b", 1.0, seed=1) + _turn_records("c", 9.0, seed=2)
+    rule = {"block_factor": 5.0, "blocks": 5, "turns": 20}
+    for r in raw:
+        r.update(
+            turns_dropped=0, turns_contended=0, protocol={**timing.protocol(timing.PROFILES["quick"]), "mode": "turns"}
+        )
+        if r["adapter"] == "c":
+            keep = r["turn_ids"][::4]
+            r.update(turn_ids=keep, turn_block_s=r["turn_block_s"][::4], sat_out_turns=15, slow_rule=rule)
+    combined = {r["adapter"]: r for r in combine_all(raw)}
+    assert combined["a"]["blocks"] == 20 and combined["c"]["blocks"] == 5 and combined["c"]["sat_out_turns"] == 45
+    text = sections.method(list(combined.values()))
+    assert "60 turns were kept in 3 generations" in text
+    assert "took part in only 5 of every 20 kept turns, spread evenly" in text and ": c on mlp." in text
+    assert "5 times its group's median block" in text
 
 
 def test_a_budget_counts_from_the_command_and_starts_a_round_only_if_it_fits(tmp_path):
@@ -683,18 +709,68 @@ def test_a_later_generation_starts_workers_side_by_side_and_one_that_fails_to_st
     assert leftover.stdout == b""
 
 
-def _twins_second_generation(tmp_path, timeout_s: float, floors: bool):
-    """Real workers: generation 2 of fault-ok and an identical twin of it, in one group (with
-    ``floors``, each times its dispatch floor); the run's results file."""
+def _twins_second_generation(
+    tmp_path, timeout_s: float, floors: bool, slowdowns: tuple[float, ...] = (0.0,), min_turns: int = 2
+):
+    """Real workers: generation 2 of fault-ok and a twin of it for each of ``slowdowns`` (0:
+    identical), in one group (with ``floors``, each times its dispatch floor); the run's results file."""
     from harness.running.progress import MatrixProgress
 
     cells = [{**_cell("fault-ok"), "run_id": "t"}]
-    cells.append({**cells[0], "cell_id": cells[0]["cell_id"] + "|twin", "adapter": "fault-ok~twin1",
-                  "base_adapter": "fault-ok"})  # fmt: skip
+    for i, slowdown in enumerate(slowdowns, 1):
+        cells.append({**cells[0], "cell_id": f"{cells[0]['cell_id']}|twin{i}", "adapter": f"fault-ok~twin{i}",
+                      "base_adapter": "fault-ok", **({"slowdown": slowdown} if slowdown else {})})  # fmt: skip
     results = tmp_path / records.RESULTS
     sink = RoundSink(results, 2, timeout_s, MatrixProgress(len(cells), live=False))
-    turns.run_generation(cells, 2, discover(), sink, turns.Turns(0.1, min_turns=2), 1, {}, "g", floors)
+    turns.run_generation(cells, 2, discover(), sink, turns.Turns(0.1, min_turns=min_turns), 1, {}, "g", floors)
     return results
+
+
+def test_a_worker_is_slow_where_its_block_lasts_five_times_the_groups_median_or_more():
+    assert turns.slow_workers({"a": 0.03, "b": 0.03, "c": 0.15}) == {"c"}  # exactly the factor counts
+    assert turns.slow_workers({"a": 0.03, "b": 0.04, "c": 0.149}) == set()
+    # rnn-caption's blocks in the 2026-11-27 default run: jax-eager's and tf-eager's passes
+    blocks = dict(zip("abcdefghijk", [7.95, 3.41, 0.60, 0.52, 0.51, 0.48, 0.43, 0.43, 0.41, 0.40, 0.39], strict=True))
+    assert turns.slow_workers(blocks) == {"a", "b"}
+    assert turns.slow_workers({"a": 0.03, "b": 10.0}) == set()  # two cells have no typical block
+
+
+@pytest.mark.parametrize("dropped", [(), (0, 1), (2, 5, 6), (7, 7, 7)])
+def test_a_slow_worker_keeps_as_many_blocks_as_a_verdict_needs_spread_over_the_turns(dropped):
+    """8 kept turns: a slow worker takes part in 5 (verdicts.MIN_BLOCKS), never sitting out two
+    turns running; a turn left out for contention (``dropped``: kept turns before it) is taken again."""
+    kept, taken, sat = 0, 0, []
+    retakes = list(dropped)
+    while kept < turns.MIN_TURNS:
+        part = turns.takes_part(taken, kept, turns.MIN_TURNS)
+        if kept in retakes:  # this turn was contended: nobody's block in it counts
+            retakes.remove(kept)
+            continue
+        taken += part
+        sat.append(not part)
+        kept += 1
+    assert taken == verdicts.MIN_BLOCKS == 5 and len(sat) == turns.MIN_TURNS
+    assert not any(a and b for a, b in zip(sat[:-1], sat[1:], strict=True))
+    assert all(turns.takes_part(n, n, min_turns=3) for n in range(10))  # 3 turns: fewer than a verdict needs
+
+
+@pytest.mark.workers
+def test_a_slow_twin_sits_out_turns_and_its_level_rests_on_its_own_blocks(fault_adapters, tmp_path):
+    """Real workers: fault-ok, an identical twin and a twin slowed a hundredfold (its blocks of the
+    fewest steps last far longer) take 8 turns. The slow one keeps 5 blocks, says it sat out 3 and
+    the rule, and the others' levels still rest on all 8 turns."""
+    results = _twins_second_generation(tmp_path, 60.0, floors=False, slowdowns=(0.0, 100.0), min_turns=8)
+    by = {r["adapter"]: r for r in records.load(results)}
+    assert all(r["status"] == "ok" for r in by.values()), by
+    slow = by["fault-ok~twin2"]
+    assert len(slow["turn_ids"]) == 5 and slow["sat_out_turns"] == 3
+    assert slow["slow_rule"] == {"block_factor": turns.SLOW_BLOCK_FACTOR, "blocks": 5, "turns": 8}
+    full = [by["fault-ok"], by["fault-ok~twin1"]]
+    assert all(len(r["turn_ids"]) == 8 and "sat_out_turns" not in r for r in full)
+    assert set(slow["turn_ids"]) < set(full[0]["turn_ids"]) == set(full[1]["turn_ids"])
+    combined = {r["adapter"]: r for r in combine_all(list(by.values()))}
+    assert combined["fault-ok"]["blocks"] == 8 and combined["fault-ok~twin2"]["blocks"] == 5
+    assert combined["fault-ok~twin2"]["round_turns"][2][0] == 8  # the generation's kept turns, not its own
 
 
 @pytest.mark.workers

@@ -133,6 +133,7 @@ def measure(
     pass_steps: int = 1,
     chained: bool = True,
     blocks: bool = True,
+    warm: bool = False,
 ) -> Measurement:
     """Run the timing protocol on placed batches; step i uses batch i % len(batches).
 
@@ -144,12 +145,14 @@ def measure(
     dataset, so each batch counts alike. ``chained`` (training: each step reads the parameters
     the previous one wrote): a block's one sync of its last step covers the block; otherwise
     (inference: independent steps) every step of a block is synced at its end. ``blocks=False``:
-    no pipelined blocks (a dispatch floor needs the synced steps alone).
+    no pipelined blocks (a dispatch floor needs the synced steps alone). ``warm``: the step ran its
+    cold window already (a prepared dispatch floor), so none is run or reported (``cold_times_s``
+    empty, ``loss_first`` the steady window's first loss).
     """
     stepper = Stepper(step_fn, sync, batches, clock, compiles)
     count, run_one = stepper.count, stepper.one
-    cold, values, settled = stepper.cold_window(profile)
-    value = values[-1]
+    cold, values, settled = ([], [], None) if warm else stepper.cold_window(profile)
+    value = values[-1] if values else math.nan
 
     times: list[float] = []
     kept: list[int] = []
@@ -168,6 +171,8 @@ def measure(
                 break  # recompiles took the budget; what ran is reported, recompiles apart
             before, batch = count(), stepper.step % len(batches)
             elapsed, value = run_one()
+            if not values:  # warm: the steady window's first loss is the first
+                values.append(value)
             if count() != before:
                 recompiled.append(elapsed)
             else:

@@ -163,6 +163,25 @@ def _turns_left_out(ok: Sequence[Record]) -> list[str]:
     ]
 
 
+def _slow_cells(ok: Sequence[Record]) -> list[str]:
+    """Which cells sat turns out as slow ones (harness.running.turns.takes_part), and the rule."""
+    slow = [r for r in ok if r.get("sat_out_turns") and r.get("slow_rule")]
+    rules = {json.dumps(r["slow_rule"], sort_keys=True): r["slow_rule"] for r in slow}
+    lines = []
+    for key, rule in sorted(rules.items()):
+        cells = sorted(
+            {f"{r['adapter']} on {r['workload']}" for r in slow if json.dumps(r["slow_rule"], sort_keys=True) == key}
+        )
+        lines.append(
+            f"- Slow cells: a cell whose block (whole passes) lasted {rule['block_factor']:g} times its group's "
+            f"median block or more, in its warm-up turn, took part in only {rule['blocks']:g} of every "
+            f"{rule['turns']:g} kept turns, spread evenly, and its level is the trimmed mean over those blocks "
+            f"(the others' over every turn they kept): {', '.join(cells)}. Its blocks past the fewest a verdict "
+            "needs buy little, since processes differ more than blocks, and took most of a generation's turns."
+        )
+    return lines
+
+
 def _resolution(ok: Sequence[Record]) -> list[str]:
     """What differences this run's verdicts could tell apart: per group, the slow-down a pair of its
     cells would be called different for with 80% power, from the group's prior (a typical pair)."""
@@ -238,7 +257,7 @@ def method(recs: Sequence[Record]) -> str:
             "which compiled cold into an empty cache. TensorFlow has none, and XLA compiles "
             f"{_xla_floor(ok)} (jax-eager's per-op ones) are not cached."
         )
-    lines += _resolution(ok) + _turns_left_out(ok)
+    lines += _resolution(ok) + _turns_left_out(ok) + _slow_cells(ok)
     if any((r.get("protocol") or {}).get("mode") == "turns" for r in ok):  # verdicts from processes taking turns
         lines += calibration_note.lines(ok)
     if any(strategy(r) for r in ok) and (across := calibration_note.across(ok)):

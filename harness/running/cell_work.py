@@ -253,6 +253,7 @@ def time_floor(floor: Floor) -> dict[str, Any]:
             pass_steps=floor.pass_steps,
             chained=floor.chained,
             blocks=False,  # its synced steps alone: the pipelined blocks would double its cost (whole passes)
+            warm=True,  # prepare_floor ran its cold window: another would cost a warm pass or more, untimed
         )
     except Exception as exc:  # noqa: BLE001 - the floor is extra; the cell's own numbers stand
         return {"dispatch_floor_error": f"{type(exc).__name__}: {exc}"[:300]}

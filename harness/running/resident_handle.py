@@ -52,6 +52,7 @@ class Resident:
         self._rep, self._buf = rep_r, b""
         self.t0 = time.perf_counter()
         self.cold_s = 0.0
+        self.block_steps = 1  #: synced steps in each of its blocks (its ``ready`` says)
 
     def _recv(self, timeout_s: float, named_s: float | None = None) -> dict[str, Any]:
         """The next reply, within ``timeout_s`` (a timeout is reported as ``named_s`` where given)."""
@@ -102,6 +103,7 @@ class Resident:
             self.reason = str(exc)
             return False
         self.cold_s = msg.get("cold_s", 0.0)
+        self.block_steps = int(msg.get("block_steps") or 1)
         self.ready_s = time.perf_counter() - self.t0
         return True
 

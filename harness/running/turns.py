@@ -15,6 +15,12 @@ MAX_DROPPED_SHARE of the turns; past that the turns are kept. The records are ma
 when the kept turns, read together as one interval, show such load (one short turn is too few
 clock ticks to tell on its own).
 
+Slow workers (``slow_workers``): a block is whole passes where steps differ in size, so one slow
+adapter's block can last many times the others'. A worker whose warm-up block lasted
+SLOW_BLOCK_FACTOR times its group's median block or more takes part in only verdicts.MIN_BLOCKS of
+every ``min_turns`` kept turns, spread evenly (``takes_part``); its record says how many kept turns it
+sat out (``sat_out_turns``), and its level is read over its own turns (harness.stats.cells).
+
 Memory: every worker of a generation is resident at once (its framework, model and data; on a GPU
 a context each, with no preallocation). A group of more cells than ``resident_limit()`` allows runs
 as several sub-groups, each its own group.
@@ -59,6 +65,7 @@ import os
 import random
 import select
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -75,6 +82,7 @@ from harness.records import Cell, Record
 from harness.running import runner
 from harness.running.resident_handle import Gone, Resident
 from harness.running.sink import RoundSink
+from harness.stats import verdicts
 from workloads.images import has_images
 
 #: Fewest kept turns per generation: each is one block per worker, the unit the verdicts average.
@@ -88,6 +96,13 @@ WORKER_BYTES = 1.5 * 2**30
 GPU_WORKER_BYTES = 2 * 2**30
 #: Without a reply to a turn in this many seconds (or the cell's timeout, if shorter), a worker is hung.
 TURN_TIMEOUT_S = 120.0
+#: A worker whose block (whole passes, as its warm-up turn took it) lasts this many times its
+#: group's median block or more is *slow* (``slow_workers``) and takes part in only
+#: verdicts.MIN_BLOCKS of every ``min_turns`` kept turns, spread evenly (``takes_part``): the
+#: verdicts' error is mostly between processes, so its blocks past the fewest a verdict needs buy
+#: little and took most of a generation's turns (rnn-caption's jax-eager and tf-eager, 8 s and 3.4 s
+#: a pass against a median of 0.45 s, were 72% of them in the 2026-11-27 default run).
+SLOW_BLOCK_FACTOR = 5.0
 
 
 def compile_cache(results: Path, cell: Cell, k: int) -> dict[str, Any]:
@@ -164,6 +179,27 @@ def starts_at_once(k: int, cores: int | None = None) -> int:
     return 2 if k > 1 and cores >= 2 else 1
 
 
+def slow_workers(blocks: Mapping[Any, float], factor: float = SLOW_BLOCK_FACTOR) -> set[Any]:
+    """The workers (keys of ``blocks``: each one's block seconds) whose block lasts ``factor``
+    times the median block or more; none among fewer than three (two cells have no typical block)."""
+    if len(blocks) < 3:
+        return set()
+    middle = statistics.median(blocks.values())
+    return {w for w, s in blocks.items() if middle > 0 and s >= factor * middle}
+
+
+def takes_part(taken: int, kept: int, min_turns: int) -> bool:
+    """Whether a slow worker that took part in ``taken`` of the ``kept`` turns so far takes the
+    next: it keeps verdicts.MIN_BLOCKS blocks of every ``min_turns`` kept turns (all of them where
+    ``min_turns`` is that few), spread evenly; a turn left out for contention is taken again."""
+    return taken * min_turns < verdicts.MIN_BLOCKS * (kept + 1)
+
+
+def slow_rule(plan: Turns) -> dict[str, float]:
+    """The rule a slow worker's turns followed, as its record keeps it (``slow_rule``)."""
+    return {"block_factor": SLOW_BLOCK_FACTOR, "blocks": verdicts.MIN_BLOCKS, "turns": plan.min_turns}
+
+
 def first_ready(starting: Sequence[Resident], timeout_s: float) -> Resident:
     """The starting worker that said ``ready`` (or ended) first; past its ``timeout_s`` from its
     start, the one whose time ran out first (its ``ready`` then fails it)."""
@@ -215,14 +251,21 @@ def run_generation(
     def done(rec: Mapping[str, Any]) -> None:
         sink.finish({**rec, **extra})
 
-    def take(turn: int) -> None:
-        """One turn: every resident worker's block, in a shuffled order; a worker lost fails its cell."""
-        for r in rng.sample(residents, len(residents)):
+    def take(turn: int, part: Sequence[Resident] | None = None) -> dict[Resident, float]:
+        """One turn: the block of every resident worker (of ``part``, where given), in a shuffled
+        order; a worker lost fails its cell. Each block's seconds, where its step time came back."""
+        part = list(residents if part is None else part)
+        took = {}
+        for r in rng.sample(part, len(part)):
             try:
-                r.turn(turn, min(sink.timeout_s, TURN_TIMEOUT_S))
+                step_s = r.turn(turn, min(sink.timeout_s, TURN_TIMEOUT_S))
             except Gone as exc:
                 residents.remove(r)
                 done(r.record(f"{exc} during turn {turn}"))
+                continue
+            if step_s is not None:
+                took[r] = step_s * r.block_steps
+        return took
 
     measured = floors_measured(sink.results) if floors else set()
     at_once = starts_at_once(k)
@@ -269,21 +312,25 @@ def run_generation(
         loads: list[MachineLoad]
         turn, kept, dropped, loads = first_turn, [], 0, []
         # A warm-up turn, not kept: the first after a long wait (caches, thread pools asleep) is no steady step.
-        take(turn)
+        slow = slow_workers(take(turn))
+        taken = dict.fromkeys(slow, 0)
         turn += 1
         start = time.monotonic()
         while residents and len(kept) < plan.max_turns:
             if len(kept) >= plan.min_turns and time.monotonic() - start >= plan.seconds:
                 break
+            part = [r for r in residents if r not in slow or takes_part(taken[r], len(kept), plan.min_turns)]
             load = MachineLoad()
             load.start([r.proc.pid for r in residents])
-            take(turn)
+            take(turn, part)
             load.stop()
             if load.contended and dropped < MAX_DROPPED_SHARE * max(plan.min_turns, len(kept)):
                 dropped += 1
             else:
                 kept.append(turn)
                 loads.append(load)
+                for r in slow.intersection(part):
+                    taken[r] += 1
             turn += 1
         # The cell's tag reads all kept turns as one interval: one short turn is too few ticks to tell.
         whole = MachineLoad.combined(loads)
@@ -302,7 +349,8 @@ def run_generation(
         while residents:
             r = residents.pop(0)
             rec = r.collect(max(deadline - time.monotonic(), 1.0))
-            done({**rec, **turn_fields} if rec["status"] == "ok" else rec)
+            sat_out = {"sat_out_turns": len(kept) - taken[r], "slow_rule": slow_rule(plan)} if r in slow else {}
+            done({**rec, **turn_fields, **sat_out} if rec["status"] == "ok" else rec)
         return turn
     finally:
         for r in residents + starting:

@@ -106,19 +106,23 @@ def combine_all(recs: Sequence[Record]) -> list[Record]:
 
 def _group_levels(cells: list[tuple[tuple, list[Record]]]) -> dict[int, tuple[dict[int, float], int | None]]:
     """For each cell (by ``id`` of its runs): generation -> level over the turns that every ok
-    cell of that generation of its group kept, and the fewest such blocks in any generation."""
+    cell of that generation of its group kept, and the fewest such blocks in any generation. A slow
+    cell that sat some turns out (``sat_out_turns``: harness.running.turns.takes_part) does not
+    narrow the others' turns: its level is over its own, theirs over all they shared."""
     by_group: dict[tuple, list[list[Record]]] = {}
     for key, runs in cells:
         by_group.setdefault((*key[:3], group_of(runs[0])), []).append(runs)
     out: dict[int, tuple[dict[int, float], int | None]] = {}
     for members in by_group.values():
         common: dict[int, set[int]] = {}
-        for runs in members:
-            for r in runs:
-                if r["status"] == "ok" and r.get("turn_block_s"):
-                    ids = set(r.get("turn_ids") or range(len(r["turn_block_s"])))
-                    k = round_of(r)
-                    common[k] = common[k] & ids if k in common else ids
+        for full in (True, False):  # the turns of the cells that took every turn, else the slow ones'
+            shared: dict[int, set[int]] = {}
+            for runs in members:
+                for r in runs:
+                    if r["status"] == "ok" and r.get("turn_block_s") and full != bool(r.get("sat_out_turns")):
+                        ids, k = set(r.get("turn_ids") or range(len(r["turn_block_s"]))), round_of(r)
+                        shared[k] = shared[k] & ids if k in shared else ids
+            common = {**shared, **common}
         for runs in members:
             found = {round_of(r): process_level(r, common.get(round_of(r))) for r in runs if r["status"] == "ok"}
             out[id(runs)] = _levels(found)
@@ -195,13 +199,21 @@ def combine(runs: Sequence[Record], levels: tuple[dict[int, float], int | None] 
         "blocks": blocks,
         "verdict_level": level_of(*runs),
     }
+    if sat_out := sum(r.get("sat_out_turns") or 0 for r in runs):  # a slow cell (harness.running.turns)
+        extra["sat_out_turns"] = sat_out
+        extra["slow_rule"] = next(r["slow_rule"] for r in runs if r.get("slow_rule"))
     cold = [r for r in runs if not r.get("warm_compiles")]  # processes that compiled cold
     if cold and all(r.get("cold_times_s") for r in cold):
         extra["round_cold_times_s"] = [r["cold_times_s"] for r in cold]
         extra["round_cold_contended"] = [bool(r.get("cold_contended")) for r in cold]  # break-even leaves these out
     if all(r.get("turn_ids") is not None for r in runs):  # resident workers: each generation's turns
         extra["round_turns"] = {
-            round_of(r): [len(r["turn_ids"]), r.get("turns_dropped") or 0, r.get("turns_contended") or 0] for r in runs
+            round_of(r): [
+                len(r["turn_ids"]) + (r.get("sat_out_turns") or 0),
+                r.get("turns_dropped") or 0,
+                r.get("turns_contended") or 0,
+            ]
+            for r in runs
         }
     if len(runs) == 1:  # its interval, from the worker, covers the noise within one process
         return cast(Record, {**runs[0], **extra, "ci_kind": "steps"})
