@@ -134,7 +134,13 @@ def known_pair(a: Record, b: Record, level: float) -> dict[str, Any] | None:
         "outcome": v.outcome,
         "different": v.outcome in ("faster", "slower"),
         "right_way": v.outcome == "slower" if effect(b) else None,
+        **({"slow": rule} if (rule := _slow_rule(a) or _slow_rule(b)) else {}),
     }
+
+
+def _slow_rule(rec: Record) -> dict[str, float] | None:
+    """The rule a slow cell's turns followed (harness.running.turns.slow_rule), None for another."""
+    return rec.get("slow_rule") if rec.get("sat_out_turns") else None
 
 
 def _identical(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -294,6 +300,7 @@ def write(
         "that share: the median ratio its pairs measured (the last column) is the effect the power "
         "was measured at.",
         "",
+        *_slow_lines(pairs),
         "Each repeat as one group, judged as a report judges a workload (Holm over all its pairs; "
         "the leader is its fastest cell): how often an identical cell is called different.",
         "",
@@ -338,6 +345,27 @@ def write(
     path = out / f"{name}.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def _slow_lines(pairs: list[dict[str, Any]]) -> list[str]:
+    """The pairs above with a slow cell (one that sat turns out: harness.running.turns.takes_part),
+    apart, and the others: a slow cell's level rests on fewer blocks. None without one."""
+    slow = [p for p in pairs if p.get("slow")]
+    if not slow:
+        return []
+    rule = slow[0]["slow"]
+    return [
+        f"Of those, the pairs with a slow cell (its block lasted {rule['block_factor']:g} times its group's "
+        f"median or more, so it took part in only {rule['blocks']:g} of every {rule['turns']:g} kept turns, its "
+        "level over its own blocks):",
+        "",
+        table(slow),
+        "",
+        "and the pairs of cells that took every turn:",
+        "",
+        table([p for p in pairs if not p.get("slow")]),
+        "",
+    ]
 
 
 def _looks(groups: list[dict[str, Any]], first: int, last: int) -> str:

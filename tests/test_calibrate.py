@@ -126,3 +126,21 @@ def test_a_repeat_is_judged_where_a_budgeted_bench_stops_adding_generations(tmp_
     assert first["ratio"] == pytest.approx(calibrate.judge(three, data["meta"]["level"])[0][0]["ratio"])
     text = (tmp_path / "calibration-3-to-4-generations.md").read_text()
     assert "the quiet repeats stopped 1 after generation 3, 1 after generation 4" in text
+
+
+def test_a_calibration_shows_the_pairs_with_a_slow_cell_apart(tmp_path):
+    """Pairs where a cell sat turns out (its record's ``slow_rule``) get their own rows, with the
+    rule; a page without such a cell stays as it was."""
+    recs = _repeat("r", 0)
+    rule = {"block_factor": 5.0, "blocks": 5, "turns": 20}
+    for r in recs:
+        if r["adapter"] == "a~slow50":
+            keep = r["turn_ids"][::4]
+            r.update(turn_ids=keep, turn_block_s=r["turn_block_s"][::4], sat_out_turns=15, slow_rule=rule)
+    pairs, _ = calibrate.judge(recs, 0.95)
+    slow = [p for p in pairs if p.get("slow")]
+    assert sorted(p["effect"] for p in slow) == [0.5, 0.5] and all(p["slow"] == rule for p in slow)
+    lines = calibrate._slow_lines(pairs)
+    assert "took part in only 5 of every 20 kept turns" in lines[0] and "5 times its group's median" in lines[0]
+    assert "2 detected" in lines[2] and "0 false differences" in lines[6]
+    assert calibrate._slow_lines([p for p in pairs if not p.get("slow")]) == []
