@@ -138,6 +138,7 @@ class Record(Cell, total=False):
     ready_s: float  #: the worker's start: import, set-up, cold window and floor (resident workers)
     starting_s: float  #: its generation's start, its first worker started to its last ready (turns)
     starts_at_once: int  #: workers its generation started at a time (harness.running.turns)
+    quiet_wait_s: float  #: its generation's wait for a quiet machine, all ready, before floors and turns
     setup_s: float  #: the worker's set-up before its first step (build, data, parameters)
     pipelined_blocks_s: list[float]
     turn_block_steps: int  #: steps in each of its blocks (resident workers)

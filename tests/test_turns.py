@@ -163,6 +163,45 @@ def test_short_turns_read_together_see_a_busy_core_one_turn_cannot():
 
 
 @pytest.mark.workers
+def test_a_generation_waits_for_a_busy_core_to_go_quiet_before_its_turns():
+    """A process busy for 1.5 s beside ready workers: the wait lasts until it has ended (how much
+    longer depends on the machine; a lower bound only), and never past its limit."""
+    spinner = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<1.5: pass"])
+    try:
+        time.sleep(0.2)
+        began = time.monotonic()
+        waited = turns.wait_quiet([], wait_s=30.0)
+        assert spinner.poll() is not None and waited >= 1.0 and time.monotonic() - began >= waited
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+def test_the_wait_for_quiet_stops_at_the_first_quiet_window_or_at_its_limit(monkeypatch):
+    looks = []
+
+    class Load:
+        def __init__(self):
+            self.contended = looks.pop(0)
+
+        def start(self, pids):
+            pass
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(turns, "MachineLoad", Load)
+    monkeypatch.setattr(turns.time, "sleep", lambda s: None)
+    looks[:] = [True, True, False, True]
+    turns.wait_quiet([], wait_s=100.0)
+    assert looks == [True], "three windows: two busy, then a quiet one"
+    looks[:] = [True, True]
+    turns.wait_quiet([], wait_s=0.0)
+    assert looks == [True], "past its limit after one window, busy or not"
+    assert [turns.quiet_window_s(c) for c in (1, 2, 16, 64)] == [0.5, 0.5, 3.2, 4.0]
+
+
+@pytest.mark.workers
 def test_machine_load_sees_a_process_outside_the_workers():
     spinner = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<3: pass"])
     try:
@@ -799,6 +838,7 @@ def test_a_generations_workers_are_all_asked_for_their_records_before_any_is_wai
     by = {r["adapter"]: r for r in records.load(results)}
     assert sorted(by) == ["fault-ok", "fault-ok~twin1"]
     assert all(r["status"] == "ok" and len(r["turn_ids"]) >= 2 and r["wall_s"] > 0 for r in by.values())
+    assert all(r["quiet_wait_s"] > 0 for r in by.values())  # one look at the machine at least
 
 
 def test_a_later_generation_is_estimated_with_the_start_that_side_by_side_starts_saved_elsewhere():

@@ -173,9 +173,9 @@ def _slow_cells(ok: Sequence[Record]) -> list[str]:
             {f"{r['adapter']} on {r['workload']}" for r in slow if json.dumps(r["slow_rule"], sort_keys=True) == key}
         )
         lines.append(
-            f"- Slow cells: a cell whose block (whole passes) lasted {rule['block_factor']:g} times its group's "
-            f"median block or more, in its warm-up turn, took part in only {rule['blocks']:g} of every "
-            f"{rule['turns']:g} kept turns, spread evenly, and its level is the trimmed mean over those blocks "
+            f"- Slow cells: a cell whose block (its fewest steps, or whole passes) lasted {rule['block_factor']:g} "
+            f"times its group's median block or more, in its warm-up turn, took part in only {rule['blocks']:g} of "
+            f"every {rule['turns']:g} kept turns, spread evenly, and its level is the trimmed mean over those blocks "
             f"(the others' over every turn they kept): {', '.join(cells)}. Its blocks past the fewest a verdict "
             "needs buy little, since processes differ more than blocks, and took most of a generation's turns."
         )

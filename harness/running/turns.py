@@ -15,8 +15,8 @@ MAX_DROPPED_SHARE of the turns; past that the turns are kept. The records are ma
 when the kept turns, read together as one interval, show such load (one short turn is too few
 clock ticks to tell on its own).
 
-Slow workers (``slow_workers``): a block is whole passes where steps differ in size, so one slow
-adapter's block can last many times the others'. A worker whose warm-up block lasted
+Slow workers (``slow_workers``): a block is whole passes where steps differ in size, and at least
+a few steps, so one slow adapter's block can last many times the others'. A worker whose warm-up block lasted
 SLOW_BLOCK_FACTOR times its group's median block or more takes part in only verdicts.MIN_BLOCKS of
 every ``min_turns`` kept turns, spread evenly (``takes_part``); its record says how many kept turns it
 sat out (``sat_out_turns``), and its level is read over its own turns (harness.stats.cells).
@@ -47,7 +47,9 @@ never biased. Round 1 (cold compiles, cold windows, break-even) still starts one
 (Until 2026-11-27 a generation that timed floors also started one at a time, the floors timed in
 the start: in the default run's rnn-caption they took 148 of its third generation's 263 s of start.)
 A generation's records say how long its start took in all (``starting_s``, the floors' timing
-not in it) and how many started at once (``starts_at_once``).
+not in it) and how many started at once (``starts_at_once``). Once every worker is ready, the
+generation waits for the machine to be quiet (``wait_quiet``, at most QUIET_WAIT_S and as long as
+its start took; ``quiet_wait_s`` on its records) before its floors and turns.
 
 Compiler caches (``compile_cache``): each cell gets a compiler cache of its own for the run
 (XLA's persistent cache, Inductor's caches), empty when its first process starts, so that process
@@ -96,13 +98,21 @@ WORKER_BYTES = 1.5 * 2**30
 GPU_WORKER_BYTES = 2 * 2**30
 #: Without a reply to a turn in this many seconds (or the cell's timeout, if shorter), a worker is hung.
 TURN_TIMEOUT_S = 120.0
-#: A worker whose block (whole passes, as its warm-up turn took it) lasts this many times its
-#: group's median block or more is *slow* (``slow_workers``) and takes part in only
+#: A worker whose block (its fewest steps or whole passes, as its warm-up turn took it) lasts this
+#: many times its group's median block or more is *slow* (``slow_workers``) and takes part in only
 #: verdicts.MIN_BLOCKS of every ``min_turns`` kept turns, spread evenly (``takes_part``): the
 #: verdicts' error is mostly between processes, so its blocks past the fewest a verdict needs buy
 #: little and took most of a generation's turns (rnn-caption's jax-eager and tf-eager, 8 s and 3.4 s
 #: a pass against a median of 0.45 s, were 72% of them in the 2026-11-27 default run).
 SLOW_BLOCK_FACTOR = 5.0
+#: Once every worker is ready, a generation waits for the machine to be quiet (``wait_quiet``)
+#: before it times floors or turns, at most this long and as long as its start took. On the H100 of
+#: 2026-11-27 other load of 0.5-0.6 cores ran through the turns of the mlp bench's generations 2
+#: and 4 (started from the cache, no floors), so each of their cells was tagged contended and not
+#: ranked; generation 3, whose floors' compiles ran before ``ready``, was quiet. A worker's
+#: background start-up going on after its ``ready`` fits that (Inductor, for one, starts a pool of
+#: compile workers), and would load every turn.
+QUIET_WAIT_S = 60.0
 
 
 def compile_cache(results: Path, cell: Cell, k: int) -> dict[str, Any]:
@@ -177,6 +187,28 @@ def starts_at_once(k: int, cores: int | None = None) -> int:
     if cores is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return 2 if k > 1 and cores >= 2 else 1
+
+
+def wait_quiet(pids: list[int], wait_s: float = QUIET_WAIT_S, cores: int | None = None) -> float:
+    """Wait until a window of ``quiet_window_s(cores)`` shows no other load past the contention
+    rule (harness.measuring.contention.MachineLoad; the workers ``pids`` are ours, their live
+    children are not), at most ``wait_s``; the seconds waited, one window at least."""
+    window = quiet_window_s(cores)
+    began = time.monotonic()
+    while True:
+        load = MachineLoad()
+        load.start(pids)
+        time.sleep(window)
+        load.stop()
+        if not load.contended or time.monotonic() - began >= wait_s:
+            return time.monotonic() - began
+
+
+def quiet_window_s(cores: int | None = None) -> float:
+    """How long one look for quiet lasts: 0.2 s a core, from 0.5 to 4 s, so that /proc/stat's
+    ticks (two a core of slack in MachineLoad.contended) leave about 0.1 core of slack."""
+    cores = cores or os.cpu_count() or 1
+    return min(max(0.2 * cores, 0.5), 4.0)
 
 
 def slow_workers(blocks: Mapping[Any, float], factor: float = SLOW_BLOCK_FACTOR) -> set[Any]:
@@ -301,6 +333,8 @@ def run_generation(
         while starting:
             settle()
         starting_s = time.monotonic() - began
+        # never longer than the start took: a machine busy with other work gets no quieter by waiting
+        quiet_s = wait_quiet([r.proc.pid for r in residents], min(QUIET_WAIT_S, starting_s))
         for r in rng.sample(residents, len(residents)):  # each floor alone, the others idle
             if r.cell.get("dispatch_floor"):
                 try:
@@ -342,6 +376,7 @@ def run_generation(
             "steal_share": whole.steal,
             "starting_s": starting_s,
             "starts_at_once": at_once,
+            "quiet_wait_s": quiet_s,
         }
         for r in residents:
             r.ask_finish(kept)
