@@ -64,6 +64,17 @@ class FaultOk(Adapter):
         return {k: v.astype(np.float32) for k, v in self.p.items()}
 
 
+class FaultSlow(FaultOk):
+    """Trains like fault-ok with 0.1 s more a step: its block of the fewest steps lasts far longer
+    than fault-ok's (about 30 ms) on any machine, so it is a slow worker (harness.running.turns)."""
+
+    name = "fault-slow"
+
+    def train_step(self, batch) -> Any:
+        time.sleep(0.1)
+        return super().train_step(batch)
+
+
 class FaultRaise(FaultOk):
     name, fault_step = "fault-raise", 3
 

@@ -749,16 +749,16 @@ def test_a_later_generation_starts_workers_side_by_side_and_one_that_fails_to_st
 
 
 def _twins_second_generation(
-    tmp_path, timeout_s: float, floors: bool, slowdowns: tuple[float, ...] = (0.0,), min_turns: int = 2
+    tmp_path, timeout_s: float, floors: bool, others: tuple[str, ...] = (), min_turns: int = 2
 ):
-    """Real workers: generation 2 of fault-ok and a twin of it for each of ``slowdowns`` (0:
-    identical), in one group (with ``floors``, each times its dispatch floor); the run's results file."""
+    """Real workers: generation 2 of fault-ok, an identical twin of it and a cell of each adapter of
+    ``others``, in one group (with ``floors``, each times its dispatch floor); the run's results file."""
     from harness.running.progress import MatrixProgress
 
     cells = [{**_cell("fault-ok"), "run_id": "t"}]
-    for i, slowdown in enumerate(slowdowns, 1):
-        cells.append({**cells[0], "cell_id": f"{cells[0]['cell_id']}|twin{i}", "adapter": f"fault-ok~twin{i}",
-                      "base_adapter": "fault-ok", **({"slowdown": slowdown} if slowdown else {})})  # fmt: skip
+    cells.append({**cells[0], "cell_id": cells[0]["cell_id"] + "|twin", "adapter": "fault-ok~twin1",
+                  "base_adapter": "fault-ok"})  # fmt: skip
+    cells += [{**_cell(adapter), "run_id": "t"} for adapter in others]
     results = tmp_path / records.RESULTS
     sink = RoundSink(results, 2, timeout_s, MatrixProgress(len(cells), live=False))
     turns.run_generation(cells, 2, discover(), sink, turns.Turns(0.1, min_turns=min_turns), 1, {}, "g", floors)
@@ -794,22 +794,22 @@ def test_a_slow_worker_keeps_as_many_blocks_as_a_verdict_needs_spread_over_the_t
 
 
 @pytest.mark.workers
-def test_a_slow_twin_sits_out_turns_and_its_level_rests_on_its_own_blocks(fault_adapters, tmp_path):
-    """Real workers: fault-ok, an identical twin and a twin slowed a hundredfold (its blocks of the
-    fewest steps last far longer) take 8 turns. The slow one keeps 5 blocks, says it sat out 3 and
-    the rule, and the others' levels still rest on all 8 turns."""
-    results = _twins_second_generation(tmp_path, 60.0, floors=False, slowdowns=(0.0, 100.0), min_turns=8)
+def test_a_slow_cell_sits_out_turns_and_its_level_rests_on_its_own_blocks(fault_adapters, tmp_path):
+    """Real workers: fault-ok, an identical twin and fault-slow (0.1 s more a step: its block of
+    the fewest steps lasts over ten times theirs) take 8 turns. The slow one keeps 5 blocks, says it
+    sat out 3 and the rule, and the others' levels still rest on all 8 turns."""
+    results = _twins_second_generation(tmp_path, 60.0, floors=False, others=("fault-slow",), min_turns=8)
     by = {r["adapter"]: r for r in records.load(results)}
     assert all(r["status"] == "ok" for r in by.values()), by
-    slow = by["fault-ok~twin2"]
+    slow = by["fault-slow"]
     assert len(slow["turn_ids"]) == 5 and slow["sat_out_turns"] == 3
     assert slow["slow_rule"] == {"block_factor": turns.SLOW_BLOCK_FACTOR, "blocks": 5, "turns": 8}
     full = [by["fault-ok"], by["fault-ok~twin1"]]
     assert all(len(r["turn_ids"]) == 8 and "sat_out_turns" not in r for r in full)
     assert set(slow["turn_ids"]) < set(full[0]["turn_ids"]) == set(full[1]["turn_ids"])
     combined = {r["adapter"]: r for r in combine_all(list(by.values()))}
-    assert combined["fault-ok"]["blocks"] == 8 and combined["fault-ok~twin2"]["blocks"] == 5
-    assert combined["fault-ok~twin2"]["round_turns"][2][0] == 8  # the generation's kept turns, not its own
+    assert combined["fault-ok"]["blocks"] == 8 and combined["fault-slow"]["blocks"] == 5
+    assert combined["fault-slow"]["round_turns"][2][0] == 8  # the generation's kept turns, not its own
 
 
 @pytest.mark.workers
