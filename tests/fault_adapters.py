@@ -75,6 +75,20 @@ class FaultSlow(FaultOk):
         return super().train_step(batch)
 
 
+class FaultSlowExit(FaultOk):
+    """Trains like fault-ok; its interpreter's teardown then takes 10 minutes (an exit handler),
+    as a framework's teardown can take seconds: a resident worker's parent takes its record
+    without waiting for its exit."""
+
+    name = "fault-slow-exit"
+
+    def setup(self, spec, params, device, threads):
+        import atexit
+
+        atexit.register(time.sleep, 600)
+        super().setup(spec, params, device, threads)
+
+
 class FaultRaise(FaultOk):
     name, fault_step = "fault-raise", 3
 

@@ -170,7 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     # Taken here, outside the timed window, on the node that ran the cell (a cluster's nodes differ).
     where = {"node": platform.node(), "fingerprint": env.fingerprint()}
     record = amended(record, {"worker_s": time.perf_counter() - t0, **where})
-    args.out.write_text(json.dumps(writable(record), allow_nan=False))
+    # Whole or not at all: a resident worker's parent takes the record as soon as it is there
+    # and ends the worker without waiting for its interpreter to tear down.
+    part = args.out.with_name(args.out.name + ".part")
+    part.write_text(json.dumps(writable(record), allow_nan=False))
+    part.replace(args.out)
     return 0
 
 
