@@ -74,14 +74,14 @@ def judge(recs: Sequence[Record], level: float) -> tuple[list[dict[str, Any]], d
 
 #: The level ``--looks`` judges at unless told: Pocock's for the two looks (generations 3 and 4)
 #: a budgeted bench took before 2026-11-27 (harness.running.budget.VERDICT_LEVEL says why no more).
-LOOKS_LEVEL = inference.pocock_level(budget.MAX_GENERATIONS - timing.PROFILES["quick"].rounds + 1)
+LOOKS_LEVEL = inference.pocock_level(2)
 
 
 def stopping_look(recs: Sequence[Record], first: int, last: int, level: float) -> int:
     """The generation after which a budgeted bench before 2026-11-27 stopped looking at this
     repeat's group: the first of ``first``..``last`` where none of its verdicts is unsettled
     (``unsettled_groups``), else ``last`` (that budget added a generation to an unsettled group
-    while one fitted, up to its MAX_GENERATIONS)."""
+    while one fitted, up to 4 generations)."""
     for k in range(first, last):
         if not unsettled_groups([r for r in recs if records.round_of(r) <= k], level):
             return k
