@@ -165,19 +165,20 @@ def _turns_left_out(ok: Sequence[Record]) -> list[str]:
 
 def _slow_cells(ok: Sequence[Record]) -> list[str]:
     """Which cells sat turns out as slow ones (harness.running.turns.takes_part), and the rule."""
-    slow = [r for r in ok if r.get("sat_out_turns") and r.get("slow_rule")]
-    rules = {json.dumps(r["slow_rule"], sort_keys=True): r["slow_rule"] for r in slow}
+    by_rule: dict[str, tuple[dict[str, Any], set[str]]] = {}
+    for r in ok:
+        if r.get("sat_out_turns") and r.get("slow_rule"):
+            key = json.dumps(r["slow_rule"], sort_keys=True)
+            by_rule.setdefault(key, (r["slow_rule"], set()))[1].add(f"{r['adapter']} on {r['workload']}")
     lines = []
-    for key, rule in sorted(rules.items()):
-        cells = sorted(
-            {f"{r['adapter']} on {r['workload']}" for r in slow if json.dumps(r["slow_rule"], sort_keys=True) == key}
-        )
+    for key in sorted(by_rule):
+        rule, cells = by_rule[key]
         lines.append(
             f"- Slow cells: a cell whose block (its fewest steps, or whole passes) lasted {rule['block_factor']:g} "
             f"times its group's median block or more, in its warm-up turn, took part in only {rule['blocks']:g} of "
             f"every {rule['turns']:g} kept turns, spread evenly, and its level is the trimmed mean over those blocks "
-            f"(the others' over every turn they kept): {', '.join(cells)}. Its blocks past the fewest a verdict "
-            "needs buy little, since processes differ more than blocks, and took most of a generation's turns."
+            f"(the others' over every turn they kept): {', '.join(sorted(cells))}. Its blocks past the fewest a "
+            "verdict needs buy little, since processes differ more than blocks, and took most of a generation's turns."
         )
     return lines
 
