@@ -114,26 +114,32 @@ def ok_cells(recs: Sequence[Record]) -> list[Record]:
 
 
 def known_pair(a: Record, b: Record, level: float) -> dict[str, Any] | None:
-    """Two cells of one adapter whose true ratio is known (one side identical code) judged as a
-    report judges them (harness.stats.verdicts.pair_verdict: paired by generation within a group,
-    Welch's t across groups), the slowed one as ``b``; None for two adapters or two slowed twins."""
+    """Two cells of one adapter whose true ratio is known judged as a report judges them
+    (harness.stats.verdicts.pair_verdict: paired by generation within a group, Welch's t across
+    groups), the slowed one as ``b``: one side identical code, or two twins slowed alike in one
+    group (``--twins`` naming a factor twice: a ratio of 1, ``effect`` 0, so slow cells are judged
+    against each other); None for two adapters or two slowed twins otherwise (the pages of
+    calibrations before 2026-11-27 (g) judged no pair of slowed twins across two runs)."""
     from harness.stats import verdicts
 
-    if records.base_adapter(a) != records.base_adapter(b) or (effect(a) and effect(b)):
+    if records.base_adapter(a) != records.base_adapter(b):
         return None
-    if effect(a):
+    if effect(a) and effect(b) and (effect(a) != effect(b) or not verdicts.same_group(a, b)):
+        return None
+    if effect(a) and not effect(b):
         a, b = b, a
+    true = 0.0 if effect(a) else effect(b)
     v = verdicts.pair_verdict(a, b, level)
     return {
         "a": a["adapter"],
         "b": b["adapter"],
-        "effect": effect(b),
+        "effect": true,
         "ratio": v.point,
         "low": v.low,
         "high": v.high,
         "outcome": v.outcome,
         "different": v.outcome in ("faster", "slower"),
-        "right_way": v.outcome == "slower" if effect(b) else None,
+        "right_way": v.outcome == "slower" if true else None,
         **({"slow": rule} if (rule := _slow_rule(a) or _slow_rule(b)) else {}),
     }
 

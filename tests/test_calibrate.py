@@ -38,6 +38,31 @@ def test_calibration_counts_false_differences_and_power_by_true_effect():
     assert "| 2 | 1 | 50.0%" in rows[2].replace("  ", " ") or "50.0%" in rows[3]
 
 
+def test_twins_slowed_alike_in_one_group_are_judged_as_identical_code():
+    """``--twins 0,99,99``: the two twins slowed alike are a known ratio of 1 (slow cells against
+    each other); across two runs, and for twins slowed unalike, no pair."""
+    from harness.running.plan import twins
+
+    cell = {"adapter": "a", "cell_id": "a|mlp|cpu", "run_id": "r"}
+    assert [c["adapter"] for c in twins([cell], [0, 99, 99, 0.1])] == ["a", "a~twin1", "a~slow9900-2",
+                                                                      "a~slow9900-3", "a~slow10"]  # fmt: skip
+    recs = _turn_records("a", 1.0, noise=0.01)
+    for i, (name, slow) in enumerate((("a~slow9900-2", 99.0), ("a~slow9900-3", 99.0), ("a~slow10", 0.1))):
+        more = _turn_records(name, 100.0 if slow == 99.0 else 1.1, noise=0.01, seed=i + 1)
+        for r in more:
+            r.update(base_adapter="a", slowdown=slow)
+        recs += more
+    pairs, _ = calibrate.judge(recs, 0.95)
+    alike = [p for p in pairs if {p["a"], p["b"]} == {"a~slow9900-2", "a~slow9900-3"}]
+    assert len(alike) == 1 and alike[0]["effect"] == 0.0 and alike[0]["right_way"] is None
+    assert not any({p["a"], p["b"]} == {"a~slow9900-2", "a~slow10"} for p in pairs), "slowed unalike: no known ratio"
+    assert sorted(p["effect"] for p in pairs) == [0.0, 0.1, 99.0, 99.0]
+    other = [{**r, "run_id": "other"} for r in recs]
+    a2, b2 = calibrate.ok_cells(recs)[1], calibrate.ok_cells(other)[2]
+    assert {a2["adapter"], b2["adapter"]} == {"a~slow9900-2", "a~slow9900-3"}
+    assert calibrate.known_pair(a2, b2, 0.95) is None, "across two runs: as before"
+
+
 def _repeat(run_id: str, seed: int) -> list[dict]:
     """A calibration repeat's records: ``a``, an identical twin and a twin slowed by half."""
     recs = []

@@ -238,12 +238,16 @@ def plan(
 def twins(cells: list[Cell], factors: list[float]) -> list[Cell]:
     """Each cell, then its twins for calibration (harness.calibrate): the same adapter under
     another name, ``<adapter>~twin<i>`` for a factor of 0 (identical code), ``<adapter>~slow<p>``
-    for a factor f > 0 (a busy-wait of f times its step inside the timed region, p = 100 f)."""
+    for a factor f > 0 (a busy-wait of f times its step inside the timed region, p = 100 f), and
+    ``<adapter>~slow<p>-<i>`` where f is given more than once (twins slowed alike: identical code to
+    each other, so slow cells can be calibrated against each other)."""
     out = []
     for cell in cells:
         out.append(cell)
         for i, f in enumerate(factors, start=1):
             label = f"{cell['adapter']}~twin{i}" if f == 0 else f"{cell['adapter']}~slow{round(100 * f):g}"
+            if f and factors.count(f) > 1:
+                label += f"-{i}"
             ident = f"{label}|" + setting_of(cell)
             twin: dict[str, Any] = {**cell, "adapter": label, "base_adapter": base_adapter(cell), "cell_id": ident}
             out.append(cast(Cell, {**twin, **({"slowdown": f} if f else {})}))
