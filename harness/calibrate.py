@@ -118,8 +118,8 @@ def known_pair(a: Record, b: Record, level: float) -> dict[str, Any] | None:
     (harness.stats.verdicts.pair_verdict: paired by generation within a group, Welch's t across
     groups), the slowed one as ``b``: one side identical code, or two twins slowed alike in one
     group (``--twins`` naming a factor twice: a ratio of 1, ``effect`` 0, so slow cells are judged
-    against each other); None for two adapters or two slowed twins otherwise (the pages of
-    calibrations before 2026-11-27 (g) judged no pair of slowed twins across two runs)."""
+    against each other); None for two adapters, twins slowed unalike, or two slowed twins of two
+    runs (as every committed page judges them)."""
     from harness.stats import verdicts
 
     if records.base_adapter(a) != records.base_adapter(b):
