@@ -37,7 +37,7 @@ from harness import env, records
 from harness.measuring import timing
 from harness.records import Record
 from harness.running import budget, executors
-from harness.running.plan import PlanError, plan, twins
+from harness.running.plan import PlanError, parse_twins, plan, twins
 from harness.running.progress import MatrixProgress
 from harness.running.rounds import Run
 from harness.stats import inference, verdicts
@@ -48,7 +48,13 @@ TARGETS = {0.0: ("false differences", "<= 5%"), 0.1: ("detected", ">= 80%"), 0.2
 
 
 def effect(rec: Record) -> float:
+    """A twin's slow-down as a share of its step (0: identical code, or slowed by a fixed wait)."""
     return float(rec.get("slowdown") or 0.0)
+
+
+def treatment(rec: Record) -> tuple[float, float]:
+    """What slows a cell: its share of a step and its fixed wait per step; (0, 0) for unslowed code."""
+    return effect(rec), float(rec.get("wait_s") or 0.0)
 
 
 def judge(recs: Sequence[Record], level: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -65,7 +71,8 @@ def judge(recs: Sequence[Record], level: float) -> tuple[list[dict[str, Any]], d
         lead = fam.leader
 
         def same(r: Record) -> bool:
-            return records.base_adapter(r) == records.base_adapter(lead) and not effect(r) and not effect(lead)
+            unslowed = not any(treatment(r)) and not any(treatment(lead))
+            return records.base_adapter(r) == records.base_adapter(lead) and unslowed
 
         known = [v for r, v in fam.rivals if same(r) and v.judged]
         group.update(leader=lead["adapter"], leader_twins=len(known), family_false=any(v.separated for v in known))
@@ -116,19 +123,23 @@ def ok_cells(recs: Sequence[Record]) -> list[Record]:
 def known_pair(a: Record, b: Record, level: float) -> dict[str, Any] | None:
     """Two cells of one adapter whose true ratio is known judged as a report judges them
     (harness.stats.verdicts.pair_verdict: paired by generation within a group, Welch's t across
-    groups), the slowed one as ``b``: one side identical code, or two twins slowed alike in one
-    group (``--twins`` naming a factor twice: a ratio of 1, ``effect`` 0, so slow cells are judged
-    against each other); None for two adapters, twins slowed unalike, or two slowed twins of two
-    runs (as every committed page judges them)."""
+    groups), the slowed one as ``b``: one side identical code and the other slowed by a share, or
+    two twins slowed alike in one group (``--twins`` naming a share or a wait twice: a ratio of 1,
+    ``effect`` 0, so slow cells are judged against each other); None for two adapters, twins slowed
+    unalike, two slowed twins of two runs (as every committed page judges them), or a twin slowed
+    by a fixed wait against anything but its like (its true ratio depends on the step's time)."""
     from harness.stats import verdicts
 
     if records.base_adapter(a) != records.base_adapter(b):
         return None
-    if effect(a) and effect(b) and (effect(a) != effect(b) or not verdicts.same_group(a, b)):
-        return None
-    if effect(a) and not effect(b):
+    if any(treatment(a)) and any(treatment(b)):
+        if treatment(a) != treatment(b) or not verdicts.same_group(a, b):
+            return None
+    elif any(treatment(a)):
         a, b = b, a
-    true = 0.0 if effect(a) else effect(b)
+    if treatment(b)[1] and not any(treatment(a)):
+        return None
+    true = 0.0 if any(treatment(a)) else effect(b)
     v = verdicts.pair_verdict(a, b, level)
     return {
         "a": a["adapter"],
@@ -406,7 +417,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rounds", type=int, default=3, help="generations (fresh processes) per cell and repeat (3 or more to judge)"
     )
-    parser.add_argument("--twins", default="0,0,0,0.1,0.25", help="slow-downs of the twins; 0: identical")
+    parser.add_argument(
+        "--twins",
+        default="0,0,0,0.1,0.25",
+        help="the twins: slow-downs as a share of a step (0: identical, 0.1: 10%%) or waits a step (50ms)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="folder (default: reports/<date>-calibration)")
     parser.add_argument("--judge-only", action="store_true", help="judge the repeats already in --out again, run none")
     parser.add_argument(
@@ -423,7 +438,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1 or args.rounds < 1:
         print(f"error: --repeats and --rounds must be >= 1, got {args.repeats} and {args.rounds}")
         return 2
-    factors = [float(f) for f in args.twins.split(",")]
+    try:
+        factors = parse_twins(args.twins)
+    except PlanError as exc:
+        print(f"error: {exc}")
+        return 2
     stamp = datetime.datetime.now().strftime("%Y-%m-%d")
     out = args.out or Path("reports") / f"{stamp}-calibration"
     out.mkdir(parents=True, exist_ok=True)
@@ -473,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
         ran.write_text(json.dumps(before) + "\n")
     done = {"wall_min": math.nan, "rounds": args.rounds, "command": command, **before}
     setting = {**given, **done.get("setting", {})}
-    factors = [float(f) for f in setting["twins"].split(",")]
+    factors = parse_twins(setting["twins"])
     keep = args.generations or done["rounds"]
     first = min(keep, timing.PROFILES["quick"].rounds) if args.looks else keep
     busy: list[dict[str, Any]] = []  # repeats with a contended cell, judged apart
@@ -498,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
         "contended_repeats": [b["repeat"] for b in busy],
         "rounds": keep,
         "first_look": first,
-        "twins": ", ".join(f"{100 * f:g}%" for f in factors),
+        "twins": ", ".join(f if isinstance(f, str) else f"{100 * f:g}%" for f in factors),
         "level": level,
         "machine": _machine(quiet) or env.fingerprint().get("cpu", "?"),
         "wall_min": done["wall_min"],

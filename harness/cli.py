@@ -19,7 +19,7 @@ from harness.checks import conformance, doctor, fidelity
 from harness.measuring import timing
 from harness.reporting import compare, report
 from harness.running import clusters, executors
-from harness.running.plan import DATA_MODES, DEVICES, PlanError, select_adapters, select_workloads
+from harness.running.plan import DATA_MODES, DEVICES, PlanError, parse_twins, select_adapters, select_workloads
 from workloads import STRATEGIES, WORKLOADS
 
 DEFAULT_OUT = Path("reports")
@@ -123,16 +123,11 @@ def _duration(text: str) -> float:
     return seconds
 
 
-def _factors(text: str) -> list[float]:
+def _twins(text: str) -> list[float | str]:
     try:
-        factors = [float(f) for f in text.split(",") if f.strip()]
-    except ValueError:
-        factors = []
-    if not factors or any(not 0 <= f <= 10 for f in factors):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: valid: a comma list of slow-downs between 0 and 10, e.g. 0,0.1,0.25"
-        )
-    return factors
+        return parse_twins(text)
+    except PlanError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> None:
@@ -204,11 +199,12 @@ def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> No
     )
     b.add_argument(
         "--twins",
-        type=_factors,
+        type=_twins,
         default=None,
         metavar="F,F,...",
-        help="calibration: every cell also runs as identical twins (F=0) or twins slowed by F of a step "
-        "(0.1: 10%%), named <adapter>~twin<i> or ~slow<percent> (see make calibrate)",
+        help="calibration: every cell also runs as identical twins (F=0), twins slowed by F of a step "
+        "(0.1: 10%%) or by a wait a step (50ms), named <adapter>~twin<i>, ~slow<percent> or ~wait<ms> "
+        "(see make calibrate)",
     )
     b.add_argument(
         "--profile-ops",

@@ -17,7 +17,7 @@ class _Worker(TypedDict):
 
 class Cell(_Worker, total=False):
     """One cell of a run's matrix: what a worker is asked to run. harness.running.plan builds
-    them (calibration twins add ``slowdown``, fidelity ``kind`` and ``script``, the session
+    them (calibration twins add ``slowdown`` or ``wait_s``, fidelity ``kind`` and ``script``, the session
     ``kernel_floor_s``, the executors each round's ``round``); conformance and doctor build
     smaller ones, with the keys their workers read. Every record starts with its cell's keys."""
 
@@ -39,6 +39,7 @@ class Cell(_Worker, total=False):
     pipeline: dict[str, int]  #: input pipeline settings, parsed by the plan (``pipeline_of``)
     sweep: dict[str, Any]  #: ``{"field": name, "value": float}`` of a sweep's cell
     slowdown: float  #: a calibration twin's busy-wait factor (harness.calibrate)
+    wait_s: float  #: a calibration twin's busy-wait per step in seconds (harness.calibrate)
     kind: str  #: ``idiomatic`` for a fidelity script's cell
     script: str  #: that script's module
     kernel_floor_s: float | None  #: the step's kernels at the device's measured peak (harness.measuring.floors)

@@ -63,6 +63,28 @@ def test_twins_slowed_alike_in_one_group_are_judged_as_identical_code():
     assert calibrate.known_pair(a2, b2, 0.95) is None, "across two runs: as before"
 
 
+def test_twins_waiting_alike_are_judged_as_identical_code_and_against_nothing_else():
+    """``--twins 0,50ms,50ms,20ms``: the two 50 ms twins are a known ratio of 1; a waiting twin
+    against its base or a twin waiting otherwise has no known ratio (it depends on the step's
+    time), and a waiting twin is never counted as identical to the leader."""
+    recs = _turn_records("a", 1.0, noise=0.01) + _turn_records("a~twin1", 1.0, noise=0.01, seed=9)
+    for i, (name, wait) in enumerate((("a~wait50-2", 0.05), ("a~wait50-3", 0.05), ("a~wait20", 0.02))):
+        more = _turn_records(name, 10.0 if wait == 0.05 else 5.0, noise=0.01, seed=i + 1)
+        for r in more:
+            r.update(base_adapter="a", wait_s=wait)
+        recs += more
+    for r in recs:
+        r.setdefault("base_adapter", "a")
+    pairs, group = calibrate.judge(recs, 0.95)
+    assert sorted({p["a"], p["b"]} == {"a", "a~twin1"} or {p["a"], p["b"]} == {"a~wait50-2", "a~wait50-3"}
+                  for p in pairs) == [True, True]  # fmt: skip
+    assert all(p["effect"] == 0.0 and p["right_way"] is None and not p["different"] for p in pairs)
+    assert group["leader"] in ("a", "a~twin1") and group["leader_twins"] == 1
+    faster = [{**r, "wait_s": 0.05, "base_adapter": "a"} for r in _turn_records("a~wait50-4", 0.5, noise=0.01)]
+    _, group = calibrate.judge(recs + faster, 0.95)
+    assert group["leader"] == "a~wait50-4" and group["leader_twins"] == 0, "no cell is identical to a waiting leader"
+
+
 def _repeat(run_id: str, seed: int) -> list[dict]:
     """A calibration repeat's records: ``a``, an identical twin and a twin slowed by half."""
     recs = []

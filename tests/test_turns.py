@@ -17,8 +17,8 @@ from harness import cli, records
 from harness.measuring.contention import MachineLoad
 from harness.running import budget as policy
 from harness.running import resident, resident_handle, turns
+from harness.running.plan import parse_twins, twins
 from harness.running.plan import plan as plan_cells
-from harness.running.plan import twins
 from harness.running.sink import RoundSink
 from harness.stats import verdicts
 from harness.stats.cells import combine_all
@@ -100,6 +100,17 @@ def test_a_slowed_twin_busy_waits_a_share_of_each_step():
     assert time.perf_counter() - t0 >= 0.03  # the step's 20 ms, then half of it again
 
 
+def test_a_waiting_twin_busy_waits_a_fixed_time_each_step_however_long_the_step():
+    def step(batch):
+        return batch + 1
+
+    synced = []
+    slow = resident.slowed(step, synced.append, 0.0, 0.05)
+    t0 = time.perf_counter()
+    assert slow(1) == 2 and synced == [2]
+    assert time.perf_counter() - t0 >= 0.05  # a near-instant step, then the 50 ms wait
+
+
 def test_groups_are_cells_that_differ_only_by_adapter():
     a = {"cell_id": "torch-eager|mlp|cpu|data=resident|precision=fp32"}
     b = {"cell_id": "jax-jit|mlp|cpu|data=resident|precision=fp32"}
@@ -124,6 +135,34 @@ def test_twins_run_the_same_adapter_under_other_names():
     assert {turns.group_of(c) for c in out} == {"mlp|cpu|data=resident"}
     assert all(c.get("base_adapter", c["adapter"]) == "torch-eager" for c in out)
     assert [c.get("slowdown") for c in out] == [None, None, None, 0.1]
+    waits = twins([cell], [0, "50ms", "50ms", "20ms"])
+    assert [c["adapter"] for c in waits] == [
+        "torch-eager",
+        "torch-eager~twin1",
+        "torch-eager~wait50-2",
+        "torch-eager~wait50-3",
+        "torch-eager~wait20",
+    ]
+    assert [c.get("wait_s") for c in waits] == [None, None, 0.05, 0.05, 0.02]
+    assert not any(c.get("slowdown") for c in waits)
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"), [("0,0.1", [0.0, 0.1]), ("0, 50ms,50ms", [0.0, "50ms", "50ms"]), ("2.5ms", ["2.5ms"])]
+)
+def test_twins_are_shares_of_a_step_or_waits_in_milliseconds(text, parsed):
+    assert parse_twins(text) == parsed
+
+
+@pytest.mark.parametrize(
+    ("text", "bad"), [("", ""), ("x", "x"), ("-0.1", "-0.1"), ("11", "11"), ("0ms", "0ms"), ("0,2000ms", "2000ms")]
+)
+def test_a_bad_twin_is_named_with_the_valid_forms(text, bad, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", f"--twins={text}", "--dry-run"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{bad!r} is not a twin" in err and "between 0 and 10" in err and "at most 1000 ms" in err
 
 
 @pytest.mark.parametrize(

@@ -378,6 +378,6 @@ def _cell_of(rec: Mapping[str, Any]) -> Cell:
     """The planned cell a record ran (plan.json's fields), to run it again."""
     keys = (
         "run_id cell_id adapter base_adapter env python framework graph workload overrides spec param_count data "
-        "device_requested precision force_precision profile threads pipeline sweep kernel_floor_s slowdown"
+        "device_requested precision force_precision profile threads pipeline sweep kernel_floor_s slowdown wait_s"
     ).split()
     return cast(Cell, {key: rec[key] for key in keys if key in rec})

@@ -235,22 +235,68 @@ def plan(
     return cells
 
 
-def twins(cells: list[Cell], factors: list[float]) -> list[Cell]:
+#: Most a twin may be slowed: ten times its step, or this many milliseconds of wait per step.
+MAX_SLOWDOWN = 10.0
+MAX_WAIT_MS = 1000.0
+
+
+def parse_twins(text: str) -> list[float | str]:
+    """``--twins``: a comma list of twins, each a share of its step to slow it by (0: identical
+    code, 0.1: 10%, at most MAX_SLOWDOWN) or a fixed wait per step in milliseconds (``50ms``, at
+    most MAX_WAIT_MS), kept as the string; a PlanError naming a bad one and the valid forms."""
+    out: list[float | str] = []
+    for item in (t.strip() for t in text.split(",")):
+        try:
+            if item.endswith("ms"):
+                ms = float(item[:-2])
+                if 0 < ms <= MAX_WAIT_MS:
+                    out.append(f"{ms:g}ms")
+                    continue
+            else:
+                share = float(item)
+                if 0 <= share <= MAX_SLOWDOWN:
+                    out.append(share)
+                    continue
+        except ValueError:
+            pass
+        raise PlanError(
+            f"--twins {text!r}: {item!r} is not a twin; valid: a comma list of slow-downs between 0 and "
+            f"{MAX_SLOWDOWN:g} (a share of the step, 0: identical) or waits a step of more than 0 and at most "
+            f"{MAX_WAIT_MS:g} ms (e.g. 50ms), e.g. 0,0,0.1,50ms,50ms"
+        )
+    if not out:
+        raise PlanError(f"--twins {text!r}: no twin given; e.g. 0,0,0.1,50ms,50ms")
+    return out
+
+
+def wait_s(twin: float | str) -> float:
+    """A twin's fixed wait per step in seconds (0 for a twin slowed by a share, or identical)."""
+    return float(twin[:-2]) / 1000 if isinstance(twin, str) else 0.0
+
+
+def twins(cells: list[Cell], factors: Sequence[float | str]) -> list[Cell]:
     """Each cell, then its twins for calibration (harness.calibrate): the same adapter under
     another name, ``<adapter>~twin<i>`` for a factor of 0 (identical code), ``<adapter>~slow<p>``
-    for a factor f > 0 (a busy-wait of f times its step inside the timed region, p = 100 f), and
-    ``<adapter>~slow<p>-<i>`` where f is given more than once (twins slowed alike: identical code to
+    for a factor f > 0 (a busy-wait of f times its step inside the timed region, p = 100 f),
+    ``<adapter>~wait<ms>`` for a wait of ``<ms>ms`` (a busy-wait of that many milliseconds a step:
+    a slow cell whose wait does not grow with contention, as a share of a contended step would),
+    each with ``-<i>`` where it is given more than once (twins slowed alike: identical code to
     each other, so slow cells can be calibrated against each other)."""
     out = []
     for cell in cells:
         out.append(cell)
         for i, f in enumerate(factors, start=1):
-            label = f"{cell['adapter']}~twin{i}" if f == 0 else f"{cell['adapter']}~slow{round(100 * f):g}"
-            if f and factors.count(f) > 1:
+            if isinstance(f, str):
+                label, slow = f"{cell['adapter']}~wait{f.removesuffix('ms')}", {"wait_s": wait_s(f)}
+            elif f:
+                label, slow = f"{cell['adapter']}~slow{round(100 * f):g}", {"slowdown": f}
+            else:
+                label, slow = f"{cell['adapter']}~twin{i}", {}
+            if slow and factors.count(f) > 1:
                 label += f"-{i}"
             ident = f"{label}|" + setting_of(cell)
             twin: dict[str, Any] = {**cell, "adapter": label, "base_adapter": base_adapter(cell), "cell_id": ident}
-            out.append(cast(Cell, {**twin, **({"slowdown": f} if f else {})}))
+            out.append(cast(Cell, {**twin, **slow}))
     return out
 
 

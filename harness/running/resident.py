@@ -87,18 +87,21 @@ def sizing_step(stepper: timing.Stepper, pass_steps: int, cold: list[float]) -> 
     return probe(stepper, pass_steps)
 
 
-def slowed(step: Callable[[Any], Any], sync: Callable[[Any], float], factor: float) -> Callable[[Any], Any]:
-    """``step``, synced, then a busy-wait of ``factor`` times what it took, inside the timed
-    region: a twin of the adapter slowed by a known share of each step whatever the machine's
-    drift, for calibration (harness.calibrate). A busy-wait, not a sleep, so the core stays as
-    busy as a slower kernel would keep it. (The harness's own sync afterwards finds nothing
-    left to wait for.)"""
+def slowed(
+    step: Callable[[Any], Any], sync: Callable[[Any], float], factor: float, wait_s: float = 0.0
+) -> Callable[[Any], Any]:
+    """``step``, synced, then a busy-wait of ``factor`` times what it took plus ``wait_s``, inside
+    the timed region: a twin of the adapter slowed by a known share of each step whatever the
+    machine's drift, or by a fixed time (which, unlike a share of a contended step, does not grow
+    when another worker loads the machine), for calibration (harness.calibrate). A busy-wait, not a
+    sleep, so the core stays as busy as a slower kernel would keep it. (The harness's own sync
+    afterwards finds nothing left to wait for.)"""
 
     def run(batch: Any) -> Any:
         t0 = time.perf_counter()
         handle = step(batch)
         sync(handle)
-        until = time.perf_counter() + factor * (time.perf_counter() - t0)
+        until = time.perf_counter() + factor * (time.perf_counter() - t0) + wait_s
         while time.perf_counter() < until:
             pass
         return handle
@@ -124,8 +127,8 @@ def serve(cell: Cell, fd_in: int, fd_out: int) -> Record | None:
         return new_record(cell, "skipped", str(exc))
     except cell_work.DeviceFailure as exc:
         return new_record(cell, "failed", str(exc))
-    slowdown = float(cell.get("slowdown") or 0.0)
-    step = slowed(s.step, s.adapter.sync, slowdown) if slowdown else s.step
+    slowdown, wait_s = float(cell.get("slowdown") or 0.0), float(cell.get("wait_s") or 0.0)
+    step = slowed(s.step, s.adapter.sync, slowdown, wait_s) if slowdown or wait_s else s.step
     stepper = timing.Stepper(step, s.adapter.sync, s.inputs, compiles=cell_work.compile_count(s.adapter))
     load = MachineLoad(own_children=True)  # the cold window runs alone: all but this worker's family is other load
     load.start(_children())
@@ -247,7 +250,7 @@ def record(
         "turn_ids": ok,
         "turn_block_s": [turns[t]["block_s"] for t in ok],
         "turn_block_steps": steps,
-        **({"slowdown": cell["slowdown"]} if cell.get("slowdown") else {}),
+        **{key: cell[key] for key in ("slowdown", "wait_s") if cell.get(key)},
         **extra,
     }
     rec = amended(rec, turned)
