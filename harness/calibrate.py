@@ -1,20 +1,21 @@
-"""A/A calibration: how often the verdict rules call identical code different, and how often
-they see a known slow-down, measured on this machine with the run protocol itself.
+"""A/A calibration: how often the verdict rules call identical code different, and how often they see a
+known slow-down, measured on this machine with the run protocol itself.
 
 ``python -m harness calibrate`` (``make calibrate``) runs one adapter's cell again and again
 (``--repeats``), each time as a fresh small run of the normal protocol (resident workers taking
 turns, ``--rounds`` generations) beside twins of itself: identical twins (the same adapter under
-another name, ``~twin<i>``) and twins slowed by a known share of their step (a busy-wait inside
-the timed region, ``~slow10``, ``~slow25``; harness.running.resident.slowed). Every pair of cells of
-a repeat is judged as a report judges it (harness.stats.verdicts). ``calibration-<K>-generations.md``
-(``--generations K`` judges the first K of each repeat again; ``--looks`` judges each repeat
-where a budgeted bench before 2026-11-27 stopped adding generations to it, at Pocock's level for
-its looks, ``calibration-3-to-K-generations``)
-gives, per true effect, how many pairs were called different (false differences for 0%, power otherwise),
-with a Wilson interval, against the targets: at most 5% false, at least 80% power at 10%, 99% at
-25%. A repeat in which a cell is flagged ``contended`` (other load through its kept turns) is
-judged apart, as a report does not rank such a cell. The records of every repeat are kept, so the
-table can be recomputed.
+another name, ``~twin<i>``), twins slowed by a known share of their step (a busy-wait inside the
+timed region, ``~slow10``, ``~slow25``; harness.running.resident.slowed) and twins slowed by a fixed
+wait a step (``50ms``: ``~wait50``; slow cells, judged against their like). Every pair of cells of a
+repeat whose true ratio is known is judged as a report judges it (harness.stats.verdicts).
+``calibration-<K>-generations.md`` (``--generations K`` judges the first K of each repeat again;
+``--looks`` judges each repeat where a budgeted bench before 2026-11-27 stopped adding generations
+to it, at Pocock's level for its looks, ``calibration-3-to-K-generations``) gives, per true effect,
+how many pairs were called different (false differences for 0%, power otherwise), with a Wilson
+interval, against the targets: at most 5% false, at least 80% power at 10%, 99% at 25%. A repeat in
+which a cell is flagged ``contended`` (other load through its kept turns) is judged apart, as a
+report does not rank such a cell. The records of every repeat are kept, so the table can be
+recomputed.
 """
 
 from __future__ import annotations
@@ -304,8 +305,10 @@ def write(
         + f"Judged at {100 * meta['level']:.4g}%. Machine: {meta['machine']}. "
         f"Took {meta['wall_min']:.0f} minutes. Command: `{meta['command']}`.",
         "",
-        "Every pair of one repeat whose true ratio is known (identical code, or one side slowed by a "
-        "busy-wait of a known share of its step inside the timed region) is judged by the verdict rules "
+        "Every pair of one repeat whose true ratio is known (identical code, one side slowed by a "
+        "busy-wait of a known share of its step inside the timed region, or two twins slowed alike: by "
+        "one share, or by one fixed wait a step, `50ms`, whose ratio to anything else is not known) is "
+        "judged by the verdict rules "
         "of the reports (harness.stats.verdicts, at the level a report uses). Pairs of twins in one "
         "repeat share that repeat's machine state, so they are not independent: the Wilson interval "
         "counts them as if they were and is too narrow by about the square root of the pairs per repeat.",

@@ -454,7 +454,7 @@ def test_floors_still_to_time_are_estimated_from_each_cells_first_setup_and_cold
         ("d|mlp|cpu", 1, {"setup_s": 9.0, "cold_times_s": [9.0]}),  # not among the cells asked about
     ):
         records.append(results, {**base, "cell_id": cell_id, "round": k, "adapter": cell_id[0], **extra})
-    assert turns.floors_measured(results) == {"b|mlp|cpu", "c|mlp|cpu"}, "a failed floor is not tried again"
+    assert turns.floored(records.load(results)) == {"b|mlp|cpu", "c|mlp|cpu"}, "a failed floor is not tried again"
     assert policy.floors_s(results, cells) == 6.0
     assert policy.floors_s(tmp_path / "none.jsonl", cells) == 0.0
 
@@ -790,10 +790,11 @@ def test_a_later_generation_starts_workers_side_by_side_and_one_that_fails_to_st
 
 
 def _twins_second_generation(
-    tmp_path, timeout_s: float, floors: bool, others: tuple[str, ...] = (), min_turns: int = 2
+    tmp_path, timeout_s: float, floors: bool, others: tuple[str, ...] = (), min_turns: int = 2, before=()
 ):
     """Real workers: generation 2 of fault-ok, an identical twin of it and a cell of each adapter of
-    ``others``, in one group (with ``floors``, each times its dispatch floor); the run's results file."""
+    ``others``, in one group (with ``floors``, each times its dispatch floor), after the records
+    ``before``; the run's results file."""
     from harness.running.progress import MatrixProgress
 
     cells = [{**_cell("fault-ok"), "run_id": "t"}]
@@ -801,9 +802,30 @@ def _twins_second_generation(
                   "base_adapter": "fault-ok"})  # fmt: skip
     cells += [{**_cell(adapter), "run_id": "t"} for adapter in others]
     results = tmp_path / records.RESULTS
+    for rec in before:
+        records.append(results, rec)
     sink = RoundSink(results, 2, timeout_s, MatrixProgress(len(cells), live=False))
     turns.run_generation(cells, 2, discover(), sink, turns.Turns(0.1, min_turns=min_turns), 1, {}, "g", floors)
     return results
+
+
+@pytest.mark.workers
+def test_a_later_generation_takes_its_cells_block_size_from_round_one(fault_adapters, tmp_path):
+    """Round 1 sizes a cell's blocks alone; a later generation's worker, started beside another,
+    takes that size (``first_blocks``) instead of probing under contention; a cell without a
+    round-1 record probes as before."""
+    from tests.fakes import record
+
+    first = record("fault-ok", cell_id=_cell("fault-ok")["cell_id"], round=1, run_id="t", turn_block_steps=7)
+    assert turns.first_blocks([first], 2) == {first["cell_id"]: 7} and turns.first_blocks([first], 1) == {}
+    assert turns.first_blocks([{**first, "round": 2, "turn_block_steps": 9}], 3) == {}, "round 1's alone"
+    by = {r["adapter"]: r for r in records.load(_twins_second_generation(tmp_path, 60.0, False, before=[first]))
+          if r["round"] == 2}  # fmt: skip
+    assert by["fault-ok"]["status"] == "ok" and by["fault-ok"]["turn_block_steps"] == 7
+    assert by["fault-ok"]["block_steps"] == 7 and "block_steps" not in by["fault-ok~twin1"]
+    assert (
+        by["fault-ok~twin1"]["status"] == "ok" and by["fault-ok~twin1"]["turn_block_steps"] >= resident.MIN_BLOCK_STEPS
+    )
 
 
 def test_a_worker_is_slow_where_its_block_lasts_five_times_the_groups_median_or_more():

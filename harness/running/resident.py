@@ -134,7 +134,8 @@ def serve(cell: Cell, fd_in: int, fd_out: int) -> Record | None:
     load.start(_children())
     cold, values, settled = stepper.cold_window(profile)
     load.stop(_children())
-    steps = block_steps(sizing_step(stepper, s.pass_steps, cold), s.pass_steps)
+    # a later generation's blocks are round 1's size, sized alone (harness.running.turns.first_blocks)
+    steps = int(cell.get("block_steps") or block_steps(sizing_step(stepper, s.pass_steps, cold), s.pass_steps))
     extra = {"cold_other_cores": load.other_cores, "cold_contended": load.contended}
     prepared = cell_work.prepare_floor(cell, s.spec, s.device) if cell.get("dispatch_floor") else {}
     floor: cell_work.Floor | None = None

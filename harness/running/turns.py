@@ -41,9 +41,13 @@ other cells take their turns).
 Start-ups side by side (``starts_at_once``): a generation after the first starts two workers at a
 time on a machine of two cores or more, each next one as soon as one is ready. Nothing measured
 there is reported: its compiles come from the cache, its cold window is round 1's, a dispatch floor
-is only prepared there, and the turns (and floors) begin only once every worker is ready. The
-blocks of a worker whose sizing probe ran beside another's start may be shorter than BLOCK_S,
-never biased. Round 1 (cold compiles, cold windows, break-even) still starts one at a time, alone.
+is only prepared there, and the turns (and floors) begin only once every worker is ready. A
+worker of a later generation takes its cell's block size from round 1's record (``first_blocks``),
+where its probe ran alone: a probe beside another's start read the step slow and sized blocks of 5
+steps, whose steps measured 8-34% slower (median 13%, in 51 of 51 generations of
+reports/2026-11-27-calibration-slow-cells) than those of identical cells sized alone (the first
+step after a wait is slow, and weighs more in a short block). Round 1 (cold compiles, cold windows,
+break-even) still starts one at a time, alone.
 (Until 2026-11-27 a generation that timed floors also started one at a time, the floors timed in
 the start: in the default run's rnn-caption they took 148 of its third generation's 263 s of start.)
 A generation's records say how long its start took in all (``starting_s``, the floors' timing
@@ -123,6 +127,14 @@ def compile_cache(results: Path, cell: Cell, k: int) -> dict[str, Any]:
     if k == 1:
         shutil.rmtree(folder, ignore_errors=True)
     return {"compile_cache_dir": str(folder), "warm_compiles": k > 1}
+
+
+def first_blocks(done: Sequence[Record], k: int) -> dict[str, int]:
+    """Cell id -> the block size (steps) its round-1 process took turns with, for the workers of
+    generation ``k`` > 1 (module docstring); none for round 1 or where that process left none."""
+    if k == 1:
+        return {}
+    return {r["cell_id"]: int(r["turn_block_steps"]) for r in done if r.get("round") == 1 and r.get("turn_block_steps")}
 
 
 def cache_root(results: Path) -> Path:
@@ -299,7 +311,9 @@ def run_generation(
                 took[r] = step_s * r.block_steps
         return took
 
-    measured = floors_measured(sink.results) if floors else set()
+    done_before = records.load(sink.results) if sink.results.exists() else []
+    measured = floored(done_before) if floors else set()
+    sized = first_blocks(done_before, k)
     at_once = starts_at_once(k)
     starting: list[Resident] = []
 
@@ -316,6 +330,8 @@ def run_generation(
     try:
         for cell in order:
             cell_k = cast(Cell, {**cell, "round": k, **compile_cache(sink.results, cell, k)})
+            if cell["cell_id"] in sized:
+                cell_k["block_steps"] = sized[cell["cell_id"]]
             if floors and cell["cell_id"] not in measured:
                 cell_k["dispatch_floor"] = True
             sink.progress.start(cell, k)
@@ -397,12 +413,8 @@ def run_generation(
 FLOOR_FIELDS = ("dispatch_floor_s", "dispatch_floor_error")
 
 
-def floors_measured(results: Path) -> set[str]:
+def floored(done: Sequence[Record]) -> set[str]:
     """Cells of the run whose dispatch floor a record already holds (measured or failed)."""
-    return floored(records.load(results) if results.exists() else [])
-
-
-def floored(done: list[Record]) -> set[str]:
     return {r["cell_id"] for r in done if any(f in r for f in FLOOR_FIELDS)}
 
 
