@@ -392,6 +392,12 @@ def test_the_method_says_what_the_run_can_tell_apart_and_what_contention_cost():
     assert "Contention: 6 turns were taken while other processes used the CPU" in text  # 2 x 3 generations
     assert "60 turns were kept in 3 generations" in text
     assert "Slow cells" not in text
+    assert "round-1 process measured alone" not in text, "older records sized each process's blocks itself"
+    for r in raw:
+        r["protocol"]["blocks_sized"] = "round 1"
+    assert "(about 30 ms at the step its cell's round-1 process measured alone, in every process" in sections.method(
+        combine_all(raw)
+    )
 
 
 def test_the_method_names_the_slow_cells_and_the_rule_their_records_kept():

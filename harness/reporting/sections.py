@@ -126,8 +126,8 @@ def _protocol_line(p: dict[str, Any]) -> str:
             "compile and first run), then, where the adapter counts its compiles, more passes until one runs "
             f"without compiling (at most {p['max_cold_passes']}). Then it waited while the others warmed up, "
             "and the processes of its group (the same setting, every adapter) took turns: each turn, one "
-            f"after another in a shuffled order, a block of synced steps (about {p['block_s'] * 1e3:g} ms, "
-            f"whole passes where steps differ in size) and "
+            f"after another in a shuffled order, a block of synced steps (about {p['block_s'] * 1e3:g} ms"
+            f"{_sized(p)}, whole passes where steps differ in size) and "
             f"{_piped(p.get('piped_every', 1), p.get('piped_first_process', False))} "
             "pipelined block of as many (its figure is set against that process's synced blocks); the first turn is a "
             "warm-up, not kept. A block's step time is the median of its synced steps (or their pass mean); "
@@ -210,6 +210,13 @@ def level_text(recs: Sequence[Record]) -> str:
     """The confidence level the records' verdicts and intervals use, as printed: ``95%``, ``97.06%``."""
     level = verdicts.level_of(*recs)
     return f"{100 * level:.4g}%"
+
+
+def _sized(p: dict[str, Any]) -> str:
+    """How a protocol's blocks were sized, where its records say (runs since 2026-11-27)."""
+    if p.get("blocks_sized") == "round 1":
+        return " at the step its cell's round-1 process measured alone, in every process"
+    return ""
 
 
 def method(recs: Sequence[Record]) -> str:

@@ -246,6 +246,7 @@ def record(
         "block_steps": steps,
         "piped_every": PIPED_EVERY,
         "piped_first_process": True,
+        "blocks_sized": "round 1",  # every process's blocks are as its cell's round-1 process sized them
     }
     turned = {
         "turn_ids": ok,
