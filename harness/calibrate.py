@@ -133,18 +133,17 @@ def known_pair(a: Record, b: Record, level: float) -> dict[str, Any] | None:
 
     if records.base_adapter(a) != records.base_adapter(b):
         return None
-    if any(treatment(a)) and any(treatment(b)):
-        if treatment(a) != treatment(b) or not verdicts.same_group(a, b):
-            return None
-    elif any(treatment(a)):
-        a, b = b, a
-    if treatment(b)[1] and not any(treatment(a)):
+    both = any(treatment(a)) and any(treatment(b))
+    if both and (treatment(a) != treatment(b) or not verdicts.same_group(a, b)):
         return None
-    true = 0.0 if any(treatment(a)) else effect(b)
-    v = verdicts.pair_verdict(a, b, level)
+    base, slow = (b, a) if any(treatment(a)) and not any(treatment(b)) else (a, b)
+    if treatment(slow)[1] and not any(treatment(base)):
+        return None
+    true = 0.0 if any(treatment(base)) else effect(slow)
+    v = verdicts.pair_verdict(base, slow, level)
     return {
-        "a": a["adapter"],
-        "b": b["adapter"],
+        "a": base["adapter"],
+        "b": slow["adapter"],
         "effect": true,
         "ratio": v.point,
         "low": v.low,
@@ -152,7 +151,7 @@ def known_pair(a: Record, b: Record, level: float) -> dict[str, Any] | None:
         "outcome": v.outcome,
         "different": v.outcome in ("faster", "slower"),
         "right_way": v.outcome == "slower" if true else None,
-        **({"slow": rule} if (rule := _slow_rule(a) or _slow_rule(b)) else {}),
+        **({"slow": rule} if (rule := _slow_rule(base) or _slow_rule(slow)) else {}),
     }
 
 

@@ -40,7 +40,7 @@ class Cell(_Worker, total=False):
     sweep: dict[str, Any]  #: ``{"field": name, "value": float}`` of a sweep's cell
     slowdown: float  #: a calibration twin's busy-wait factor (harness.calibrate)
     wait_s: float  #: a calibration twin's busy-wait per step in seconds (harness.calibrate)
-    block_steps: int  #: a later generation's block size, round 1's (harness.running.turns.first_blocks)
+    first_block_steps: int  #: a later generation's block size, round 1's (harness.running.turns.first_blocks)
     kind: str  #: ``idiomatic`` for a fidelity script's cell
     script: str  #: that script's module
     kernel_floor_s: float | None  #: the step's kernels at the device's measured peak (harness.measuring.floors)

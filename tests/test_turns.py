@@ -828,7 +828,7 @@ def test_a_later_generation_takes_its_cells_block_size_from_round_one(fault_adap
     by = {r["adapter"]: r for r in records.load(_twins_second_generation(tmp_path, 60.0, False, before=[first]))
           if r["round"] == 2}  # fmt: skip
     assert by["fault-ok"]["status"] == "ok" and by["fault-ok"]["turn_block_steps"] == 7
-    assert by["fault-ok"]["block_steps"] == 7 and "block_steps" not in by["fault-ok~twin1"]
+    assert by["fault-ok"]["first_block_steps"] == 7 and "first_block_steps" not in by["fault-ok~twin1"]
     assert (
         by["fault-ok~twin1"]["status"] == "ok" and by["fault-ok~twin1"]["turn_block_steps"] >= resident.MIN_BLOCK_STEPS
     )

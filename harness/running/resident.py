@@ -135,7 +135,7 @@ def serve(cell: Cell, fd_in: int, fd_out: int) -> Record | None:
     cold, values, settled = stepper.cold_window(profile)
     load.stop(_children())
     # a later generation's blocks are round 1's size, sized alone (harness.running.turns.first_blocks)
-    steps = int(cell.get("block_steps") or block_steps(sizing_step(stepper, s.pass_steps, cold), s.pass_steps))
+    steps = int(cell.get("first_block_steps") or block_steps(sizing_step(stepper, s.pass_steps, cold), s.pass_steps))
     extra = {"cold_other_cores": load.other_cores, "cold_contended": load.contended}
     prepared = cell_work.prepare_floor(cell, s.spec, s.device) if cell.get("dispatch_floor") else {}
     floor: cell_work.Floor | None = None

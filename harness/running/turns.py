@@ -331,7 +331,7 @@ def run_generation(
         for cell in order:
             cell_k = cast(Cell, {**cell, "round": k, **compile_cache(sink.results, cell, k)})
             if cell["cell_id"] in sized:
-                cell_k["block_steps"] = sized[cell["cell_id"]]
+                cell_k["first_block_steps"] = sized[cell["cell_id"]]
             if floors and cell["cell_id"] not in measured:
                 cell_k["dispatch_floor"] = True
             sink.progress.start(cell, k)
