@@ -150,6 +150,8 @@ def known_pair(a: Record, b: Record, level: float) -> dict[str, Any] | None:
         "high": v.high,
         "outcome": v.outcome,
         "different": v.outcome in ("faster", "slower"),
+        # The test alone, before "same speed within 5%" takes precedence (verdicts.outcome_of).
+        "excludes_one": v.low > 1 or v.high < 1,
         "right_way": v.outcome == "slower" if true else None,
         **({"slow": rule} if (rule := _slow_rule(base) or _slow_rule(slow)) else {}),
     }
@@ -241,6 +243,7 @@ def table(pairs: list[dict[str, Any]]) -> str:
         what, target = TARGETS.get(f, ("detected", "-"))
         widths = sorted((p["high"] - p["low"]) / 2 for p in judged)
         ratios = sorted(p["ratio"] for p in judged)
+        excluding = sum(bool(p.get("excludes_one")) for p in judged)
         rows.append(
             [
                 f"{100 * f:g}%",
@@ -249,6 +252,7 @@ def table(pairs: list[dict[str, Any]]) -> str:
                 f"{hits} {what}",
                 f"{100 * hits / max(len(judged), 1):.1f}% [{100 * low:.1f}, {100 * high:.1f}]",
                 target,
+                "-" if f else f"{excluding} ({100 * excluding / max(len(judged), 1):.1f}%)",
                 f"{100 * widths[len(widths) // 2]:.1f}%" if widths else "-",
                 f"{ratios[len(ratios) // 2]:.3f}" if ratios else "-",
             ]
@@ -260,6 +264,7 @@ def table(pairs: list[dict[str, Any]]) -> str:
         "called",
         "rate [95% Wilson]",
         "target",
+        "interval excludes 1",
         "median half-width",
         "median ratio measured",
     ]
@@ -310,7 +315,10 @@ def write(
         "judged by the verdict rules "
         "of the reports (harness.stats.verdicts, at the level a report uses). Pairs of twins in one "
         "repeat share that repeat's machine state, so they are not independent: the Wilson interval "
-        "counts them as if they were and is too narrow by about the square root of the pairs per repeat.",
+        "counts them as if they were and is too narrow by about the square root of the pairs per repeat. "
+        "A false difference is what a report would print, `faster` or `slower`: the interval excludes 1 "
+        "and reaches past 1 +- 5% (wholly within it, a report says `same speed`); the column `interval "
+        "excludes 1` counts identical pairs whose interval excludes 1 at all, the test alone.",
         "",
         table(pairs),
         "",

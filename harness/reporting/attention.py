@@ -112,7 +112,7 @@ def _side_by_side(cells: list[Record]) -> list[str]:
     speedup = (
         "Speed-up is naive time over fused time (above 1: the fused kernel is faster) with its interval, as "
         "the workload tables print a pair: `same speed` where the interval lies within 1 ± 5%, `unresolved` "
-        "where it neither does nor excludes 1 (with why). "
+        "where it neither does nor excludes 1 (with why), faster or slower where it excludes 1 otherwise. "
         if "fused speed-up" in headers
         else "No cell of this run used the fused kernel (`--strategy all` or `--set attention=fused` runs them). "
     )

@@ -143,8 +143,8 @@ def sweep_section(recs: Sequence[Record], plot_dir: Path | None, colors: plots.C
         rule = (
             f"judged at each {field} by the ratio of the two series' cells there (time of one over the other, "
             f"harness.stats.verdicts: {_pairing(cells)}; each pair on its own, not family-wise), its interval at "
-            f"{level}: a value counts where the interval excludes 1 (separated), values where the pair is `{SAME}` "
-            f"or `{UNRESOLVED}` are skipped"
+            f"{level}: a value counts where the pair is separated (the interval excludes 1 and reaches past "
+            f"1 ± 5%), values where the pair is `{SAME}` or `{UNRESOLVED}` are skipped"
         )
         found = crossovers(series)
         if found:
