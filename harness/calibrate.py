@@ -149,7 +149,7 @@ def known_pair(a: Record, b: Record, level: float) -> dict[str, Any] | None:
         "low": v.low,
         "high": v.high,
         "outcome": v.outcome,
-        "different": v.outcome in ("faster", "slower"),
+        "different": v.separated,
         # The test alone, before "same speed within 5%" takes precedence (verdicts.outcome_of).
         "excludes_one": v.low > 1 or v.high < 1,
         "right_way": v.outcome == "slower" if true else None,
