@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from harness.reporting import breakeven, compare
+from harness.reporting import breakeven, compare, report
+from harness.reporting import cells as report_cells
 from harness.running import budget as policy
 from harness.stats import cells, inference, verdicts
 
@@ -368,6 +369,31 @@ def test_a_difference_under_the_margin_reads_same_speed_even_where_the_interval_
     fam = verdicts.family(recs)
     assert fam.leader is recs[0] and not fam.fastest, "a rival within 5% of the leader: no fastest"
     assert {r["adapter"]: v.outcome for r, v in fam.rivals}[recs[2]["adapter"]] == "slower"
+
+
+def test_a_workload_section_counts_its_settled_pairs_and_says_why_the_rest_are_not():
+    # 1.00, 1.02, 1.15 and 1.30 in quiet processes: the 2% pair reads the same speed, the 5 others separate.
+    rng = np.random.default_rng(21)
+    effects = np.array([0.0, math.log(1.02), math.log(1.15), math.log(1.3)])
+    recs = group_records(simulate(rng, 4, 5, t=40, reps=1, effects=effects, process=0.002, generation=0.0)[0])
+    fams = report_cells.families(recs)
+    (line, _) = report.pairs_note(recs, fams)
+    assert line.startswith(
+        "Pairs: 6 of 6 settled, each pair judged alone at 95% (5 separated, 1 the same speed within 5%); "
+    ), line
+    assert "unresolved" not in line
+    width = float(re.search(r"median half-width ([\d.]+)% over the 6 judged", line).group(1))
+    assert 0 < width < 2.5, "0.2% process noise on 5 generations: the 2% pair's interval lies within 1 +- 5%"
+    # Two generations never decide a pair: every pair unresolved, with that reason, and no interval to size.
+    short = group_records(simulate(rng, 4, 2, reps=1, effects=effects, process=0.002)[0], workload="cnn")
+    (line, _) = report.pairs_note(short, report_cells.families(short))
+    assert line == (
+        "Pairs: 0 of 6 settled, each pair judged alone at 95% (0 separated, 0 the same speed within 5%); "
+        f"6 unresolved ({verdicts.FEW_GENERATIONS}: 6)."
+    )
+    (total, _) = report.settled_total(report_cells.families(recs + short))
+    assert "at 95%: 6 of 12 (50.0%)" in total
+    assert report.pairs_note(recs, {}) == [] and report.settled_total({}) == [], "no two adapters: no pairs"
 
 
 # -- between runs --------------------------------------------------------------------------------

@@ -7,11 +7,12 @@ summary, tables, plots, comparisons) can import it without importing each other.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from harness.records import Record, setting_overrides
 from harness.stats.steps import tokens_per_step
-from harness.stats.verdicts import SAME, UNRESOLVED, Family, family
+from harness.stats.verdicts import SAME, UNRESOLVED, Family, PairVerdict, family, family_pair, level_of
 
 
 def strategy(rec: Record) -> str | None:
@@ -77,6 +78,14 @@ def families(recs: list[Record]) -> dict[tuple, Family]:
         groups.setdefault(axes(r), []).append(r)
     best = {key: best_per_adapter(cells) for key, cells in groups.items()}
     return {key: family(cells) for key, cells in best.items() if len(cells) >= 2}
+
+
+def family_pairs(fam: Family) -> list[PairVerdict]:
+    """Every pair of a family's cells judged alone, as ``verdicts.family`` judges them before Holm
+    (``verdicts.family_pair``, at the family's level): what the run settled pair by pair."""
+    members = [fam.leader, *(r for r, _ in fam.rivals)]
+    level = level_of(*members)
+    return [family_pair(a, b, level) for a, b in itertools.combinations(members, 2)]
 
 
 def top(fam: Family) -> tuple[str, list[Record]]:

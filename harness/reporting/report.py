@@ -7,6 +7,7 @@ tables, plots and sections that back them follow."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -31,13 +32,14 @@ from harness.reporting import (
     summary,
 )
 from harness.reporting.breakeven import cumulative_s
-from harness.reporting.cells import strategy
-from harness.reporting.formatting import slug
+from harness.reporting.cells import axes, comparable, family_pairs, strategy
+from harness.reporting.formatting import device_label, slug
 from harness.reporting.hardware import hardware, memory
-from harness.reporting.sections import banner, failures, input_pipeline, method
+from harness.reporting.sections import banner, failures, input_pipeline, level_text, method
 from harness.reporting.sweeps import sweep_section
 from harness.reporting.tables import env_table, machines_table, settings_table
 from harness.reporting.workload_tables import table_title, workload_table
+from harness.stats.verdicts import SAME, Family, PairVerdict
 
 
 def generations_note(group: Sequence[Record]) -> list[str]:
@@ -60,6 +62,55 @@ def generations_note(group: Sequence[Record]) -> list[str]:
     return [said + ".", ""]
 
 
+def pairs_note(group: Sequence[Record], fams: Mapping[tuple, Family]) -> list[str]:
+    """How many of a workload's pairs the run settled, each pair judged alone (``cells.family_pairs``):
+    separated, the same speed within 5%, or unresolved with why, and how wide the judged
+    intervals were; one line per comparable group (device, machine) of the section."""
+    out = []
+    keys = dict.fromkeys(axes(r) for r in comparable(list(group)))
+    found = [fams[k] for k in keys if k in fams]
+    for fam in found:
+        pairs = family_pairs(fam)
+        where = f" on {device_label(fam.leader)}" if len(found) > 1 else ""
+        members = [fam.leader, *(r for r, _ in fam.rivals)]
+        out.append(f"Pairs{where}: {settled_text(pairs, members)}.")
+    return [*out, ""] if out else []
+
+
+def settled_text(pairs: Sequence[PairVerdict], recs: Sequence[Record]) -> str:
+    """``52 of 55 settled, each pair judged alone at 95% (40 separated, 12 the same speed within
+    5%); 3 unresolved (<reason>: 3); median half-width 4.6% over the 55 judged``: the half-width
+    of each judged interval relative to its ratio, median over the pairs the run could judge."""
+    settled = [v for v in pairs if v.settled]
+    same = sum(v.outcome == SAME for v in settled)
+    text = (
+        f"{len(settled)} of {len(pairs)} settled, each pair judged alone at {level_text(recs)} "
+        f"({len(settled) - same} separated, {same} the same speed within 5%)"
+    )
+    why = Counter(v.reason for v in pairs if not v.settled)
+    if why:
+        text += f"; {sum(why.values())} unresolved ({', '.join(f'{r}: {n}' for r, n in why.most_common())})"
+    widths = sorted((v.high - v.low) / 2 / v.point for v in pairs if v.judged)
+    if widths:
+        text += f"; median half-width {widths[len(widths) // 2]:.1%} over the {len(widths)} judged"
+    return text
+
+
+def settled_total(fams: Mapping[tuple, Family]) -> list[str]:
+    """The run's share of settled pairs over every workload (``pairs_note`` counts each)."""
+    pairs = [v for fam in fams.values() for v in family_pairs(fam)]
+    if not pairs:
+        return []
+    settled = sum(v.settled for v in pairs)
+    levels = sorted({level_text([fam.leader, *(r for r, _ in fam.rivals)]) for fam in fams.values()})
+    return [
+        f"Pairs settled (separated, or the same speed within 5%), each pair judged alone at "
+        f"{' or '.join(levels)}: {settled} of {len(pairs)} ({settled / len(pairs):.1%}); each workload's "
+        "section counts its own.",
+        "",
+    ]
+
+
 def build(
     run_dirs: Path | list[Path], plot_dir: Path | None = None, raw: Mapping[Path, list[Record]] | None = None
 ) -> str:
@@ -80,6 +131,7 @@ def render(m: model.Model, plot_dir: Path | None = None) -> str:
         f"{len(recs)} cells: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in records.STATUSES) + ".",
         "",
     ]
+    out += settled_total(fams)
     colors = plots.palette(recs)
     out += _overview(m.grid, recs, plot_dir)
     said = summary.sentences(recs, fams)
@@ -88,7 +140,8 @@ def render(m: model.Model, plot_dir: Path | None = None) -> str:
     out += findings.section(recs, fams)
     out += banner(recs)
     for (workload, key), group in m.sections.items():
-        out += [table_title(group[0]), "", *generations_note(group), *parity.note(workload, m.parity)]
+        out += [table_title(group[0]), "", *generations_note(group), *pairs_note(group, fams)]
+        out += parity.note(workload, m.parity)
         out += [workload_table(group, fams), ""]
         if plot_dir is not None:
             out += _plots(group, workload, key, plot_dir, colors)

@@ -309,7 +309,7 @@ class Family:
         return bool(self.rivals) and all(v.outcome == SLOWER for _, v in self.rivals)
 
 
-def _family_pair(a: Record, b: Record, level: float) -> PairVerdict:
+def family_pair(a: Record, b: Record, level: float) -> PairVerdict:
     """``pair_verdict``, or for records with no processes to read ``outcome``'s fallback on their
     own intervals (certain where they do not overlap: p = 0)."""
     if levels_of(a) and levels_of(b):
@@ -330,7 +330,7 @@ def family(cells: list[Record], level: float | None = None) -> Family:
     lead = order[0]
     level = level_of(*cells) if level is None else level
     pairs = [(n, m) for n in range(len(order)) for m in range(n + 1, len(order))]
-    found = [_family_pair(order[n], order[m], level) for n, m in pairs]
+    found = [family_pair(order[n], order[m], level) for n, m in pairs]
     rejected = dict(zip(pairs, holm([v.p for v in found], level), strict=True))
     rivals = []
     for (n, m), v in zip(pairs, found, strict=True):
