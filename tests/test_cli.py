@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -78,6 +79,10 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
     assert env["report_at_s"] > sum(env["phases_s"].values()), "the run's whole length holds its phases"
     peak = env["peaks"]["cpu"]["matmul_gflops"]
     assert peak > 1 and env["peaks"]["cpu"]["copy_gbs"] > 0
+    # every installed library's matmul counts (NumPy's BLAS alone ran at half of JAX's and TF's on AMD Zen 5)
+    by = env["peaks"]["cpu"]["matmul_gflops_by"]
+    libraries = ("numpy", "torch", "jax", "tensorflow")
+    assert set(by) == {lib for lib in libraries if importlib.util.find_spec(lib)} and peak == max(by.values())
     # physics: the achieved rate is real work over synced time, below what the device can do
     assert 0 < cpu["gflops"] <= cpu["gflops_max_step"] <= hardware.PEAK_SLACK * peak
     # throughput: blocks of steps with one sync each, in the cell's first process only (the later

@@ -1,11 +1,15 @@
 """The device's measured limits: a large float32 matmul (GFLOP/s) and a large copy (GB/s).
 
 Run once per device per run, in its own process (``python -m harness.measuring.peak DEVICE OUT [PRECISION]``)
-so the parent imports no framework. On CPU the best of NumPy's BLAS and PyTorch (oneDNN/MKL)
-counts; on CUDA PyTorch, else JAX, in the run's precision (``tf32`` runs are bounded by the TF32
-matmul peak, ``fp32`` runs by the full-precision one). ``bf16`` runs are bounded by the best of
-the bfloat16 matmul (PyTorch and JAX; NumPy has no bfloat16 BLAS) and the float32 ones: a
-mixed-precision step runs both kinds, and where bfloat16 is emulated float32 is the faster. The
+so the parent imports no framework. On CPU the best of NumPy's BLAS, PyTorch (oneDNN/MKL), JAX
+(XLA) and TensorFlow (oneDNN), whichever are installed here, counts: on the 2-core AMD EPYC VM
+(Zen 5, full-width AVX-512) JAX's and TensorFlow's matmuls ran at about 520 GFLOP/s where NumPy's
+and PyTorch's ran at 230-280, so a peak from those two alone understated the device by half and
+flagged tf-function's `cnn` steps. On CUDA PyTorch, else JAX. In the run's precision
+(``tf32`` runs are bounded by the TF32 matmul peak, ``fp32`` runs by the full-precision one).
+``bf16`` runs are bounded by the best of the bfloat16 matmul (PyTorch and JAX; NumPy has no
+bfloat16 BLAS) and the float32 ones: a mixed-precision step runs both kinds, and where bfloat16
+is emulated float32 is the faster. The
 matmul is timed after a warm-up, best of repeats over at least MIN_S seconds, with a device sync;
 the copy counts bytes read plus bytes written. The run measures both at its start and its end
 and keeps the better (``best_of``).
@@ -68,8 +72,12 @@ def measure_cpu(bf16: bool = False) -> dict[str, Any]:
         if bf16:
             ha, hb = ta.bfloat16(), tb.bfloat16()
             by["torch bf16"] = flops / _best(lambda: ha @ hb, lambda r: r) / 1e9
-    if bf16 and importlib.util.find_spec("jax"):
-        by["jax bf16"] = flops / _jax_bf16_matmul_s("cpu") / 1e9
+    if importlib.util.find_spec("jax"):
+        by["jax"] = flops / _jax_matmul_s("cpu", "float32") / 1e9
+        if bf16:
+            by["jax bf16"] = flops / _jax_matmul_s("cpu", "bfloat16") / 1e9
+    if importlib.util.find_spec("tensorflow"):
+        by["tensorflow"] = flops / _tensorflow_matmul_s(a, b) / 1e9
     src = np.ones(COPY_BYTES // 4, np.float32)
     dst = np.empty_like(src)
     copy_gbs = 2 * COPY_BYTES / _best(lambda: np.copyto(dst, src), lambda r: r) / 1e9
@@ -77,15 +85,26 @@ def measure_cpu(bf16: bool = False) -> dict[str, Any]:
     return {**found, "bf16_emulated": emulated} if emulated else found
 
 
-def _jax_bf16_matmul_s(device: str) -> float:
-    """Seconds of JAX's best MATMUL_N^3 bfloat16 matmul on ``device``."""
+def _jax_matmul_s(device: str, dtype: str) -> float:
+    """Seconds of JAX's best MATMUL_N^3 matmul in ``dtype`` on ``device`` (XLA's own kernels,
+    or oneDNN's where XLA calls it)."""
     import jax
     import jax.numpy as jnp
 
     dev = jax.devices(device)[0]
-    a, b = (jax.device_put(jnp.ones((MATMUL_N, MATMUL_N), jnp.bfloat16), dev) for _ in range(2))
+    a, b = (jax.device_put(jnp.ones((MATMUL_N, MATMUL_N), dtype), dev) for _ in range(2))
     matmul = jax.jit(lambda x, y: x @ y)
     return _best(lambda: matmul(a, b), jax.block_until_ready)
+
+
+def _tensorflow_matmul_s(a: Any, b: Any) -> float:
+    """Seconds of TensorFlow's best float32 matmul of ``a`` and ``b`` on CPU (oneDNN where TF uses
+    it): its kernels, not NumPy's BLAS, are what TF adapters' steps run on."""
+    import tensorflow as tf
+
+    with tf.device("/CPU:0"):
+        ta, tb = tf.constant(a), tf.constant(b)
+        return _best(lambda: tf.linalg.matmul(ta, tb), lambda r: r.numpy())
 
 
 def measure_cuda(tf32: bool = False, bf16: bool = False) -> dict[str, Any]:
@@ -122,7 +141,7 @@ def measure_cuda(tf32: bool = False, bf16: bool = False) -> dict[str, Any]:
     src = jax.device_put(jnp.ones(COPY_BYTES // 4, jnp.float32), dev)
     seconds = _best(lambda: matmul(a, b), jax.block_until_ready)
     if bf16:
-        seconds = min(seconds, _jax_bf16_matmul_s("cuda"))
+        seconds = min(seconds, _jax_matmul_s("cuda", "bfloat16"))
     return {
         "matmul_gflops": flops / seconds / 1e9,
         "matmul_gflops_by": "jax",
