@@ -176,7 +176,7 @@ compare: $(STAMP)
 	$(PY) -m harness compare $(A) $(B) $(ARGS)
 
 # The rerun experiment: the same bench twice, back to back, then compared. Identical code should
-# come out "no change", with no "fastest" verdict of one run contradicted by the other.
+# come out neither faster nor slower, with no "fastest" verdict of one run contradicted by the other.
 ifeq ($(origin RERUN), undefined)
 RERUN := reports/rerun-$(shell date +%Y%m%d-%H%M%S)
 endif

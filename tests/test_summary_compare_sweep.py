@@ -255,7 +255,7 @@ def test_compare_and_merge_on_the_command_line(python, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     text = (b / "compare-before.md").read_text()
-    assert "2 matching cells: 1 faster, 0 slower, 1 without a change, 0 inconclusive." in text
+    assert "2 matching cells: 1 faster, 0 slower, 1 the same speed within 5%, 0 unresolved." in text
     assert "| detectable change |" in text.replace(" ", "").replace("|detectablechange|", "| detectable change |")
     assert "- Within A: 0 pairs of cells differ by 1.5x or more; its intervals separate 0 of them." in text
     assert "- Within B: 1 pairs of cells differ by 1.5x or more; its intervals separate 1 of them." in text

@@ -17,7 +17,17 @@ from harness.records import Record, is_idiomatic
 from harness.reporting import cells
 from harness.reporting.formatting import fingerprint_name, machine_name, sig, status_text
 from harness.stats.cells import combine_all, fingerprint_key
-from harness.stats.verdicts import INCONCLUSIVE, MEANINGFUL_CHANGE, NO_CHANGE, Family, RunChange, change, separated
+from harness.stats.verdicts import (
+    FASTER,
+    SAME,
+    SETTLE_MARGIN,
+    SLOWER,
+    UNRESOLVED,
+    Family,
+    RunChange,
+    change,
+    separated,
+)
 
 
 def geometric_mean_s(rec: Record) -> float:
@@ -50,7 +60,7 @@ def build(run_a: Path, run_b: Path) -> str:
     env_a, env_b = records.load_env(run_a), records.load_env(run_b)
     pairs, unmatched = match(recs_a, recs_b)
     rows = []
-    counts = {"faster": 0, "slower": 0, NO_CHANGE: 0, INCONCLUSIVE: 0}
+    counts = {FASTER: 0, SLOWER: 0, SAME: 0, UNRESOLVED: 0}
     for a, b in pairs:
         label = [
             b["adapter"],
@@ -83,20 +93,20 @@ def build(run_a: Path, run_b: Path) -> str:
         f"- A: `{run_a}`, {machine_name(env_a)}, git {env_a.get('git_sha')}, {_versions(env_a)}",
         f"- B: `{run_b}`, {machine_name(env_b)}, git {env_b.get('git_sha')}, {_versions(env_b)}",
         "",
-        f"{len(pairs)} matching cells: {counts['faster']} faster, {counts['slower']} slower, "
-        f"{counts[NO_CHANGE]} without a change, {counts[INCONCLUSIVE]} inconclusive.",
+        f"{len(pairs)} matching cells: {counts[FASTER]} faster, {counts[SLOWER]} slower, "
+        f"{counts[SAME]} the same speed within {SETTLE_MARGIN:.0%}, {counts[UNRESOLVED]} unresolved.",
         "",
         "A and B are a cell's steady step times, the geometric mean over its processes (fresh worker "
         "processes, one per generation) of each one's step time. B / A is their ratio (below 1: B is faster), "
         "with an interval at the runs' verdict level (95%, or a budgeted run's 97.06%) from Welch's t on the "
         "logarithms of the process step times: nothing pairs two "
         "runs' processes, and the t quantile accounts for how few of them there are (two processes a side "
-        "say little). The verdict is `faster` or `slower` only when the whole interval lies on one side of "
-        "1; `no change` only when the comparison could have detected a change of "
-        f"{MEANINGFUL_CHANGE:.0%} (and of the size it reports) with 80% power; else `inconclusive`. "
+        "say little). The verdict has a report's three words: `same speed` where the whole interval lies "
+        f"within 1 ± {SETTLE_MARGIN:.0%} (whether or not it excludes 1: a change under {SETTLE_MARGIN:.0%} is "
+        "not claimed), else `faster` or `slower` where it lies on one side of 1, else `unresolved`. "
         "Detectable change: the smallest slow-down this comparison detects with 80% power, "
-        "exp((t_0.025 + t_0.2) se) - 1. A cell run in one process a side is `inconclusive`: one process "
-        "says nothing about a rerun.",
+        "exp((t_0.025 + t_0.2) se) - 1 (how wide an `unresolved` interval is in these terms). A cell run "
+        "in one process a side is `unresolved`: one process says nothing about a rerun.",
         *_few_rounds(recs_a + recs_b),
         "",
         *_verdicts(recs_a, recs_b),

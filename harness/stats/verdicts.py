@@ -20,8 +20,10 @@ of cell c in generation k) and what its group's model says:
   (``MIN_BLOCKS``), or a cell lacks a generation.
 - **Between groups of one run, and between runs**: nothing pairs the processes, so Welch's t on
   the two sides' process levels (unpaired, unequal variances). Between runs (``change``) the
-  verdict is "inconclusive" where the interval is too wide to have detected a meaningful change
-  (``MEANINGFUL_CHANGE``), with the smallest change it could have detected at 80% power.
+  same three outcomes, each with the smallest change the comparison could have detected at 80%
+  power. Until 2026-11-28 it said "no change" where the interval held 1 and that smallest change
+  was under 10%: a claim from power after the fact, which an interval within 1 +- 5% now makes
+  (or does not) by itself.
 - **Three outcomes**: *same speed* (the whole interval within 1 +- ``SETTLE_MARGIN``, whether or
   not it excludes 1: an equivalence test, as Schuirmann's two one-sided tests, at the stricter
   level of the full interval), *separated* (``faster`` / ``slower``: the interval excludes 1 and
@@ -74,11 +76,8 @@ MIN_BLOCKS = 5
 MIN_GENERATIONS = 3
 #: "Same speed" when the whole interval lies within 1 +- this (it cannot hide a larger difference).
 SETTLE_MARGIN = 0.05
-#: Between runs, "no change" needs the interval to have been able to see a change this large.
-MEANINGFUL_CHANGE = 0.10
 
 FASTER, SLOWER, SAME, UNRESOLVED = "faster", "slower", "same speed", "unresolved"
-NO_CHANGE, INCONCLUSIVE = "no change", "inconclusive"
 
 #: Reasons a pair is unresolved: the run could not judge it at all ...
 ONE_PROCESS = "one process per cell"
@@ -124,8 +123,9 @@ class PairVerdict:
 @dataclass(frozen=True)
 class RunChange:
     """One cell in two runs: time(B) / time(A) with its interval, the verdict (``faster``,
-    ``slower``, ``no change``, ``inconclusive``) and the smallest change the comparison could
-    have detected with 80% power (a fraction: 0.1 is 10%; None where it cannot say)."""
+    ``slower``, ``same speed``, ``unresolved`` with its ``reason``: ``outcome_of``) and the
+    smallest change the comparison could have detected with 80% power (a fraction: 0.1 is 10%;
+    None where it cannot say)."""
 
     point: float
     low: float
@@ -345,18 +345,14 @@ def family(cells: list[Record], level: float | None = None) -> Family:
 
 
 def change(a: Record, b: Record, level: float | None = None) -> RunChange:
-    """One cell in run A (``a``) and in run B (``b``): Welch's t on their process levels.
-    ``inconclusive`` where the interval includes 1 but the comparison could not have detected
-    a change of MEANINGFUL_CHANGE (or of the size it reports, if larger) with 80% power."""
+    """One cell in run A (``a``) and in run B (``b``): Welch's t on their process levels, worded by
+    ``outcome_of`` as every verdict is (same speed within 1 +- SETTLE_MARGIN first)."""
     level = level_of(a, b) if level is None else level
     la, lb = list(levels_of(a).values()), list(levels_of(b).values())
     if len(la) < 2 or len(lb) < 2:
         point = math.exp(np.mean(lb) - np.mean(la)) if la and lb else b["median_s"] / a["median_s"]
-        return RunChange(point, 0.0, math.inf, INCONCLUSIVE, None, ONE_PROCESS)
+        return RunChange(point, 0.0, math.inf, UNRESOLVED, None, ONE_PROCESS)
     diff, se, df, t = welch(np.array(la), np.array(lb), level)
     point, low, high = math.exp(diff), math.exp(diff - t * se), math.exp(diff + t * se)
-    detectable = detectable_change(se, df, level)
-    word = FASTER if high < 1 else SLOWER if low > 1 else INCONCLUSIVE
-    if word == INCONCLUSIVE:
-        word = INCONCLUSIVE if detectable > max(MEANINGFUL_CHANGE, abs(point - 1)) else NO_CHANGE
-    return RunChange(point, low, high, word, detectable)
+    word, reason = outcome_of(low, high)
+    return RunChange(point, low, high, word, detectable_change(se, df, level), reason)
