@@ -83,9 +83,8 @@ def families(recs: list[Record]) -> dict[tuple, Family]:
 def family_pairs(fam: Family) -> list[PairVerdict]:
     """Every pair of a family's cells judged alone, as ``verdicts.family`` judges them before Holm
     (``verdicts.family_pair``, at the family's level): what the run settled pair by pair."""
-    members = [fam.leader, *(r for r, _ in fam.rivals)]
-    level = level_of(*members)
-    return [family_pair(a, b, level) for a, b in itertools.combinations(members, 2)]
+    level = level_of(*fam.members)
+    return [family_pair(a, b, level) for a, b in itertools.combinations(fam.members, 2)]
 
 
 def top(fam: Family) -> tuple[str, list[Record]]:

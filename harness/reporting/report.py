@@ -39,7 +39,7 @@ from harness.reporting.sections import banner, failures, input_pipeline, level_t
 from harness.reporting.sweeps import sweep_section
 from harness.reporting.tables import env_table, machines_table, settings_table
 from harness.reporting.workload_tables import table_title, workload_table
-from harness.stats.verdicts import SAME, Family, PairVerdict
+from harness.stats.verdicts import SAME, SETTLE_MARGIN, Family, PairVerdict
 
 
 def generations_note(group: Sequence[Record]) -> list[str]:
@@ -72,8 +72,7 @@ def pairs_note(group: Sequence[Record], fams: Mapping[tuple, Family]) -> list[st
     for fam in found:
         pairs = family_pairs(fam)
         where = f" on {device_label(fam.leader)}" if len(found) > 1 else ""
-        members = [fam.leader, *(r for r, _ in fam.rivals)]
-        out.append(f"Pairs{where}: {settled_text(pairs, members)}.")
+        out.append(f"Pairs{where}: {settled_text(pairs, fam.members)}.")
     return [*out, ""] if out else []
 
 
@@ -85,7 +84,7 @@ def settled_text(pairs: Sequence[PairVerdict], recs: Sequence[Record]) -> str:
     same = sum(v.outcome == SAME for v in settled)
     text = (
         f"{len(settled)} of {len(pairs)} settled, each pair judged alone at {level_text(recs)} "
-        f"({len(settled) - same} separated, {same} the same speed within 5%)"
+        f"({len(settled) - same} separated, {same} the same speed within {SETTLE_MARGIN:.0%})"
     )
     why = Counter(v.reason for v in pairs if not v.settled)
     if why:
@@ -102,9 +101,9 @@ def settled_total(fams: Mapping[tuple, Family]) -> list[str]:
     if not pairs:
         return []
     settled = sum(v.settled for v in pairs)
-    levels = sorted({level_text([fam.leader, *(r for r, _ in fam.rivals)]) for fam in fams.values()})
+    levels = sorted({level_text(fam.members) for fam in fams.values()})
     return [
-        f"Pairs settled (separated, or the same speed within 5%), each pair judged alone at "
+        f"Pairs settled (separated, or the same speed within {SETTLE_MARGIN:.0%}), each pair judged alone at "
         f"{' or '.join(levels)}: {settled} of {len(pairs)} ({settled / len(pairs):.1%}); each workload's "
         "section counts its own.",
         "",

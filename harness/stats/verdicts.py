@@ -308,6 +308,11 @@ class Family:
     def fastest(self) -> bool:
         return bool(self.rivals) and all(v.outcome == SLOWER for _, v in self.rivals)
 
+    @property
+    def members(self) -> list[Record]:
+        """The family's cells, the leader first, then its rivals (fastest first)."""
+        return [self.leader, *(r for r, _ in self.rivals)]
+
 
 def family_pair(a: Record, b: Record, level: float) -> PairVerdict:
     """``pair_verdict``, or for records with no processes to read ``outcome``'s fallback on their
