@@ -36,28 +36,26 @@ def _cell(adapter: str, levels: dict[int, float]) -> dict:
     }
 
 
-def test_a_pair_is_judged_once_inside_the_scope_and_afresh_outside_it(monkeypatch):
+def test_the_model_judges_a_pair_once_and_verdicts_are_pure(monkeypatch):
     computed = collections.Counter()
-    real = verdicts._pair_verdict
+    real = verdicts.pair_verdict
 
-    def counting(a, b, level):
+    def counting(a, b, level=None):
         computed[(a["adapter"], b["adapter"], level)] += 1
         return real(a, b, level)
 
-    monkeypatch.setattr(verdicts, "_pair_verdict", counting)
+    monkeypatch.setattr(model, "pair_verdict", counting)
     a = _cell("a", {1: -4.60, 2: -4.61, 3: -4.59})
     b = _cell("b", {1: -4.40, 2: -4.42, 3: -4.39})
-    store: dict = {}
-    with verdicts.judged_once(store):
-        first = verdicts.pair_verdict(a, b)
-        assert verdicts.pair_verdict(a, b) is first, "asked again: the same verdict, not a second computation"
-        verdicts.pair_verdict(b, a)  # the other direction is another question
-        verdicts.pair_verdict(a, b, 0.99)  # and so is another level
-    assert computed == {("a", "b", 0.95): 1, ("b", "a", 0.95): 1, ("a", "b", 0.99): 1}
-    assert store[(id(a), id(b), 0.95)] == (a, b, first), "the store holds the records its keys name"
-    verdicts.pair_verdict(a, b)
-    assert computed[("a", "b", 0.95)] == 2, "outside the scope nothing is kept"
-    assert first.point == pytest.approx(verdicts.pair_verdict(a, b).point)
+    m = model.Model([], [a, b], {}, {}, {}, None, {})
+    first = m.pair(a, b)
+    assert m.pair(a, b) is first, "asked again: the same verdict, not a second computation"
+    m.pair(b, a)  # the other direction is another question
+    m.pair(a, b, 0.99)  # and so is another level
+    assert computed == {("a", "b", None): 1, ("b", "a", None): 1, ("a", "b", 0.99): 1}
+    assert m.verdicts[(id(a), id(b), None)] == (a, b, first), "the store holds the records its keys name"
+    assert first == real(a, b), "a verdict is a function of its records alone"
+    assert not hasattr(verdicts, "judged_once") and "ContextVar" not in Path(verdicts.__file__).read_text()
 
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: str(p.relative_to(REPORTS_DIR)))

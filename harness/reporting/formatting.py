@@ -94,13 +94,16 @@ def slug(*parts: Any) -> str:
 def verdict_text(v: PairVerdict) -> str:
     """A ratio with its verdict, as every table prints it: ``1.17 [1.09, 1.25]`` (separated),
     ``1.01 [0.98, 1.03] same speed``, ``1.17 [0.98, 1.41] unresolved``, ``1.21 [1.02, 1.43]
-    unresolved (family-wise)`` (separated alone, not once the group's pairs are counted), or where the run could not
+    slower as a pair, not family-wise`` (separated alone, not once the group's pairs are counted: no
+    verdict against the leader is claimed), or where the run could not
     judge the pair ``1.20 unresolved (one process per cell)``."""
     if not v.judged:  # separated here only by records' own intervals (no processes): the ratio alone
         return f"{v.point:.2f}" if v.separated else f"{v.point:.2f} {UNRESOLVED} ({v.reason})"
     text = f"{v.point:.2f} [{v.low:.2f}, {v.high:.2f}]"
     if v.separated:
         return text
+    if v.reason == FAMILY:  # the pair alone is separated; Holm's step-down stopped at a closer rival
+        return f"{text} {'slower' if v.point > 1 else 'faster'} as a pair, not family-wise"
     return f"{text} {v.outcome}" + (f" ({SHORT_REASONS[v.reason]})" if v.reason in SHORT_REASONS else "")
 
 

@@ -66,6 +66,7 @@ def hardware(recs: Sequence[Record], envs: dict[str, dict[str, Any]]) -> list[st
         peak = r["peak_gflops"] if "peak_gflops" in r else peak_gflops(next(iter(envs.values())), r)
         fastest, flops = r.get("gflops_max_step"), r.get("flops_per_step")
         assert fastest is not None and flops is not None  # a record's gflops comes with both
+        gflops = flops / r["median_s"] / 1e9  # over the steady step the tables print, as every rate is
         pct = f"{gflops / peak:.1%}" if peak else DASH
         best = f"{fastest / peak:.1%}" if peak else DASH
         rows.append([*row_label(r), sig(flops / 1e9), sig(gflops), pct, best])
@@ -87,7 +88,7 @@ def hardware(recs: Sequence[Record], envs: dict[str, dict[str, Any]]) -> list[st
         headers = ["adapter", "workload", "strategy", "device", "GFLOP per step", "GFLOP/s", "% of peak", "best step"]
         counted = (
             "Useful work per step is counted from the spec (matmul and convolution multiply-adds, "
-            "padding not counted); GFLOP/s is that work over the steady window's time."
+            "padding not counted); GFLOP/s is that work over the steady step the tables print."
         )
         if any((r.get("spec") or {}).get("family") == MODEL_FILE and r.get("gflops") is not None for r in recs):
             counted += (

@@ -4,15 +4,16 @@ harness.reporting.report renders every table, picture and sentence.
 It holds the combined cells (``load_runs``) and each process's own record, the runs'
 environments and parity outcomes, each
 group's family verdicts (leaders, "vs fastest" marks: ``cells.families``), the overview's grid
-(which reads those families), the workload sections' cells in the overview's order, and the store
-of pair verdicts: while a report renders inside ``Model.judged`` every pair of cells is judged once
-(harness.stats.verdicts.judged_once), so a sentence quoting a verdict reads the one its table printed.
+(which reads those families), the workload sections' cells in the overview's order, and the pair
+verdicts asked of it (``Model.pair``), each computed once. Verdicts are pure functions of two
+records (harness.stats.verdicts), so a sentence quoting a verdict reads the one its table printed.
+
+Every section of a report renders from this model alone (harness.reporting.sections: ``Section``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,17 @@ from harness.reporting.cells import families
 from harness.reporting.formatting import fingerprint_name, machine_name
 from harness.reporting.hardware import peak_gflops, same_machine
 from harness.stats.cells import combine_all, fingerprint_key
-from harness.stats.verdicts import Family, PairVerdict, judged_once
+from harness.stats.verdicts import Family, PairVerdict, pair_verdict
+
+
+@dataclass(frozen=True)
+class Block:
+    """What one section of a report adds: its lines on the first page (``report.md``) and on the
+    details page (``details.md``); either may be empty (a section with nothing to say adds
+    nothing). Pictures are written into ``Model.plot_dir`` by the section and linked from its lines."""
+
+    report: list[str] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)
 
 
 def load_runs(
@@ -81,12 +92,18 @@ class Model:
     sections: dict[tuple[str, tuple], list[Record]]
     #: Every process's own record, rounds apart (the runs' results.jsonl as written; idiomatic scripts left out).
     processes: list[Record] = field(default_factory=list)
-    #: Every pair verdict asked so far (harness.stats.verdicts.judged_once).
-    verdicts: dict[tuple[int, int, float], tuple[Record, Record, PairVerdict]] = field(default_factory=dict)
+    #: Where plots are written (None: a report without pictures).
+    plot_dir: Path | None = None
+    #: Every pair verdict asked so far, by the records' identities and level (the records held too,
+    #: so an identity is not reused while its verdict is kept).
+    verdicts: dict[tuple[int, int, float | None], tuple[Record, Record, PairVerdict]] = field(default_factory=dict)
 
-    def judged(self) -> AbstractContextManager[None]:
-        """The scope a report renders in: each pair of its cells judged once, whoever asks."""
-        return judged_once(self.verdicts)
+    def pair(self, a: Record, b: Record, level: float | None = None) -> PairVerdict:
+        """time(b) / time(a) judged (harness.stats.verdicts.pair_verdict), once per pair."""
+        key = (id(a), id(b), level)
+        if key not in self.verdicts:
+            self.verdicts[key] = (a, b, pair_verdict(a, b, level))
+        return self.verdicts[key][2]
 
     @property
     def title(self) -> str:
@@ -95,8 +112,9 @@ class Model:
         return ids or ", ".join(d.name for d in self.run_dirs)
 
 
-def load(run_dirs: list[Path], raw: Mapping[Path, list[Record]] | None = None) -> Model:
-    """The model of a report over ``run_dirs`` (``raw``: their records as already loaded)."""
+def load(run_dirs: list[Path], raw: Mapping[Path, list[Record]] | None = None, plot_dir: Path | None = None) -> Model:
+    """The model of a report over ``run_dirs`` (``raw``: their records as already loaded), its
+    plots to be drawn in ``plot_dir`` (None: none)."""
     loaded = {d: records.load(d / records.RESULTS) if (raw or {}).get(d) is None else (raw or {})[d] for d in run_dirs}
     recs, envs = load_runs(run_dirs, loaded)
     sections: dict[tuple[str, tuple], list[Record]] = {}
@@ -104,8 +122,11 @@ def load(run_dirs: list[Path], raw: Mapping[Path, list[Record]] | None = None) -
         if r.get("data", "resident") == "resident":
             sections.setdefault((r["workload"], records.setting_overrides(r)), []).append(r)
     processes = [r for d in run_dirs for r in loaded[d] if not is_idiomatic(r)]
-    model = Model(list(run_dirs), recs, envs, parity.load(run_dirs), {}, None, sections, processes)
-    with model.judged():
-        model.families = families(recs)
-        model.grid = overview.grid(recs, model.families)
+    model = Model(list(run_dirs), recs, envs, parity.load(run_dirs), {}, None, sections, processes, plot_dir)
+    model.families = families(recs)
+    model.grid = overview.grid(recs, model.families)
     return model
+
+
+#: A report section: renders from the model alone (harness.reporting.report.SECTIONS lists them in order).
+Section = Callable[[Model], Block]

@@ -16,6 +16,7 @@ import pandas as pd
 from harness import records
 from harness.records import Record, is_idiomatic
 from harness.reporting import (
+    answer,
     attention,
     export,
     fidelity,
@@ -23,19 +24,17 @@ from harness.reporting import (
     html,
     model,
     ops,
-    overview,
     parity,
     pipelines,
     plots,
     run_time,
     static_dynamic,
-    summary,
 )
 from harness.reporting.breakeven import cumulative_s
 from harness.reporting.cells import axes, comparable, family_pairs, strategy
-from harness.reporting.formatting import device_label, slug
+from harness.reporting.formatting import device_label, sig, slug
 from harness.reporting.hardware import hardware, memory
-from harness.reporting.sections import banner, failures, input_pipeline, level_text, method
+from harness.reporting.sections import banner, failures, input_pipeline, level_text, method, method_summary
 from harness.reporting.sweeps import sweep_section
 from harness.reporting.tables import env_table, machines_table, settings_table
 from harness.reporting.workload_tables import table_title, workload_table
@@ -113,53 +112,122 @@ def settled_total(fams: Mapping[tuple, Family]) -> list[str]:
 def build(
     run_dirs: Path | list[Path], plot_dir: Path | None = None, raw: Mapping[Path, list[Record]] | None = None
 ) -> str:
-    """The report's markdown; with ``plot_dir``, its PNG plots are written there and embedded.
-    ``raw``: runs' records as already loaded."""
-    m = model.load([run_dirs] if isinstance(run_dirs, Path) else list(run_dirs), raw)
-    with m.judged():  # every pair judged once: a sentence reads the verdict its table printed
-        return render(m, plot_dir)
+    """The whole report as one markdown text, its first page then its details page (``pages``);
+    with ``plot_dir``, its PNG plots are written there and embedded. ``raw``: runs' records as already loaded."""
+    first, details = pages(model.load([run_dirs] if isinstance(run_dirs, Path) else list(run_dirs), raw, plot_dir))
+    return first + "\n" + details
 
 
-def render(m: model.Model, plot_dir: Path | None = None) -> str:
-    """The report's markdown from its model (``build``), every section in reading order."""
-    recs, fams = m.recs, m.families
-    counts = pd.Series([r["status"] for r in recs]).value_counts().to_dict() if recs else {}
-    out = [
-        f"# dlcompare report: run {m.title}",
+def pages(m: model.Model) -> tuple[str, str]:
+    """``report.md`` (the answer on its first screen, each workload's table, the Method in a
+    paragraph) and ``details.md`` (everything else), each the blocks of ``SECTIONS`` in order."""
+    blocks = [section(m) for section in SECTIONS]
+    first = [f"# dlcompare report: run {m.title}", "", *(line for b in blocks for line in b.report)]
+    details = [
+        f"# dlcompare report: run {m.title}, details",
         "",
-        f"{len(recs)} cells: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in records.STATUSES) + ".",
+        f"The first page, with the answer: [report.md](report.md). Below: {DETAILS_CONTENTS}.",
         "",
+        *(line for b in blocks for line in b.details),
     ]
-    out += settled_total(fams)
-    colors = plots.palette(recs)
-    out += _overview(m.grid, recs, plot_dir)
-    said = summary.sentences(recs, fams)
-    if said:
-        out += ["## Summary", "", *(f"- {line}" for line in said), ""]
-    out += findings.section(recs, fams)
-    out += banner(recs)
+    return "\n".join(first), "\n".join(details)
+
+
+#: What the details page holds, as its first line says.
+DETAILS_CONTENTS = (
+    "what the run found per framework, every workload's full tables and plots, static against dynamic "
+    "graphs, how close to the hardware, memory, where the run's time went, settings, machines, the "
+    "environment and the full protocol"
+)
+
+
+def header(m: model.Model) -> model.Block:
+    """The cell count, the run's settled share and the machine in one line each."""
+    recs = m.recs
+    counts = pd.Series([r["status"] for r in recs]).value_counts().to_dict() if recs else {}
+    out = [f"{len(recs)} cells: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in records.STATUSES) + ".", ""]
+    out += settled_total(m.families)
+    out += machine_line(m)
+    return model.Block(out)
+
+
+def machine_line(m: model.Model) -> list[str]:
+    """Where the run ran, with its measured peaks and which library set its kernel floors: a time
+    means something only next to how fast its machine is."""
+    out = []
+    for name, env in m.envs.items():
+        if not env:
+            continue
+        text = f"Machine: {name}, {env.get('cpu_logical', '?')} logical CPUs"
+        for device, peak in sorted((env.get("peaks") or {}).items()):
+            found = peak.get("matmul_gflops_by")
+            by = ", ".join(f"{lib} {sig(v)}" for lib, v in sorted(found.items())) if isinstance(found, dict) else ""
+            text += f"; {device} float32 matmul peak {sig(peak['matmul_gflops'])} GFLOP/s" + (f" ({by})" if by else "")
+        floors = (env.get("kernel_floors") or {}).get("fastest_library") or {}
+        for device, counts in sorted(floors.items()):
+            libs = ", ".join(f"{lib} {n}" for lib, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+            text += f"; kernel floors on {device} from the fastest library per kernel ({libs} kernels)"
+        out += [text + ". Times measured on another machine are not comparable with these.", ""]
+    return out
+
+
+def failures_block(m: model.Model) -> model.Block:
+    return model.Block([*banner(m.recs), *failures(m.recs)])
+
+
+def findings_block(m: model.Model) -> model.Block:
+    return model.Block(details=findings.section(m.recs, m.families))
+
+
+def workloads_block(m: model.Model) -> model.Block:
+    """Each workload: on the first page its counts and compact table with the step-time plot;
+    on the details page its full tables and the other plots."""
+    first: list[str] = []
+    details: list[str] = []
+    colors = plots.palette(m.recs)
     for (workload, key), group in m.sections.items():
-        out += [table_title(group[0]), "", *generations_note(group), *pairs_note(group, fams)]
-        out += parity.note(workload, m.parity)
-        out += [workload_table(group, fams), ""]
-        if plot_dir is not None:
-            out += _plots(group, workload, key, plot_dir, colors)
-    out += static_dynamic.section(m.sections)
-    out += ops.section(recs, plot_dir)
-    out += attention.section(recs)
-    out += sweep_section(recs, plot_dir, colors)
-    pipes = pipelines.section(recs, plot_dir, colors)
+        title = table_title(group[0])
+        first += [title, "", *generations_note(group), *pairs_note(group, m.families)]
+        first += parity.note(workload, m.parity)
+        first += [workload_table(group, m.families, compact=True), ""]
+        details += [title, "", workload_table(group, m.families), ""]
+        if m.plot_dir is not None:
+            drawn = _plots(group, workload, key, m.plot_dir, colors)
+            first += drawn[0] if drawn else []
+            details += [line for pic in drawn[1:] for line in pic]
+    return model.Block(first, details)
+
+
+def static_dynamic_block(m: model.Model) -> model.Block:
+    return model.Block(details=static_dynamic.section(m.sections))
+
+
+def more_sections_block(m: model.Model) -> model.Block:
+    """Sections that appear where the run has their data: operators, attention, sweeps, pipelines."""
+    out = [*ops.section(m.recs, m.plot_dir), *attention.section(m.recs)]
+    out += sweep_section(m.recs, m.plot_dir, plots.palette(m.recs))
+    pipes = pipelines.section(m.recs, m.plot_dir, plots.palette(m.recs))
     out += pipes
-    if not pipes or any(r.get("data", "resident") != "loader" for r in recs):
-        out += input_pipeline(recs)
-    out += hardware(recs, m.envs)
-    out += memory(recs)
-    out += failures(recs)
-    out += run_time.section(m.processes, m.envs)
-    settings = settings_table(recs)
+    if not pipes or any(r.get("data", "resident") != "loader" for r in m.recs):
+        out += input_pipeline(m.recs)
+    return model.Block(details=out)
+
+
+def hardware_block(m: model.Model) -> model.Block:
+    return model.Block(details=[*hardware(m.recs, m.envs), *memory(m.recs)])
+
+
+def run_time_block(m: model.Model) -> model.Block:
+    return model.Block(details=run_time.section(m.processes, m.envs))
+
+
+def machine_block(m: model.Model) -> model.Block:
+    """Framework settings, machines and environments (details page)."""
+    out = []
+    settings = settings_table(m.recs)
     if settings:
         out += ["## Framework settings", "", settings, ""]
-    machines = machines_table(recs)
+    machines = machines_table(m.recs)
     if machines:
         intro = "Cells are compared only with cells of the same machine (CPU, cores, GPUs, driver)."
         out += ["## Machines", "", intro, "", machines, ""]
@@ -167,35 +235,40 @@ def render(m: model.Model, plot_dir: Path | None = None) -> str:
         if env:
             heading = "## Environment" + (f": {name}" if len(m.envs) > 1 else "")
             out += [heading, "", env_table(env), ""]
-    out += ["## Method", "", method(recs), ""]
-    return "\n".join(out)
+    return model.Block(details=out)
 
 
-#: The overview picture's file name in the report's folder.
-OVERVIEW_PNG = "overview.png"
+def method_block(m: model.Model) -> model.Block:
+    """The Method in a paragraph on the first page, the full protocol on the details page."""
+    return model.Block(["## Method", "", method_summary(m.recs), ""], ["## Method", "", method(m.recs), ""])
 
 
-def _overview(grid: overview.Grid | None, recs: Sequence[Record], plot_dir: Path | None) -> list[str]:
-    """The picture (where plots are drawn) and the same grid as a compact table."""
-    if grid is None:
-        return []
-    out = ["## Overview", ""]
-    if plot_dir is not None:
-        path = plots.overview(grid, plot_dir / OVERVIEW_PNG)
-        out += [f"![overview: steady step time over the fastest of each column]({path.name})", ""]
-    modes = any(r.get("data", "resident") != "resident" for r in recs)
-    return [*out, overview.caption(grid, modes), "", overview.table(grid), ""]
+#: The report's sections in reading order, each ``render(model) -> Block`` (harness.reporting.model.Section).
+#: A new section is one function (or module) and one line here.
+SECTIONS: list[model.Section] = [
+    header,
+    answer.render,
+    failures_block,
+    workloads_block,
+    findings_block,
+    static_dynamic_block,
+    more_sections_block,
+    hardware_block,
+    run_time_block,
+    machine_block,
+    method_block,
+]
 
 
-def _plots(group: list[Record], workload: str, key: tuple, plot_dir: Path, colors: plots.Colors) -> list[str]:
-    """Embedded plots of one workload table; only plots with data are drawn."""
-    made = []
+def _plots(group: list[Record], workload: str, key: tuple, plot_dir: Path, colors: plots.Colors) -> list[list[str]]:
+    """Embedded plots of one workload table, each as its lines; only plots with data are drawn
+    (the cumulative one only where the workload ran a loop strategy besides ``exact``)."""
     name = slug(workload, *key)
     drawn = [
         ("steady step time", plots.step_times(group, workload, plot_dir / f"{name}-steps.png", colors), ""),
         ("first step vs steady", plots.compile_cost(group, workload, plot_dir / f"{name}-compile.png", colors), ""),
     ]
-    if any(strategy(r) for r in group):
+    if {strategy(r) for r in group if strategy(r)} - {"exact"}:
         path = plots.cumulative(group, workload, plot_dir / f"{name}-cumulative.png", cumulative_s, colors)
         note = (
             f"Left: each adapter's `exact` strategy. Right: each adapter's best strategy for a training run of "
@@ -203,10 +276,11 @@ def _plots(group: list[Record], workload: str, key: tuple, plot_dir: Path, color
             "start, compiles included (the tables' best strategy is the fastest steady step instead)."
         )
         drawn.append(("cumulative time from a cold start", path, note))
-    for alt, path, note in drawn:
-        if path is not None:
-            made += [f"![{workload}: {alt}]({path.name})", "", *([note, ""] if note else [])]
-    return made
+    return [
+        [f"![{workload}: {alt}]({path.name})", "", *([note, ""] if note else [])]
+        for alt, path, note in drawn
+        if path is not None
+    ]
 
 
 def write(run_dir: Path, extra: Sequence[Path] = (), out_dir: Path | None = None) -> Path:
@@ -219,8 +293,11 @@ def write(run_dir: Path, extra: Sequence[Path] = (), out_dir: Path | None = None
     target = out_dir or run_dir
     target.mkdir(parents=True, exist_ok=True)
     path = target / "report.md"
-    path.write_text(build([run_dir, *extra], plot_dir=target, raw={run_dir: recs}))
+    first, details = pages(model.load([run_dir, *extra], {run_dir: recs}, target))
+    path.write_text(first)
+    (target / answer.DETAILS).write_text(details)
     html.write(path)
+    html.write(target / answer.DETAILS)
     if not extra and any(is_idiomatic(r) for r in recs):
         fidelity.write(run_dir, recs)
     return path

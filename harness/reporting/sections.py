@@ -241,7 +241,8 @@ def method(recs: Sequence[Record]) -> str:
         lines.append(
             f"- Rounds: each cell ran in {processes} (rounds), round 1 of every cell in a shuffled order "
             "before round 2 of any, so the machine's drift during the run lands on every adapter alike. "
-            "A cell's steady time is the mean over its rounds of each round's median step; its "
+            "A cell's steady time is the geometric mean of its processes' levels (one process: its median "
+            "step), the estimator every ratio is built on, so a ratio is the quotient of the steps printed; its "
             f"{level_text(ok)} interval is a t interval over its processes' levels (the trimmed mean of log block "
             "times, over the turns every cell of its group kept), so it covers the difference between "
             "processes, not only the noise within one. A pair's ratio is the mean over rounds of its "
@@ -249,8 +250,9 @@ def method(recs: Sequence[Record]) -> str:
             "moderated toward its group's (empirical Bayes, as limma: the group's prior counts at most "
             "as much as the pair's own rounds, and nothing for a cell far noisier than the group), on "
             "the combined degrees of freedom; a pair needs 3 rounds and 2 degrees of freedom or more, else it is "
-            "`unresolved`. Three words: `same speed` (the whole interval within 1 ± 5%, even where it "
-            "excludes 1: a difference under 5% is not claimed), separated (else, where the interval "
+            "`unresolved`. Three words: `same speed` (the whole interval within "
+            f"{verdicts.SAME_BAND}, even where it excludes 1: a difference under 5% either way is not "
+            "claimed), separated (else, where the interval "
             "excludes 1), `unresolved` (neither: the interval is printed). `fastest` is a "
             "claim against every other cell of the workload: the fastest cell is named only where its "
             "pairs with every rival are rejected by Holm's step-down over all the workload's pairs, and "
@@ -295,7 +297,8 @@ def method(recs: Sequence[Record]) -> str:
             "kernel floor, and one floor alone names no bound). "
             "Kernel floor: the step's own matmuls and convolutions (counted from the spec, the recurrent "
             "model's projections over all steps as one matmul each), each timed alone at the fastest "
-            "library's speed on the device (NumPy's BLAS or PyTorch on CPU), summed; `kernels`: the cell is "
+            "library's speed on the device (each kernel's fastest of NumPy, PyTorch, JAX and TensorFlow, "
+            "as installed; the first page counts which), summed; `kernels`: the cell is "
             "compute-bound. Dispatch floor: the same adapter running the same step structure on tiny tensors "
             "(every width 1-3), timed once per cell (alone, in the first round or in its group's last planned "
             "generation, before the turns); `dispatch`: the cell is overhead-bound. 1.0x would "
@@ -342,3 +345,23 @@ def method(recs: Sequence[Record]) -> str:
         "count out (an eager adapter's framework counts none), never 0.",
     ]
     return "\n".join(lines)
+
+
+def method_summary(recs: Sequence[Record]) -> str:
+    """The protocol in one paragraph for the first page; ``method`` has it in full (details page)."""
+    ok = [r for r in recs if r["status"] == "ok"]
+    done = sorted({r.get("rounds_done") or 1 for r in ok}) or [1]
+    return (
+        "Each cell (adapter x workload x device) ran in "
+        + " or ".join(map(str, done))
+        + " fresh processes (generations), the cells of a workload taking turns in short timed blocks so that the "
+        "machine's drift lands on all alike; every framework starts from the same NumPy weights and batches, "
+        "every timed step is synced with the device, and compile time stays out of the steady step. A ratio "
+        "is paired by generation, its variance moderated toward its workload's; at "
+        f"{level_text(ok)} it reads `same speed` where its whole interval lies within {verdicts.SAME_BAND} "
+        "(symmetric: naming a pair the other way round keeps the word), faster or slower where it excludes 1, "
+        "else `unresolved`; a fastest is named only where Holm's test over the workload's pairs separates it "
+        "from every rival by at least 5%. How often these rules call identical code different, and how often "
+        "they find a 10% slow-down: the calibration the full protocol quotes ([details.md](details.md#method)) "
+        "and docs/measurement.md (Calibration) in dlcompare."
+    )

@@ -153,6 +153,8 @@ def strategies(groups: dict[tuple, list[Record]]) -> list[str]:
         ok = [r for r in recs if r["status"] == "ok" and strategy(r) and "cold_times_s" in r and not r.get("contended")]
         for device in sorted({device_label(r) for r in ok}):
             cells = [r for r in ok if device_label(r) == device]
+            if {strategy(r) for r in cells} == {"exact"}:  # one strategy: nothing to set beside `exact`
+                continue
             eager = [r for r in cells if r.get("graph") == "dynamic"]
             base = min(eager, key=lambda r: r["median_s"]) if eager else None
             n = max(len(r["cold_times_s"]) for r in cells)

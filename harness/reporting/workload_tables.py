@@ -128,7 +128,7 @@ _ADAPTER = Column("adapter", lambda r, _: r["adapter"], timed=False)
 _STRATEGY = Column("strategy", lambda r, _: strategy(r) or DASH, timed=False)
 _DEVICE = Column("device", lambda r, _: device_label(r), timed=False)
 _GRAPH = Column("graph", lambda r, _: r.get("graph", DASH), timed=False)
-_STEADY = Column("steady median [CI] (ms/step)", lambda r, _: _median_ci(r))
+_STEADY = Column("steady [CI] (ms/step)", lambda r, _: _median_ci(r))
 _VS_FASTEST = Column("time vs fastest", _vs_fastest)
 _PIPELINED = Column("pipelined (ms/step)", lambda r, _: _pipelined(r))
 _SAMPLES = Column("samples/s", lambda r, _: sig(r["samples_per_s"]))
@@ -238,12 +238,20 @@ def _table(
     return headers, tabulate(body, headers, tablefmt="github", disable_numparse=True)
 
 
-def workload_table(recs: list[Record], fams: dict[tuple, Family] | None = None) -> str:
+#: The first page's columns of a workload (``compact``): what a reader picks an adapter by.
+COMPACT = (_STEADY, _VS_FASTEST, _FIRST, _STATUS)
+
+
+def workload_table(recs: list[Record], fams: dict[tuple, Family] | None = None, compact: bool = False) -> str:
     """One workload's markdown: the main table (at most MAIN_MAX columns), then the details table
-    in a collapsed ``<details>`` block whose summary names its columns. ``fams``: the report's
-    ``cells.families`` (a group's verdicts depend on its own cells only), else computed here."""
+    in a collapsed ``<details>`` block whose summary names its columns; ``compact``: the first
+    page's table alone (the steady step, its ratio to the fastest, the first step, the status).
+    ``fams``: the report's ``cells.families`` (a group's verdicts depend on its own cells only),
+    else computed here."""
     key, main, details = layout(recs)
     rows, fastest, fams = ordered(recs), _fastest(recs), families(recs) if fams is None else fams
+    if compact:
+        return _table(rows, key + [c for c in main if c in COMPACT], fastest, fams)[1]
     _, main_table = _table(rows, key + main, fastest, fams)
     headers, details_table = _table(rows, key + details, fastest, fams)
     summary = f"{DETAILS_LEAD} {', '.join(h for h in headers if h not in {c.header for c in key})}"

@@ -223,7 +223,11 @@ def combine(runs: Sequence[Record], levels: tuple[dict[int, float], int | None] 
     per_round = [r["step_times_s"] for r in runs]
     pooled = [t for times in per_round for t in times]
     medians = [step_time(r["step_times_s"], _batches(r)) for r in runs]
-    mean = float(np.mean(medians))  # one value per process: processes differ more than steps
+    # One value per process (processes differ more than steps): the steady step is the geometric
+    # mean of the process levels, the estimator every pair's ratio is built on, so a table's
+    # ms/step column and its ratio column order alike (a ratio is these values' quotient).
+    levels_found = list(process_levels.values())
+    mean = float(math.exp(np.mean(levels_found))) if levels_found else float(np.mean(medians))
     # steps of mixed sizes: their pooled IQR spans sizes, so never ``noisy`` (steps.summarize)
     batches = [b for r in runs for b in r["step_batches"]] if _batches(record) is not None else None
     record.update(summarize(pooled, record["batch_size"], ci=False, batches=batches))
@@ -232,6 +236,7 @@ def combine(runs: Sequence[Record], levels: tuple[dict[int, float], int | None] 
         record["pass_s"] = mean * record["pass_steps"]
     record.update(
         median_s=mean,
+        process_mean_median_s=float(np.mean(medians)),
         samples_per_s=record["batch_size"] / mean,
         step_times_s=pooled,
         steps=len(pooled),

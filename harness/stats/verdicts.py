@@ -40,19 +40,17 @@ of cell c in generation k) and what its group's model says:
   (harness.running.budget.VERDICT_LEVEL), so each verdict is read once at its level. Until
   2026-11-27 a budget added them to unsettled groups and looked again, at Pocock's level per look
   (``pocock_level``; harness.calibrate's ``--looks`` judges that protocol).
-- **Judged once** (``judged_once``): within a report's scope every pair's verdict is computed
-  once and read by every table, picture and sentence that needs it (harness.reporting.model).
+- **Pure**: a verdict is a function of its two records and the level alone, so every table,
+  picture and sentence of a report that quotes a pair reads the same verdict; the report model
+  (harness.reporting.model) keeps the ones it computed so that each is computed once.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import scipy.special
@@ -74,10 +72,13 @@ MIN_BLOCKS = 5
 #: Fewer generations than this: the pair is not judged (two processes a cell give the pair's own
 #: spread one degree of freedom; whatever the group lends, two generations never decide a pair).
 MIN_GENERATIONS = 3
-#: "Same speed" when the whole interval lies within 1 +- this (it cannot hide a larger difference).
+#: "Same speed" when the whole interval lies within [1 / (1 + this), 1 + this]: symmetric in the
+#: ratio, so naming a pair the other way round swaps faster and slower and keeps the rest.
 SETTLE_MARGIN = 0.05
 
 FASTER, SLOWER, SAME, UNRESOLVED = "faster", "slower", "same speed", "unresolved"
+#: The same-speed band as a report prints it.
+SAME_BAND = f"[{1 / (1 + SETTLE_MARGIN):.3f}, {1 + SETTLE_MARGIN:.2f}]"
 
 #: Reasons a pair is unresolved: the run could not judge it at all ...
 ONE_PROCESS = "one process per cell"
@@ -137,9 +138,10 @@ class RunChange:
 
 def outcome_of(low: float, high: float, reason: str = WIDE) -> tuple[str, str]:
     """b against a from the interval of time(b) / time(a): (outcome, reason; empty when settled).
-    ``same speed`` wherever the whole interval lies within 1 +- SETTLE_MARGIN, even if it
-    excludes 1 (module docstring); else faster or slower where it excludes 1."""
-    if 1 - SETTLE_MARGIN <= low and high <= 1 + SETTLE_MARGIN:
+    ``same speed`` wherever the whole interval lies within [1 / (1 + SETTLE_MARGIN), 1 +
+    SETTLE_MARGIN], even if it excludes 1 (module docstring); else faster or slower where it
+    excludes 1. Symmetric: the interval of time(a) / time(b), [1 / high, 1 / low], gets the mirror word."""
+    if 1 / (1 + SETTLE_MARGIN) <= low and high <= 1 + SETTLE_MARGIN:
         return SAME, ""
     if high < 1:
         return FASTER, ""
@@ -193,47 +195,16 @@ def _judged(log_point: float, se: float, df: float, level: float, reason: str = 
     return PairVerdict(math.exp(log_point), low, high, word, why, df, p)
 
 
-#: Where ``judged_once`` keeps its verdicts: (id(a), id(b), level) -> (a, b, verdict); the records
-#: are held too, so an id is never reused while its verdict is kept. None outside the scope.
-_JUDGED: ContextVar[dict[tuple[int, int, float], tuple[Any, Any, PairVerdict]] | None] = ContextVar(
-    "judged", default=None
-)
-
-
-@contextmanager
-def judged_once(store: dict[tuple[int, int, float], tuple[Any, Any, PairVerdict]]) -> Iterator[None]:
-    """Within it, ``pair_verdict`` answers each pair of records (by identity) and level from
-    ``store``, computing a verdict only the first time it is asked: one report's verdicts,
-    computed once and read by every section (harness.reporting.model). Records must not change
-    while it lasts."""
-    token = _JUDGED.set(store)
-    try:
-        yield
-    finally:
-        _JUDGED.reset(token)
-
-
 def pair_verdict(a: Record, b: Record, level: float | None = None) -> PairVerdict:
     """time(b) / time(a) and the verdict on b against a (module docstring): paired by
-    generation within a group, Welch's t between groups and between runs. Within ``judged_once``,
-    each pair's verdict is computed once."""
+    generation within a group, Welch's t between groups and between runs."""
     level = level_of(a, b) if level is None else level
-    store = _JUDGED.get()
-    if store is None:
-        return _pair_verdict(a, b, level)
-    key = (id(a), id(b), level)
-    if key not in store:
-        store[key] = (a, b, _pair_verdict(a, b, level))
-    return store[key][2]
-
-
-def _pair_verdict(a: Record, b: Record, level: float) -> PairVerdict:
     la, lb = levels_of(a), levels_of(b)
     if not la or not lb:
         return _not_judged(b["median_s"] / a["median_s"], ONE_PROCESS)
+    if len(la) < 2 or len(lb) < 2:  # a ratio of medians, as a one-process cell prints its step
+        return _not_judged(b["median_s"] / a["median_s"], ONE_PROCESS)
     geo = math.exp(np.mean(list(lb.values())) - np.mean(list(la.values())))
-    if len(la) < 2 or len(lb) < 2:
-        return _not_judged(geo, ONE_PROCESS)
     if not same_group(a, b):
         diff, se, df, _ = welch(np.array(list(la.values())), np.array(list(lb.values())), level)
         return _judged(diff, se, df, level, "unpaired: different groups")
@@ -298,7 +269,8 @@ class Family:
     """A group's cells judged together (``family``): the ``leader`` (the fastest point), each
     rival with its verdict against the leader under Holm over the group's pairs (fastest
     first), how many comparisons the family counted, and whether the leader is *the fastest*:
-    separated from every rival."""
+    separated from every rival, each at least SETTLE_MARGIN behind (a report claims no lead
+    smaller than the difference it calls the same speed)."""
 
     leader: Record
     rivals: list[tuple[Record, PairVerdict]]
@@ -306,7 +278,12 @@ class Family:
 
     @property
     def fastest(self) -> bool:
-        return bool(self.rivals) and all(v.outcome == SLOWER for _, v in self.rivals)
+        return bool(self.rivals) and all(v.outcome == SLOWER for _, v in self.rivals) and self.lead >= 1 + SETTLE_MARGIN
+
+    @property
+    def lead(self) -> float:
+        """How far the nearest rival's ratio lies behind the leader (inf without rivals)."""
+        return min((v.point for _, v in self.rivals), default=math.inf)
 
     @property
     def members(self) -> list[Record]:

@@ -1,0 +1,162 @@
+"""The report's first screen: what a reader came for, in one table and a few lines.
+
+Per workload, the fastest adapter with its lead and interval (named only where it is separated
+from every rival by at least the same-speed margin and its physics check holds), else the
+adapters the run could not tell apart at the top; what compiling costs each framework against
+its own dynamic mode (one baseline, break-evens as a range); what a static graph buys on a
+variable-length loop where the run has loop strategies; memory where it differs by more than
+``MEMORY_SPREAD``; CPU against GPU, or plainly that the run has no GPU cells. Every ratio is the
+one its workload's table prints (the pair's verdict); the rest of the report is linked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from harness.records import Record
+from harness.reporting import overview, plots, summary
+from harness.reporting.cells import name, strategy, top, what
+from harness.reporting.formatting import sig
+from harness.reporting.hardware import physics_violations
+from harness.reporting.model import Block, Model
+from harness.stats.verdicts import SAME, SAME_BAND, SETTLE_MARGIN, SLOWER, Family
+
+#: Peak host memory of the adapters of one workload differing by more than this is worth a line.
+MEMORY_SPREAD = 1.5
+#: The details page beside report.md (harness.reporting.report).
+DETAILS = "details.md"
+#: The overview picture's file name in the report's folder.
+OVERVIEW_PNG = "overview.png"
+
+
+def _ms(rec: Record) -> str:
+    return f"{sig(rec['median_s'] * 1e3)} ms/step"
+
+
+def _names(recs: Sequence[Record]) -> str:
+    items = [name(r) for r in recs]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def physics_failed(m: Model) -> set[int]:
+    """Ids of the cells whose physics check failed (more FLOP/s claimed than the measured peak)."""
+    env = next(iter(m.envs.values()), {}) or {}
+    bad = set()
+    for r in m.recs:
+        if physics_violations([r], env):
+            bad.add(id(r))
+    return bad
+
+
+def workload_line(key: tuple, fam: Family, failed: set[int]) -> str:
+    """One workload's answer: its fastest (with why it is or is not claimed) and the adapters at its top."""
+    lead, where = fam.leader, what(key)
+    if fam.fastest and id(lead) not in failed:
+        second, v = fam.rivals[0]
+        return (
+            f"**{where}**: {name(lead)} is the fastest at {_ms(lead)}, separated from every other adapter; "
+            f"the nearest, {name(second)}, takes {v.point:.2f}x [{v.low:.2f}, {v.high:.2f}] as long."
+        )
+    text = f"**{where}**: {name(lead)} leads at {_ms(lead)}"
+    if id(lead) in failed:
+        return text + ", but its physics check failed (details: How close to the hardware): no fastest is claimed."
+    if fam.rivals and all(v.outcome == SLOWER for _, v in fam.rivals):
+        second, v = fam.rivals[0]
+        return (
+            f"{text}; {name(second)} is {v.point:.2f}x [{v.low:.2f}, {v.high:.2f}] behind, a lead under the "
+            f"{SETTLE_MARGIN:.0%} a report claims, so no fastest is named."
+        )
+    word, cells = top(fam)
+    rest = [r for r in cells if r is not lead]
+    if word == SAME:
+        return f"{text}; the same speed as {_names(rest)} (every ratio within {SAME_BAND}): no single fastest."
+    return f"{text}; unresolved against {_names(rest)} (the table gives each interval): no fastest is named."
+
+
+def memory_lines(recs: Sequence[Record]) -> list[str]:
+    """Per workload where the adapters' peak host memory differs by more than MEMORY_SPREAD."""
+    out = []
+    by_workload: dict[str, list[Record]] = {}
+    for r in recs:
+        if r["status"] == "ok" and r.get("host_peak_rss_bytes") and r.get("data", "resident") == "resident":
+            by_workload.setdefault(r["workload"], []).append(r)
+    for workload, cells in sorted(by_workload.items()):
+        low = min(cells, key=lambda r: r["host_peak_rss_bytes"])
+        high = max(cells, key=lambda r: r["host_peak_rss_bytes"])
+        spread = high["host_peak_rss_bytes"] / low["host_peak_rss_bytes"]
+        if spread > MEMORY_SPREAD:
+            out.append(
+                f"{workload}: {name(high)} {sig(high['host_peak_rss_bytes'] / 2**20)} MiB against "
+                f"{name(low)} {sig(low['host_peak_rss_bytes'] / 2**20)} MiB ({spread:.1f}x)"
+            )
+    return out
+
+
+def strategy_lines(m: Model) -> list[str]:
+    """Where the run has loop strategies besides ``exact``: each static adapter's best strategy
+    against its own ``exact`` (the pair's verdict, between groups)."""
+    out = []
+    for (workload, _), group in m.sections.items():
+        ok = [r for r in group if r["status"] == "ok" and strategy(r)]
+        if {strategy(r) for r in ok} <= {"exact"}:
+            continue
+        exact = {r["adapter"]: r for r in ok if strategy(r) == "exact"}
+        for adapter, base in sorted(exact.items()):
+            others = [r for r in ok if r["adapter"] == adapter and r is not base]
+            if not others or base.get("graph") != "static":
+                continue
+            best = min(others, key=lambda r: r["median_s"])
+            v = m.pair(base, best)
+            out.append(
+                f"{workload}, {adapter}: `{strategy(best)}` {v.point:.2f}x [{v.low:.2f}, {v.high:.2f}] of `exact`'s "
+                f"step ({v.outcome if not v.separated else ('faster' if v.point < 1 else 'slower')})"
+            )
+    return out
+
+
+def render(m: Model) -> Block:
+    """``## The answer``: the overview table and the lines above (module docstring)."""
+    grid = m.grid
+    out = ["## The answer", ""]
+    if grid is not None:
+        if m.plot_dir is not None:
+            path = plots.overview(grid, m.plot_dir / OVERVIEW_PNG)
+            out += [f"![overview: steady step time over the fastest of each column]({path.name})", ""]
+        out += [
+            "Each cell: the adapter's steady step over the column's fastest, the ratio its workload's table "
+            "prints; **bold**: the fastest, separated from every other; `same`: the same speed as the fastest "
+            f"(interval within {SAME_BAND}); `unresolved`: the run could not tell.",
+            "",
+            overview.table(grid),
+            "",
+        ]
+    failed = physics_failed(m)
+    lines = [workload_line(key, fam, failed) for key, fam in sorted(m.families.items(), key=lambda kv: str(kv[0]))]
+    frameworks = summary.framework_sentences(m.recs)
+    if frameworks:
+        lines.append(
+            "What compiling buys, each framework's static mode against its own dynamic one (the baseline), "
+            "break-even in training steps from a cold start: " + " ".join(frameworks)
+        )
+    loops = strategy_lines(m)
+    if loops:
+        lines.append(
+            "Static graphs on the variable-length loop, the best strategy against `exact`: " + "; ".join(loops)
+        )
+    mem = memory_lines(m.recs)
+    if mem:
+        lines.append(
+            f"Peak host memory (framework imports included) differs by more than {MEMORY_SPREAD}x: " + "; ".join(mem)
+        )
+    devices = summary.device_sentences(m.recs)
+    if devices:
+        lines += devices
+    elif not any(r.get("device") == "cuda" for r in m.recs):
+        lines.append("CPU against GPU: not measured, this run has no GPU cells (`make bench DEVICE=all` on a GPU).")
+    lines += summary.contention_sentences(m.recs)
+    out += [*(f"- {line}" for line in lines), ""]
+    out += [
+        f"Every cell's detail, the floors, the run's time, the settings and the full protocol: [{DETAILS}]({DETAILS}).",
+        "",
+    ]
+    return Block(out)
