@@ -26,6 +26,11 @@ from harness.install import variant
 from harness.measuring import limits_cache
 
 REPO = Path(__file__).resolve().parent.parent
+#: The committed example runs (kept as evidence of what the project measured): tests that check every
+#: committed report read these, never reports/ (a user's own output, not committed).
+EVIDENCE = REPO / "evidence"
+#: Runs kept as test input, each folder holding only the files its tests read (tests/fixtures/runs/<run-id>/).
+FIXTURE_RUNS = REPO / "tests" / "fixtures" / "runs"
 # Runs started by tests measure the device's limits briefly (harness.measuring.peak, harness.measuring.floors): the
 # code paths are the same, and tests assert no timing against them.
 os.environ["DLCOMPARE_QUICK_LIMITS"] = "1"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from adapters import AdapterInfo
@@ -126,3 +127,9 @@ def as_rounds(rec: dict, drift: tuple[float, ...] = DRIFT, spread: float = 0.01,
         fields = {"cell_id": cell_id, "round": k, "step_times_s": times, "median_s": median * factor}
         out.append({"cold_s": 0.1, **rec, **fields, "batch_size": batch, "process_levels": None})
     return out
+
+
+def report_text(run: Path) -> str:
+    """A written report's whole text: report.md (the first page), then details.md where written."""
+    details = run / "details.md"
+    return (run / "report.md").read_text() + ("\n" + details.read_text() if details.is_file() else "")

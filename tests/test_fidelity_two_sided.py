@@ -9,9 +9,9 @@ import pytest
 
 from harness import records
 from harness.reporting import fidelity
-from tests.conftest import REPO
+from tests.conftest import FIXTURE_RUNS
 
-RUN = REPO / "reports" / "2026-11-25-cpu-fidelity"
+RUN = FIXTURE_RUNS / "2026-11-25-cpu-fidelity"
 
 
 @pytest.fixture(scope="module")

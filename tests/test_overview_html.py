@@ -8,11 +8,11 @@ import re
 import pytest
 
 from harness.reporting import html, overview, plots, report
-from tests.conftest import REPO
-from tests.fakes import record
+from tests.conftest import FIXTURE_RUNS
+from tests.fakes import record, report_text
 from tests.test_summary_compare_sweep import timed
 
-FULL_RUN = REPO / "reports" / "2026-11-25-cpu-default"
+FULL_RUN = FIXTURE_RUNS / "2026-11-25-cpu-default"
 
 
 def test_overview_grid_ranks_ties_and_shows_cells_that_did_not_run():
@@ -72,32 +72,34 @@ def test_one_colour_per_adapter_in_every_plot_of_a_report():
 
 @pytest.mark.slow
 def test_committed_report_opens_with_the_overview_and_a_short_summary(tmp_path):
-    md = (FULL_RUN / "report.md").read_text()
+    md = report_text(FULL_RUN)
     assert report.build(FULL_RUN, plot_dir=tmp_path) == md, "regenerated from its records, nothing by hand"
     assert (tmp_path / "overview.png").is_file()
     headings = [line for line in md.splitlines() if line.startswith("## ")]
-    assert headings[:2] == ["## Overview", "## Summary"]
-    assert md.index("](overview.png)") < md.index("## Summary")
-    summary = md.split("## Summary")[1].split("\n## ")[0]
-    assert 1 <= sum(line.startswith("- ") for line in summary.splitlines()) <= 8
+    assert headings[0] == "## The answer"
+    answer = md.split("## The answer")[1].split("\n## ")[0]
+    assert "](overview.png)" in answer and 1 <= sum(line.startswith("- ") for line in answer.splitlines()) <= 12
     assert "### What compiling costs" in md.split("## Static vs dynamic")[1]
-    assert "spends" not in summary, "per-adapter compile sentences live in the Static vs dynamic table"
+    assert "spends" not in answer, "per-adapter compile sentences live in the Static vs dynamic table"
 
 
 def test_report_html_has_every_table_and_image_of_the_committed_report(tmp_path):
-    md_path = FULL_RUN / "report.md"
-    md = md_path.read_text()
-    page = html.render(md, FULL_RUN, "report")
-    tables = len(re.findall(r"^\|(?: *:?-+:? *\|)+$", md, flags=re.M))  # one separator row per table
-    assert tables >= 8 and page.count("<table>") == tables
-    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
-    assert "overview.png" in images and len(images) >= 10
-    for name in images:
-        data = base64.b64encode((FULL_RUN / name).read_bytes()).decode("ascii")
-        assert f'src="data:image/png;base64,{data}"' in page, f"{name} embedded"
-    assert 'src="overview.png"' not in page and "<p>|" not in page, "no raw links or unrendered tables"
-    # the committed page is this rendering of the committed markdown
-    assert (FULL_RUN / "report.html").read_text() == html.render(md, FULL_RUN, md.splitlines()[0][2:])
+    found = {"tables": 0, "images": []}
+    for name in ("report", "details"):
+        md = (FULL_RUN / f"{name}.md").read_text()
+        page = html.render(md, FULL_RUN, name)
+        tables = len(re.findall(r"^\|(?: *:?-+:? *\|)+$", md, flags=re.M))  # one separator row per table
+        assert page.count("<table>") == tables
+        images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+        found["tables"] += tables
+        found["images"] += images
+        for image in images:
+            data = base64.b64encode((FULL_RUN / image).read_bytes()).decode("ascii")
+            assert f'src="data:image/png;base64,{data}"' in page, f"{image} embedded"
+        assert 'src="overview.png"' not in page and "<p>|" not in page, "no raw links or unrendered tables"
+        # the committed page is this rendering of the committed markdown
+        assert (FULL_RUN / f"{name}.html").read_text() == html.render(md, FULL_RUN, md.splitlines()[0][2:])
+    assert found["tables"] >= 8 and "overview.png" in found["images"] and len(found["images"]) >= 10
 
 
 def test_report_write_puts_html_beside_markdown(tmp_path):
@@ -108,9 +110,10 @@ def test_report_write_puts_html_beside_markdown(tmp_path):
     for r in [timed("torch-eager", 1.0), timed("jax-jit", 2.0, seed=1)]:
         records.append(run / records.RESULTS, r)
     path = report.write(run)
-    page = (run / "report.html").read_text()
-    assert path.name == "report.md" and page.startswith("<!DOCTYPE html>")
-    assert (run / "overview.png").stat().st_size > 5000 and page.count("data:image/png;base64,") >= 3
+    page, details = (run / "report.html").read_text(), (run / "details.html").read_text()
+    assert path.name == "report.md" and page.startswith("<!DOCTYPE html>") and details.startswith("<!DOCTYPE html>")
+    assert (run / "overview.png").stat().st_size > 5000 and page.count("data:image/png;base64,") >= 2
+    assert details.count("data:image/png;base64,") >= 1, "the details page embeds the other plots"
 
 
 def test_plots_draw_an_interval_that_does_not_hold_its_estimate(tmp_path):

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 from harness.reporting import model, pipelines, report
-from tests.conftest import REPO
+from tests.conftest import FIXTURE_RUNS
 
-PIPELINES = REPO / "reports" / "2026-11-25-cpu-input-pipelines"  # every adapter at workers=2 only
-WORKERS = REPO / "reports" / "2026-11-25-cpu-input-workers"  # workers=0,1,2,4
+PIPELINES = FIXTURE_RUNS / "2026-11-25-cpu-input-pipelines"  # every adapter at workers=2 only
+WORKERS = FIXTURE_RUNS / "2026-11-25-cpu-input-workers"  # workers=0,1,2,4
 
 
 def _section(run) -> str:

@@ -12,12 +12,12 @@ import pytest
 from harness import records
 from harness.reporting import report
 from harness.running.plan import DEFAULT_STRATEGY, parse_sweep, plan, twins, variants
-from tests.conftest import REPO
+from tests.conftest import EVIDENCE, FIXTURE_RUNS
 from tests.fakes import fake_info
 from workloads import STRATEGIES, WORKLOADS, get_workload
 from workloads.images import AUTOTUNE, PipelineSettings
 
-COMMITTED = sorted((REPO / "reports").glob("**/" + records.RESULTS))
+COMMITTED = sorted(EVIDENCE.glob("**/" + records.RESULTS))
 ADAPTERS = {"jax-jit": fake_info("jax-jit", "jax"), "torch-eager": fake_info("torch-eager", "torch")}
 
 
@@ -25,13 +25,20 @@ def _lines(path):
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_every_committed_record_is_read_as_written_and_rebuilds_its_spec():
+def test_every_committed_record_is_read_upgraded_and_rebuilds_its_spec():
     assert len(COMMITTED) >= 20, "the committed runs were found"
     for path in COMMITTED:
         raw = _lines(path)
-        assert records.load(path) == raw, f"{path}: a current record is read unchanged"
-        for rec in raw:
-            assert records.upgrade(dict(rec)) == rec
+        read = records.load(path)
+        assert read == [records.upgrade(dict(rec)) for rec in raw], path
+        for rec, new in zip(raw, read, strict=True):
+            assert new["schema_version"] == records.SCHEMA_VERSION
+            for key, value in rec.items():  # an upgrade adds what the record meant, never changes what it says
+                if key == "protocol":
+                    assert value.items() <= new[key].items(), path
+                elif key != "schema_version":
+                    assert new[key] == value, (path, key)
+            assert records.upgrade(dict(new)) == new, "a current record is read unchanged"
             if rec.get("kind") == "export":  # an export row names its workload, not a spec of overrides
                 assert rec["export_path"] and rec["workload"], path
                 continue
@@ -46,13 +53,14 @@ def test_a_record_of_a_newer_version_names_its_version_and_the_readable_ones(tmp
         records.load(path)
     assert str(err.value) == (
         f"{path}:2: schema_version {records.SCHEMA_VERSION + 1} (written by a newer dlcompare): "
-        f"this version reads {records.SCHEMA_VERSION}"
+        f"this version reads {', '.join(map(str, range(1, records.SCHEMA_VERSION + 1)))}"
     )
 
 
 @pytest.mark.parametrize("version", [0, None, "1", 1.5])
 def test_a_record_of_a_version_no_step_reads_is_an_error_naming_it(version):
-    with pytest.raises(records.RecordError, match=rf"schema_version {version!r}: this version reads 1$"):
+    readable = ", ".join(map(str, range(1, records.SCHEMA_VERSION + 1)))
+    with pytest.raises(records.RecordError, match=rf"schema_version {version!r}: this version reads {readable}$"):
         records.upgrade({"schema_version": version, "adapter": "a"})
 
 
@@ -66,7 +74,7 @@ def test_upgrade_chains_the_steps_from_an_older_version(monkeypatch, tmp_path):
     monkeypatch.setattr(records, "SCHEMA_VERSION", 2)
     monkeypatch.setattr(records, "UPGRADES", {1: to_2})
     path = tmp_path / records.RESULTS
-    shutil.copy(REPO / "reports" / "2026-11-25-cpu-mlp-batch1024" / records.RESULTS, path)
+    shutil.copy(FIXTURE_RUNS / "2026-11-25-cpu-mlp-batch1024" / records.RESULTS, path)
     read = records.load(path)
     assert read and all(r["schema_version"] == 2 and "batch_size" not in r for r in read)
     assert [r["spec"] for r in read] == [r["spec"] for r in _lines(path)], "the rest is kept"
@@ -128,7 +136,7 @@ def test_every_workload_declares_what_the_harness_reads():
 def test_committed_reports_rebuild_identically_from_their_records(tmp_path):
     """Small committed runs (their plots are quick to draw): report.md and report.html as committed."""
     for name in ("2026-11-25-cpu-mlp-batch1024", "2026-11-24-cpu-mlp-rerun/a", "2026-11-25-cpu-input-workers"):
-        src, run = REPO / "reports" / name, tmp_path / name
+        src, run = FIXTURE_RUNS / name, tmp_path / name
         run.mkdir(parents=True)
         for part in (records.RESULTS, records.ENV, "plan.json"):
             shutil.copy(src / part, run / part)

@@ -19,9 +19,11 @@ from pathlib import Path
 import pytest
 
 from harness.reporting.plots import HORIZON
+from harness.stats.verdicts import SAME_BAND
+from tests.conftest import EVIDENCE, FIXTURE_RUNS
+from tests.fakes import report_text
 
-REPORTS_DIR = Path(__file__).resolve().parent.parent / "reports"
-REPORTS = sorted(REPORTS_DIR.glob("**/report.md"))
+REPORTS = sorted(EVIDENCE.glob("**/report.md"))
 
 #: A measured number as sentences print it: 8.77, 1.55x, 13,892 (thousands), 23x. Counts ("4 of 6
 #: workloads", "60 cells"), levels and shares ("95%", "23%") and settings ("batch_size=16") are not.
@@ -55,13 +57,15 @@ def prose(lines: list[str]) -> list[str]:
 
 #: Sections whose sentences state the protocol, its calibration and the machine, not this run's
 #: measurements: their numbers are settings and constants (block seconds, levels, versions).
-PROTOCOL_SECTIONS = ("Method", "Environment", "Machines", "Framework settings")
+PROTOCOL_SECTIONS = ("Method", "Method in full", "Environment", "Machines", "Framework settings")
 
 
 def numbers(sentence: str) -> list[str]:
     # Names carry digits that are no measurement ("mlp (batch_size=16)", "repeat-01", "fp32"), and
     # the cumulative plot's horizon is a setting of the report.
-    sentence = sentence.replace(f"{HORIZON:,} steps", "")
+    sentence = sentence.replace(f"{HORIZON:,} steps", "").replace(SAME_BAND, "")
+    if sentence.startswith("Machine: "):  # the machine's measured peaks and floor counts: a protocol line
+        return []
     sentence = re.sub(r"\([^()]*=[^()]*\)", "", sentence)
     sentence = re.sub(r"`[^`]*`", "", sentence)
     return NUMBER.findall(sentence)
@@ -72,23 +76,24 @@ def in_tables(number: str, tables: str) -> bool:
 
 
 def summary(text: str) -> list[str]:
-    return [line for line in sections(text).get("Summary", []) if line.startswith("- ")]
+    """The answer's lines (the first page's ``## The answer``)."""
+    return [line for line in sections(text).get("The answer", []) if line.startswith("- ")]
 
 
-@pytest.mark.parametrize("path", REPORTS, ids=lambda p: str(p.parent.relative_to(REPORTS_DIR)))
+@pytest.mark.parametrize("path", REPORTS, ids=lambda p: str(p.parent.relative_to(EVIDENCE)))
 def test_summary_numbers_are_printed_in_a_table(path: Path) -> None:
-    text = path.read_text()
+    text = report_text(path.parent)
     tables = table_text(text)
     missing = [(n, line[:120]) for line in summary(text) for n in numbers(line) if not in_tables(n, tables)]
     assert not missing, f"{path}: Summary numbers no table prints: {missing}"
 
 
-@pytest.mark.parametrize("path", REPORTS, ids=lambda p: str(p.parent.relative_to(REPORTS_DIR)))
+@pytest.mark.parametrize("path", REPORTS, ids=lambda p: str(p.parent.relative_to(EVIDENCE)))
 def test_every_sections_numbers_are_printed_in_a_table(path: Path) -> None:
     """Every section's sentences (list items, notes, captions) quote only numbers a table of the
     report prints: fails on the reports of 7e87494 for the measured peaks (a list), the sweeps'
     crossover intervals, the ops profile's milliseconds and differences, and the parity line."""
-    text = path.read_text()
+    text = report_text(path.parent)
     tables = table_text(text)
     missing = [
         (head, n, line[:100])
@@ -103,7 +108,7 @@ def test_every_sections_numbers_are_printed_in_a_table(path: Path) -> None:
 
 def test_the_claims_walk_reads_every_sections_sentences() -> None:
     """Guards the walk above against matching nothing: the default run's sentences hold numbers."""
-    text = (REPORTS_DIR / "2026-11-26-cpu-default-30m" / "report.md").read_text()
+    text = report_text(FIXTURE_RUNS / "2026-11-26-cpu-default-30m")
     checked = [
         n
         for head, lines in sections(text).items()
@@ -114,16 +119,16 @@ def test_the_claims_walk_reads_every_sections_sentences() -> None:
     assert len(checked) > 40 and numbers("copy 0.10.2 and 1.17 [0.98, 1.41], 3x") == ["1.17", "0.98", "1.41", "3"]
 
 
-@pytest.mark.parametrize("path", REPORTS, ids=lambda p: str(p.parent.relative_to(REPORTS_DIR)))
+@pytest.mark.parametrize("path", REPORTS, ids=lambda p: str(p.parent.relative_to(EVIDENCE)))
 def test_no_sentence_says_tie(path: Path) -> None:
-    text = path.read_text()
+    text = report_text(path.parent)
     said = [line[:120] for line in text.splitlines() if TIE.search(line)]
     assert not said, f"{path}: 'tie' is no outcome of this project's verdicts: {said}"
 
 
 def overview_marks(text: str) -> dict[str, dict[str, str]]:
     """The overview table: workload column -> adapter -> its cell text."""
-    lines = [line for line in sections(text).get("Overview", []) if line.startswith("|")]
+    lines = [line for line in sections(text).get("The answer", []) if line.startswith("|")]
     if len(lines) < 3:
         return {}
     cols = [c.strip() for c in lines[0].strip("|").split("|")]
@@ -153,41 +158,38 @@ def split_top_level(text: str, seps: tuple[str, ...]) -> list[str]:
 
 
 def claimed_tops(text: str) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """From the Summary's first sentence: workload -> adapters called fastest, and workload ->
-    adapters listed at the top (same speed or unresolved)."""
+    """From the answer's workload lines: workload -> adapters called fastest, and workload ->
+    adapters listed at the top (the leader and those the same speed as it or unresolved against it)."""
     fastest: dict[str, set[str]] = {}
     tops: dict[str, set[str]] = {}
     for line in summary(text):
-        if not line.startswith("- On "):
+        found = re.match(r"- \*\*(.+?)\*\*: (\S+)(?: \([a-z-]+\))? (is the fastest|leads) at ", line)
+        if not found:
             continue
-        body = line.split(", ", 1)[1].rstrip(".")
-        head = ""
-        for clause in split_top_level(body, ("; ",)):
-            # "unresolved at the top (...): A and B on mlp; C on cnn": a head, then its entries.
-            head, listing = clause.split(": ", 1) if ": " in clause else (head, clause)
-            for entry in split_top_level(listing, (", ", " and ")) if "fastest" in head else [listing]:
-                if " on " not in entry:
-                    continue
-                names, workload = entry.rsplit(" on ", 1)
-                workload = re.sub(r"\s*\([\d.]+ ms/step.*\)$", "", workload).strip()
-                adapters = {re.sub(r" \([a-z-]+\)$", "", n) for n in split_top_level(names, (", ", " and "))}
-                (fastest if "fastest" in head else tops).setdefault(workload, set()).update(adapters)
+        workload, leader, word = found.groups()
+        if word == "is the fastest":
+            fastest.setdefault(workload, set()).add(leader)
+            continue
+        rest = re.search(r"(?:the same speed as|unresolved against) (.+?) \((?:the table|every ratio)", line)
+        if rest:
+            names = {re.sub(r" \([a-z-]+\)$", "", n) for n in split_top_level(rest.group(1), (", ", " and "))}
+            tops.setdefault(workload, set()).update({leader, *names})
     return fastest, tops
 
 
 def test_top_lists_are_checked_on_the_default_run() -> None:
     """The completeness test below reads the default run (guards the parser against silently
     matching nothing)."""
-    text = (REPORTS_DIR / "2026-11-25-cpu-default" / "report.md").read_text()
+    text = report_text(FIXTURE_RUNS / "2026-11-25-cpu-default")
     fastest, tops = claimed_tops(text)
     assert fastest == {"cnn": {"tf-function"}}
     assert {"mlp", "rnn-caption", "mlp-wide", "rnn-decode", "transformer"} <= set(tops)
     assert overview_marks(text)["mlp"]["jax-jit"].startswith("1.00")
 
 
-@pytest.mark.parametrize("path", REPORTS, ids=lambda p: str(p.parent.relative_to(REPORTS_DIR)))
+@pytest.mark.parametrize("path", REPORTS, ids=lambda p: str(p.parent.relative_to(EVIDENCE)))
 def test_top_lists_match_the_overview(path: Path) -> None:
-    text = path.read_text()
+    text = report_text(path.parent)
     marks = overview_marks(text)
     fastest, tops = claimed_tops(text)
     for workload, cells in marks.items():

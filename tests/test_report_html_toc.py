@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 
 from harness.reporting import html
-from tests.conftest import REPO
+from tests.conftest import FIXTURE_RUNS
+from tests.fakes import report_text
 
-RUN = REPO / "reports" / "2026-11-25-cpu-input-pipelines"
+RUN = FIXTURE_RUNS / "2026-11-25-cpu-input-pipelines"
 
 
 def _headings(page: str) -> list[tuple[str, str]]:
@@ -17,14 +18,14 @@ def _headings(page: str) -> list[tuple[str, str]]:
 
 
 def test_every_section_heading_has_a_unique_anchor_and_a_toc_link():
-    md = (RUN / "report.md").read_text()
+    md = report_text(RUN)
     page = html.render(md, RUN, "report")
     found = _headings(page)
     expected = len(re.findall(r"^#{2,3} ", md, flags=re.M))
     assert len(found) == expected >= 10
     ids = [anchor for _, anchor in found]
     assert all(ids) and len(set(ids)) == len(ids), "every heading anchored, no anchor twice"
-    assert {"overview", "static-vs-dynamic", "cnn-on-cpu-workers"} <= set(ids), "GitHub's anchors"
+    assert {"the-answer", "static-vs-dynamic", "cnn-on-cpu-workers"} <= set(ids), "GitHub's anchors"
     toc = page[page.index('<nav class="toc">') : page.index("</nav>")]
     assert page.index("</h1>") < page.index('<nav class="toc">') < page.index("<h2"), "after the title"
     assert re.findall(r'<a href="#([^"]+)">', toc) == ids, "one link per heading, in order"

@@ -11,13 +11,13 @@ import pytest
 from harness import records
 from harness.reporting import cells, export, model, overview, report
 from harness.stats import verdicts
+from tests.conftest import EVIDENCE, FIXTURE_RUNS
 
-REPORTS_DIR = Path(__file__).resolve().parent.parent / "reports"
 #: Every committed run whose report.md report.build draws (a folder with its records; an export
 #: run's page is harness.reporting.export's and judges no pairs).
 RUNS = sorted(
     p.parent
-    for p in REPORTS_DIR.glob("**/report.md")
+    for p in EVIDENCE.glob("**/report.md")
     if (p.parent / records.RESULTS).is_file()
     and not all(export.is_export(r) for r in records.load(p.parent / records.RESULTS))
 )
@@ -58,31 +58,29 @@ def test_the_model_judges_a_pair_once_and_verdicts_are_pure(monkeypatch):
     assert not hasattr(verdicts, "judged_once") and "ContextVar" not in Path(verdicts.__file__).read_text()
 
 
-@pytest.mark.parametrize("run", RUNS, ids=lambda p: str(p.relative_to(REPORTS_DIR)))
-def test_every_committed_report_computes_each_verdict_and_family_once(run, monkeypatch):
-    """Fails on the reports of 7e87494: the overview judged every column's family again (135 pair
-    verdicts twice in 2026-11-26-cpu-default-30m) and the break-even sentences of the summary
-    and the static-vs-dynamic tables each judged their pairs anew."""
-    pairs, groups = collections.Counter(), collections.Counter()
-    real_pair, real_family = verdicts._pair_verdict, cells.family
-
-    def pair(a, b, level):
-        pairs[(id(a), id(b), level)] += 1
-        return real_pair(a, b, level)
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: str(p.relative_to(EVIDENCE)))
+def test_every_committed_report_computes_each_family_once_and_reads_the_models_verdicts(run, monkeypatch):
+    """The overview, the tables, the answer and the findings read the model's families: each
+    group is judged together once; a pair asked of the model twice is computed once."""
+    groups = collections.Counter()
+    real_family = cells.family
 
     def family(members, *args, **kwargs):
         groups[frozenset(id(c) for c in members)] += 1
         return real_family(members, *args, **kwargs)
 
-    monkeypatch.setattr(verdicts, "_pair_verdict", pair)
     monkeypatch.setattr(cells, "family", family)
-    report.build(run)
-    assert not [k for k, n in pairs.items() if n > 1], f"{sum(n - 1 for n in pairs.values())} verdicts judged again"
+    m = model.load([run])
+    report.pages(m)
     assert not [k for k, n in groups.items() if n > 1], "a group's family judged again"
+    pairs = [(fam.leader, rival) for fam in m.families.values() for rival, _ in fam.rivals]
+    first = [m.pair(a, b) for a, b in pairs]
+    asked = len(m.verdicts)
+    assert [m.pair(a, b) for a, b in pairs] == first and len(m.verdicts) == asked, "asked again: kept, not recomputed"
 
 
 def test_the_model_holds_the_families_the_overview_marks():
-    m = model.load([REPORTS_DIR / "2026-11-26-cpu-default-30m"])
+    m = model.load([FIXTURE_RUNS / "2026-11-26-cpu-default-30m"])
     assert m.families and m.grid is not None
     assert m.sections and all(r.get("data", "resident") == "resident" for g in m.sections.values() for r in g)
     # the overview drawn alone (its own families) marks the same cells as the model's

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from harness.reporting import model, run_time
+from tests.conftest import FIXTURE_RUNS
 
 
 def _proc(adapter: str, workload: str, k: int, ready: float | None, wall: float, **extra) -> dict:
@@ -60,7 +59,7 @@ def test_a_run_without_wall_times_has_no_such_section():
 
 
 def test_the_model_keeps_every_process_and_the_report_says_where_the_default_runs_time_went():
-    run = Path(__file__).resolve().parent.parent / "reports" / "2026-11-26-cpu-default-30m"
+    run = FIXTURE_RUNS / "2026-11-26-cpu-default-30m"
     m = model.load([run])
     assert len(m.processes) == 80 and len(m.recs) == 30  # 30 cells in 80 processes
     lines = run_time.section(m.processes)
@@ -118,7 +117,7 @@ def test_the_runs_own_start_and_close_and_its_whole_length_come_from_its_phases(
 def test_the_committed_default_run_accounts_for_its_whole_length():
     """reports/2026-11-27-cpu-default-30m-c (the README quotes it): its generations, its own start
     and close, and what went around them add up to its 29.5 minutes from command to report."""
-    run = Path(__file__).resolve().parent.parent / "reports" / "2026-11-27-cpu-default-30m-c"
+    run = FIXTURE_RUNS / "2026-11-27-cpu-default-30m-c"
     m = model.load([run])
     lines = run_time.section(m.processes, m.envs)
     assert _row(lines, "rnn-caption, exact")[:2] == ["rnn-caption, exact", "3"]

@@ -11,10 +11,10 @@ import pytest
 from harness.reporting import model, static_dynamic, summary, sweeps
 from harness.reporting.cells import families, name, top, what
 from harness.reporting.workload_tables import workload_table
-from tests.conftest import REPO
+from tests.conftest import FIXTURE_RUNS
 
-DEFAULT = REPO / "reports" / "2026-11-25-cpu-default"
-SWEEP = REPO / "reports" / "2026-11-25-cpu-sweep-batch"
+DEFAULT = FIXTURE_RUNS / "2026-11-25-cpu-default"
+SWEEP = FIXTURE_RUNS / "2026-11-25-cpu-sweep-batch"
 
 
 def _groups(recs: list[dict]) -> dict[tuple, list[dict]]:
@@ -50,7 +50,7 @@ def test_framework_sentences_quote_the_within_frameworks_table(default_run):
     table = "\n".join(static_dynamic.within_frameworks(_groups(default_run)))
     rows = _rows(table[table.index("| framework") :])
     lines = summary.framework_sentences(default_run)
-    assert len(lines) == 4
+    assert len(lines) == 3, "Keras's dynamic and static cells differ in backend too: no row, no sentence"
     for line in lines:
         framework = line.split(":")[0]
         mine = [r for r in rows if r["framework"] == framework]
@@ -62,9 +62,9 @@ def test_framework_sentences_quote_the_within_frameworks_table(default_run):
         if paid:
             assert f"{min(steps):,}" == paid[1] and f"{max(steps):,}" == (paid[2] or paid[1]), line
     by_framework = {line.split(":")[0]: line for line in lines}
-    assert "(cnn, mlp, mlp-wide, transformer: 1.20x to 22.8x)" in by_framework["jax"]
-    assert "paid off after 55 to 3,777 steps" in by_framework["keras"]
-    assert "paid off after 21 to 156 steps" in by_framework["tensorflow"]
+    assert "(cnn, mlp, mlp-wide, transformer: 1.20x to 23.0x)" in by_framework["jax"]
+    assert "keras" not in by_framework
+    assert "paid off after 21 to 157 steps" in by_framework["tensorflow"]
 
 
 def test_the_named_fastest_leads_by_the_ratio_its_workload_table_prints(sweep_run):

@@ -1,14 +1,23 @@
 """The Method's calibration lines: what the committed calibrations (``make calibrate``, harness.calibrate)
-measured of the verdict rules on the machine type and device a run used, quoted from their JSON.
+measured of the verdict rules on the machine type and device a run used.
 
 A run's verdicts claim a false-separation rate and a power; a calibration measured both on a
 machine with identical twins and known slow-downs. The Method quotes each committed calibration
 of the same CPU model and device, with its own level, generations and repeats, so a reader sees
 how far the claim was checked where the run ran (and that it was not, where none matches).
+
+The committed calibrations are one versioned file, ``evidence/calibrations.json`` (``CALIBRATIONS``):
+what each calibration under ``evidence/`` counted, the machine it ran on, and nothing else is read,
+so a calibration a user runs into ``reports/`` changes no report's text. ``python -m
+harness.reporting.calibration_note --write`` regenerates the file from the calibration folders under
+``evidence/`` (``build``). A user's own calibration (a ``calibration-<K>-generations.json`` that
+``harness calibrate`` wrote, or its folder) is quoted only where passed (``calibration``), beside
+the committed ones.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from collections.abc import Sequence
@@ -18,18 +27,166 @@ from typing import Any
 from harness.records import Record
 from harness.stats.inference import wilson
 
-REPORTS = Path(__file__).resolve().parents[2] / "reports"
+ROOT = Path(__file__).resolve().parents[2]
+#: The committed evidence: run folders kept as examples, the calibrations the Method rests on among them.
+EVIDENCE = ROOT / "evidence"
+#: The committed calibrations a report quotes, one file read by name (``build`` writes it).
+CALIBRATIONS = EVIDENCE / "calibrations.json"
+SCHEMA_VERSION = 1
+#: A calibration page as harness.calibrate writes it, one per number of generations judged.
+PAGE_GLOB = "calibration-*-generations.json"
 
 
-def committed(folder: Path = REPORTS) -> list[tuple[Path, dict[str, Any]]]:
-    """Every ``calibration-<K>-generations.json`` under ``folder``, with its path."""
-    out = []
-    for path in sorted(folder.glob("*/calibration-*-generations.json")):
-        try:
-            out.append((path, json.loads(path.read_text())))
-        except (OSError, ValueError):
-            continue
+class CalibrationError(ValueError):
+    """A calibration file that cannot be read: its path and why."""
+
+
+# --- one calibration page, counted (what calibrations.json holds of it) ---
+
+
+def _judged_pairs(pairs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pairs if p.get("high") is not None and math.isfinite(p["high"])]
+
+
+def summarize(data: dict[str, Any], file: str = "") -> dict[str, Any]:
+    """One calibration page (harness.calibrate's JSON) as the counts the Method quotes: its setting,
+    false separations per pair and per group (family-wise), power at each known slow-down, and the
+    same between two fresh runs where it measured them; judged pairs only."""
+    meta = data["meta"]
+    judged = _judged_pairs(data["pairs"])
+    null = [p for p in judged if not p["effect"]]
+    fam = [g for g in data["groups"] if g.get("judged") and g.get("leader_twins")]
+    out: dict[str, Any] = {
+        **({"file": file} if file else {}),
+        "adapter": meta["adapter"],
+        "workload": meta["workload"],
+        "device": meta["device"],
+        "machine": meta.get("machine"),
+        "twins": meta["twins"],
+        "level": meta["level"],
+        "generations": meta["rounds"],
+        "first_look": meta.get("first_look", meta["rounds"]),
+        "repeats": meta["repeats"],
+        "identical": {"pairs": len(null), "different": sum(bool(p["different"]) for p in null)},
+        "family": {"groups": len(fam), "false": sum(bool(g["family_false"]) for g in fam)},
+        "slowdowns": [],
+    }
+    for effect in sorted({p["effect"] for p in judged if p["effect"]}):
+        hit = [p for p in judged if p["effect"] == effect]
+        out["slowdowns"].append(
+            {
+                "effect": effect,
+                "pairs": len(hit),
+                "detected": sum(bool(p["right_way"]) for p in hit),
+                # a busy-wait twin runs slower than it names: the median of what the pairs measured
+                "measured": sorted(p["ratio"] for p in hit)[len(hit) // 2],
+            }
+        )
+    if "between" in data:
+        pairs = _judged_pairs(data["between"]["pairs"])
+        null = [p for p in pairs if not p["effect"]]
+        runs = [g for g in data["between"]["groups"] if g.get("judged")]
+        out["between"] = {
+            "identical": {"pairs": len(null), "different": sum(bool(p["different"]) for p in null)},
+            "runs": {"pairs": len(runs), "false": sum(bool(g["any_pair_false"]) for g in runs)},
+            "slowdowns": [
+                {
+                    "effect": effect,
+                    "pairs": len(hit := [p for p in pairs if p["effect"] == effect]),
+                    "found": sum(bool(p["right_way"]) for p in hit),
+                }
+                for effect in sorted({p["effect"] for p in pairs if p["effect"]})
+            ],
+            # how much slower identical code ran in one run than in the other, at most
+            "drift": max((max(p["ratio"], 1 / p["ratio"]) for p in null), default=1.0),
+        }
     return out
+
+
+def _fingerprint(folder: Path) -> dict[str, Any]:
+    """The machine a calibration ran on, as its repeats' records name it (harness.env.fingerprint:
+    CPU model, cores, driver, GPUs); an env.json's where the folder has one."""
+    for env in [folder / "env.json", *sorted(folder.glob("*/env.json"))]:
+        if env.is_file() and (found := json.loads(env.read_text()).get("fingerprint")):
+            return found
+    for results in sorted(folder.glob("*/results.jsonl")):
+        for line in results.read_text().splitlines():
+            if line.strip() and (found := json.loads(line).get("fingerprint")):
+                return found
+    return {}
+
+
+def _folder(folder: Path, name: str) -> dict[str, Any]:
+    """A calibration folder as calibrations.json holds it: its name, machine, command and every page."""
+    ran = folder / "calibration-run.json"
+    run = json.loads(ran.read_text()) if ran.is_file() else {}
+    pages = sorted(folder.glob(PAGE_GLOB), key=lambda p: (len(p.name), p.name))
+    return {
+        "folder": name,
+        "machine": _fingerprint(folder),
+        **({"command": run["command"]} if run.get("command") else {}),
+        "judgings": [summarize(json.loads(p.read_text()), p.name) for p in pages],
+    }
+
+
+def build(evidence: Path = EVIDENCE) -> dict[str, Any]:
+    """calibrations.json's content: every calibration folder under ``evidence`` (one holding a
+    calibration page), named relative to the repository."""
+    folders = sorted({p.parent for p in evidence.glob(f"*/{PAGE_GLOB}")})
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "about": (
+            "The committed calibrations a report's Method quotes (harness.reporting.calibration_note), counted "
+            "from their folders; regenerate with python -m harness.reporting.calibration_note --write."
+        ),
+        "calibrations": [_folder(f, f"{evidence.name}/{f.name}") for f in folders],
+    }
+
+
+def write(path: Path = CALIBRATIONS, evidence: Path = EVIDENCE) -> Path:
+    """Write calibrations.json from the calibration folders under ``evidence``."""
+    path.write_text(json.dumps(build(evidence), indent=1, allow_nan=False) + "\n")
+    return path
+
+
+# --- the calibrations a report may quote ---
+
+
+def committed(path: Path | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(folder, page) of every judging of every committed calibration (``path``: CALIBRATIONS);
+    none where the file is not there."""
+    path = path or CALIBRATIONS
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text())
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise CalibrationError(
+            f"{path}: schema_version {data.get('schema_version')!r}, this version reads {SCHEMA_VERSION}"
+        )
+    return [(c["folder"], page) for c in data["calibrations"] for page in c["judgings"]]
+
+
+def own(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(folder, page) of a user's calibration: a page harness.calibrate wrote
+    (``calibration-<K>-generations.json``) or the folder holding its pages, each named by the path given.
+    A ``CalibrationError`` where it is none: a command taking one checks it before it runs."""
+    pages = sorted(path.glob(PAGE_GLOB), key=lambda p: (len(p.name), p.name)) if path.is_dir() else [path]
+    if not pages or not pages[0].is_file():
+        raise CalibrationError(f"{path}: no calibration page (a {PAGE_GLOB} that harness calibrate writes)")
+    out = []
+    for page in pages:
+        try:
+            out.append((str(page.parent), summarize(json.loads(page.read_text()), page.name)))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CalibrationError(f"{page}: not a calibration page ({type(exc).__name__}: {exc})") from None
+    return out
+
+
+def _pages(calibration: Path | None, evidence: Path | None) -> list[tuple[str, dict[str, Any]]]:
+    return committed(evidence) + (own(calibration) if calibration is not None else [])
+
+
+# --- the Method's lines ---
 
 
 def _rate(hits: int, n: int, noun: str) -> str:
@@ -39,57 +196,50 @@ def _rate(hits: int, n: int, noun: str) -> str:
     return f"{hits} of {n} {noun} ({100 * hits / n:.{digits}f}% [{100 * low:.{digits}f}, {100 * high:.{digits}f}])"
 
 
-def quote(path: Path, data: dict[str, Any]) -> str:
+def quote(folder: str, page: dict[str, Any]) -> str:
     """One calibration as a Method line: its setting, false separations per pair and per group
     (family-wise), and power at each known slow-down, each over the pairs it judged, with its
     Wilson interval (as its own page counts them, harness.calibrate)."""
-    meta = data["meta"]
-    judged = [p for p in data["pairs"] if p.get("high") is not None and math.isfinite(p["high"])]
-    null = [p for p in judged if not p["effect"]]
-    fam = [g for g in data["groups"] if g.get("judged") and g.get("leader_twins")]
     parts = []  # a calibration of slowed twins only judged no identical pair, and says nothing of them
-    if null:
-        parts.append(
-            f"identical cells called different in {_rate(sum(p['different'] for p in null), len(null), 'pairs')}"
-        )
-    if fam:
-        false_groups = _rate(sum(g["family_false"] for g in fam), len(fam), "groups")
+    null, fam = page["identical"], page["family"]
+    if null["pairs"]:
+        parts.append(f"identical cells called different in {_rate(null['different'], null['pairs'], 'pairs')}")
+    if fam["groups"]:
+        false_groups = _rate(fam["false"], fam["groups"], "groups")
         parts.append(f"a cell identical to the leader marked different in {false_groups} (family-wise)")
-    for effect in sorted({p["effect"] for p in judged if p["effect"]}):
-        hit = [p for p in judged if p["effect"] == effect]
-        measured = sorted(p["ratio"] for p in hit)[len(hit) // 2]  # a busy-wait twin runs slower than it names
+    for slow in page["slowdowns"]:
         parts.append(
-            f"a {effect:.0%} slow-down (measured {measured:.2f}x, median) detected in "
-            f"{_rate(sum(p['right_way'] for p in hit), len(hit), 'pairs')}"
+            f"a {slow['effect']:.0%} slow-down (measured {slow['measured']:.2f}x, median) detected in "
+            f"{_rate(slow['detected'], slow['pairs'], 'pairs')}"
         )
     return (
-        f"- Calibration (`reports/{path.parent.name}`, {meta['machine']}, {meta['device']}, {meta['adapter']} on "
-        f"{meta['workload']} beside twins {meta['twins']}, {_generations(meta)}, "
-        f"{100 * meta['level']:.4g}%, {meta['repeats']} repeats): " + "; ".join(parts) + "."
+        f"- Calibration (`{folder}`, {page['machine']}, {page['device']}, {page['adapter']} on "
+        f"{page['workload']} beside twins {page['twins']}, {_generations(page)}, "
+        f"{100 * page['level']:.4g}%, {page['repeats']} repeats): " + "; ".join(parts) + "."
     )
 
 
-def _looked(meta: dict[str, Any]) -> bool:
+def _looked(page: dict[str, Any]) -> bool:
     """Whether a calibration page was judged where a budgeted bench stops (``--looks``: its first
     look, and one more per look while the group is unsettled), not at a fixed number of generations."""
-    return meta.get("first_look", meta["rounds"]) < meta["rounds"]
+    return page["first_look"] < page["generations"]
 
 
-def _generations(meta: dict[str, Any]) -> str:
+def _generations(page: dict[str, Any]) -> str:
     """How many generations a calibration page judged."""
-    if _looked(meta):
-        first, last = meta["first_look"], meta["rounds"]
+    if _looked(page):
+        first, last = page["first_look"], page["generations"]
         return f"{first} generations, up to {last} where the group was unsettled (a budgeted run's looks)"
-    return f"{meta['rounds']} generations"
+    return f"{page['generations']} generations"
 
 
-def _fixed_rounds(meta: dict[str, Any]) -> int:
+def _fixed_rounds(page: dict[str, Any]) -> int:
     """A page's generations judged, a ``--looks`` page's counted below every fixed one's."""
-    return 0 if _looked(meta) else meta["rounds"]
+    return 0 if _looked(page) else page["generations"]
 
 
-def _judged(data: dict[str, Any]) -> bool:
-    return any(p.get("high") is not None and math.isfinite(p["high"]) for p in data["pairs"])
+def _judged(page: dict[str, Any]) -> bool:
+    return bool(page["identical"]["pairs"] or any(s["pairs"] for s in page["slowdowns"]))
 
 
 def _machines(recs: Sequence[Record]) -> set[tuple[Any, Any]]:
@@ -97,75 +247,103 @@ def _machines(recs: Sequence[Record]) -> set[tuple[Any, Any]]:
     return {((r.get("fingerprint") or {}).get("cpu"), r.get("device")) for r in recs if r["status"] == "ok"}
 
 
-def lines(recs: Sequence[Record], folder: Path = REPORTS) -> list[str]:
-    """The calibrations of the runs' CPU models and devices, or one line saying none matches."""
+def _matches(page: dict[str, Any], machines: set[tuple[Any, Any]]) -> bool:
+    return (page.get("machine"), page.get("device")) in machines
+
+
+def lines(recs: Sequence[Record], calibration: Path | None = None, *, evidence: Path | None = None) -> list[str]:
+    """The committed calibrations (``evidence``: CALIBRATIONS) of the runs' CPU models and devices,
+    and the user's own ``calibration`` where one is passed; one line saying none matches where none does."""
     machines = _machines(recs)
-    found = [
-        (p, d)
-        for p, d in committed(folder)
-        if (d["meta"].get("machine"), d["meta"].get("device")) in machines and _judged(d)
-    ]
+    found = [(f, p) for f, p in committed(evidence) if _matches(p, machines) and _judged(p)]
+    given = own(calibration) if calibration is not None else []
+    # a committed calibration passed again is quoted once, as committed
+    mine = [(f, p) for f, p in given if _matches(p, machines) and _judged(p) and f not in {c for c, _ in found}]
     # per calibration folder, the judging that matches the run: a run that looked again at an unsettled
-    # group (a budgeted run before 2026-11-27, at Pocock's level) the one judged where such a run
+    # group (a budgeted run of the looks protocol, at Pocock's level) the one judged where such a run
     # stopped, else the closest to its own generations
     ok = [r for r in recs if r["status"] == "ok"]
     gens = sorted(r.get("rounds_done") or 1 for r in ok)
     typical = gens[len(gens) // 2] if gens else 1
     looked = any((r.get("verdict_level") or 0.95) > 0.95 for r in ok)
 
-    def mismatch(meta: dict[str, Any]) -> tuple[bool, int]:
-        return _looked(meta) != looked, abs(meta["rounds"] - typical)
+    def mismatch(page: dict[str, Any]) -> tuple[bool, int]:
+        return _looked(page) != looked, abs(page["generations"] - typical)
 
-    best: dict[Path, tuple[Path, dict[str, Any]]] = {}
-    for p, d in found:
-        mine = best.get(p.parent)
-        if mine is None or mismatch(d["meta"]) < mismatch(mine[1]["meta"]):
-            best[p.parent] = (p, d)
-    found = [best[k] for k in sorted(best)]
-    if not found:
-        return [
+    def best(pages: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+        kept: dict[str, tuple[str, dict[str, Any]]] = {}
+        for f, p in pages:
+            if f not in kept or mismatch(p) < mismatch(kept[f][1]):
+                kept[f] = (f, p)
+        return [kept[k] for k in sorted(kept)]
+
+    out = [quote(f, p) for f, p in best(found) + best(mine)]
+    if not found and not mine:
+        out.append(
             "- Calibration: no committed calibration was measured on this CPU model and device; `make calibrate` "
             "measures how often the rules call identical code different here (docs/measurement.md, Calibration)."
-        ]
-    return [quote(p, d) for p, d in found]
+        )
+    if given and not any(_matches(p, machines) for _, p in given):
+        folder, page = given[0]
+        out.append(
+            f"- Calibration (`{folder}`): measured on {page['machine']}, {page['device']}, not on this run's CPU "
+            "model and device: not quoted."
+        )
+    return out
 
 
-def across(recs: Sequence[Record], folder: Path = REPORTS) -> str:
-    """What the committed calibrations of the runs' CPU models and devices measured of the verdict
-    between two groups (Welch's t on process levels, harness.calibrate.between: every cell of one
-    fresh run against every cell of its adapter in the next), over all of them together; "" where
-    none measured it."""
+def across(recs: Sequence[Record], calibration: Path | None = None, *, evidence: Path | None = None) -> str:
+    """What the committed calibrations (``evidence``: CALIBRATIONS) of the runs' CPU models and devices,
+    and the user's own ``calibration`` where one is passed, measured of the verdict between two groups
+    (Welch's t on process levels, harness.calibrate.between: every cell of one fresh run against every
+    cell of its adapter in the next), over all of them together; "" where none measured it."""
     machines = _machines(recs)
     # one page per calibration folder: its judgings of 2, 3 or 4 generations pair the same repeats
     # again, so counting each would count those pairs more than once (the most generations judged)
-    pages: dict[Path, dict[str, Any]] = {}
-    for path, data in committed(folder):
-        meta = data["meta"]
-        if "between" in data and (meta.get("machine"), meta.get("device")) in machines:
-            if path.parent not in pages or _fixed_rounds(meta) > _fixed_rounds(pages[path.parent]["meta"]):
-                pages[path.parent] = data
-    pairs, runs, names = [], [], []
-    for parent in sorted(pages):
-        judged = pages[parent]["between"]["pairs"]
-        pairs += [p for p in judged if p.get("high") is not None and math.isfinite(p["high"])]
-        runs += [g for g in pages[parent]["between"]["groups"] if g.get("judged")]
-        names.append(f"`reports/{parent.name}`")
-    if not pairs:
+    pages: dict[str, dict[str, Any]] = {}
+    for folder, page in _pages(calibration, evidence):
+        if "between" in page and _matches(page, machines):
+            if folder not in pages or _fixed_rounds(page) > _fixed_rounds(pages[folder]):
+                pages[folder] = page
+    kept = [(f, pages[f]["between"]) for f in sorted(pages)]
+    null = [b["identical"] for _, b in kept]
+    if not sum(n["pairs"] for n in null) + sum(s["pairs"] for _, b in kept for s in b["slowdowns"]):
         return ""
-    null = [p for p in pairs if not p["effect"]]
-    false_runs = _rate(sum(g["any_pair_false"] for g in runs), len(runs), "pairs of runs")
-    parts = [
-        f"identical cells called different in {_rate(sum(p['different'] for p in null), len(null), 'pairs')}, "
-        f"in {false_runs}"
-    ]
-    for effect in sorted({p["effect"] for p in pairs if p["effect"]}):
-        hit = [p for p in pairs if p["effect"] == effect]
-        parts.append(f"a {effect:.0%} slow-down found in {_rate(sum(p['right_way'] for p in hit), len(hit), 'pairs')}")
-    drift = max((max(p["ratio"], 1 / p["ratio"]) for p in null), default=1.0)
+    parts = []  # a calibration of slowed twins only judged no identical pair, and says nothing of them
+    if sum(n["pairs"] for n in null):
+        same = _rate(sum(n["different"] for n in null), sum(n["pairs"] for n in null), "pairs")
+        runs = [b["runs"] for _, b in kept if b["runs"]["pairs"]]
+        false_runs = _rate(sum(r["false"] for r in runs), sum(r["pairs"] for r in runs), "pairs of runs")
+        parts.append(f"identical cells called different in {same}" + (f", in {false_runs}" if runs else ""))
+    for effect in sorted({s["effect"] for _, b in kept for s in b["slowdowns"] if s["pairs"]}):
+        hit = [s for _, b in kept for s in b["slowdowns"] if s["effect"] == effect]
+        found = _rate(sum(s["found"] for s in hit), sum(s["pairs"] for s in hit), "pairs")
+        parts.append(f"a {effect:.0%} slow-down found in {found}")
+    drift = max((b["drift"] for _, b in kept if b["identical"]["pairs"]), default=1.0)
+    names = ", ".join(f"`{f}`" for f, _ in kept)
     return (
         "Between two groups (`steady vs its exact`: Welch's t, nothing pairs their generations), calibrated "
-        f"between two fresh runs on this CPU model ({', '.join(names)}): " + "; ".join(parts) + ". "
+        f"between two fresh runs on this CPU model ({names}): " + "; ".join(parts) + ". "
         f"Identical code ran up to {drift:.2f}x slower in one run than in the other: the machine's speed drifts "
         "between groups, which this verdict does not model, so it separates only large differences, and a run "
         "whose speed shifted between its groups can separate identical code."
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.reporting.calibration_note",
+        description="Write evidence/calibrations.json from the calibration folders under evidence/, or check it.",
+    )
+    parser.add_argument("--write", action="store_true", help=f"write {CALIBRATIONS.relative_to(ROOT)}")
+    args = parser.parse_args(argv)
+    if args.write:
+        print(write())
+        return 0
+    current = CALIBRATIONS.is_file() and json.loads(CALIBRATIONS.read_text()) == build()
+    print(f"{CALIBRATIONS.relative_to(ROOT)}: " + ("up to date" if current else "out of date (--write regenerates it)"))
+    return 0 if current else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
