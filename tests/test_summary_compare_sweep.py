@@ -10,8 +10,9 @@ import pytest
 
 from harness import records
 from harness.reporting import breakeven, compare, model, report, static_dynamic, summary, sweeps
-from tests.conftest import REPO
-from tests.fakes import as_rounds, process_levels, record
+from tests import test_machine_fingerprint as fingerprint
+from tests.conftest import FIXTURE_RUNS, REPO
+from tests.fakes import as_rounds, process_levels, record, report_text
 
 
 def timed(adapter, median_ms, spread=0.02, device="cpu", n=201, seed=0, **extra):
@@ -127,7 +128,7 @@ def test_compile_cost_table_in_the_static_vs_dynamic_section():
     tied = timed("jax-jit", 10.05, 0.3, n=21, graph="static", cold_times_s=[1.0] * 4, cold_s=4.0, compile_s=0.9)
     noisy = timed("torch-eager", 10.0, 0.3, n=21, seed=5, graph="dynamic", cold_times_s=[0.01] * 4, cold_s=0.04)
     lines = static_dynamic.compile_costs({("mlp", ()): [noisy, tied]})
-    assert lines[-2].endswith("| unresolved (interval spans 1 and reaches past 1 +- 5%) |")
+    assert lines[-2].endswith("| unresolved (interval spans 1 and reaches past the same-speed band) |")
     assert static_dynamic.section({("mlp", ()): [eager]}) == [], "no static cell, no section"
     eager_jax = timed("jax-eager", 10.0, graph="dynamic", framework="jax", cold_times_s=[0.01] * 4, cold_s=0.04)
     lines = static_dynamic.within_frameworks({("mlp", ("batch_size=64",)): [eager_jax, static]})
@@ -157,11 +158,11 @@ def test_missing_cells_name_the_setting_they_were_skipped_for():
 
 
 def test_summary_of_the_full_cpu_run_fits_in_eight_sentences():
-    recs, _ = model.load_runs([REPO / "reports" / "2026-11-25-cpu-default"])
+    recs, _ = model.load_runs([FIXTURE_RUNS / "2026-11-25-cpu-default"])
     found = summary.sentences(recs)
     assert 4 <= len(found) <= 8
     assert sum(line.count(". ") + 1 for line in found) <= 8, "each bullet is one sentence"
-    assert sum(line.startswith(("jax:", "keras:", "tensorflow:", "torch:")) for line in found) == 4
+    assert sum(line.startswith(("jax:", "tensorflow:", "torch:")) for line in found) == 3
     assert found[-1].startswith("Not in this run: no GPU cells")
 
 
@@ -223,7 +224,7 @@ def test_sweep_section_and_plots_are_written(tmp_path):
         r["cell_id"] = f"{r['adapter']}|{r['device']}|{r['overrides'][0]}"
     run = _write_run(tmp_path / "run", [p for r in recs for p in as_rounds(r)], ENV)
     path = report.write(run)
-    md = path.read_text()
+    md = report_text(path.parent)
     assert "## Sweep: mlp over batch_size" in md
     assert "| batch_size=16 to 256 | torch-eager / cuda | torch-eager / cpu " in md
     pngs = sorted(p.name for p in run.glob("*.png"))
@@ -241,15 +242,25 @@ def test_sweep_table_lists_its_series_by_adapter_not_in_run_order():
     assert rows == ["jax-jit / cpu", "torch-eager / cpu"]
 
 
+#: Six rounds of a cell a little apart, as a machine drifts between processes.
+DRIFT = (1.0, 1.01, 0.99, 1.0, 1.005, 0.995)
+
+
+def compare_run(path, medians, env, **extra):
+    """A run folder of one cell per (adapter, median ms) on ``mlp``, six rounds each, and ``env``
+    as its env.json; ``extra`` goes into every record."""
+    recs = [
+        dict(timed(a, m, seed=i, **extra), cell_id=f"{a}|mlp|cpu", run_id=path.name) for i, (a, m) in enumerate(medians)
+    ]
+    return _write_run(path, [p for r in recs for p in as_rounds(r, DRIFT)], env)
+
+
+BEFORE, AFTER = [("torch-eager", 1.0), ("jax-jit", 1.0)], [("torch-eager", 0.5), ("jax-jit", 1.0)]
+
+
 def test_compare_and_merge_on_the_command_line(python, tmp_path):
-    def run(name, medians, host):
-        recs = [dict(timed(a, m, seed=i), cell_id=f"{a}|mlp|cpu", run_id=name) for i, (a, m) in enumerate(medians)]
-        return _write_run(tmp_path / name, [p for r in recs for p in as_rounds(r, drift)], dict(ENV, hostname=host))
-
-    drift = (1.0, 1.01, 0.99, 1.0, 1.005, 0.995)
-
-    a = run("before", [("torch-eager", 1.0), ("jax-jit", 1.0)], "laptop")
-    b = run("after", [("torch-eager", 0.5), ("jax-jit", 1.0)], "workstation")
+    a = compare_run(tmp_path / "before", BEFORE, dict(ENV, hostname="laptop"))
+    b = compare_run(tmp_path / "after", AFTER, dict(ENV, hostname="workstation"))
     proc = subprocess.run(
         [python, "-m", "harness", "compare", str(a), str(b)], cwd=REPO, capture_output=True, text=True
     )
@@ -260,6 +271,10 @@ def test_compare_and_merge_on_the_command_line(python, tmp_path):
     assert "- Within A: 0 pairs of cells differ by 1.5x or more; its intervals separate 0 of them." in text
     assert "- Within B: 1 pairs of cells differ by 1.5x or more; its intervals separate 1 of them." in text
     assert "Fastest verdicts: 1 groups in both runs, 1 with a named fastest in at least one, 0 contradicted" in text
+    assert text.splitlines()[2].startswith(  # env.json from before the machine fingerprint: no claim of sameness
+        "**Machines not known to be the same: A's env.json has no machine fingerprint (an older run): only its CPU "
+        "name, cores, memory and GPUs are known; B's env.json"
+    )
     merged = tmp_path / "merged"
     proc = subprocess.run(
         [python, "-m", "harness", "report", str(a), str(b), "--out", str(merged)],
@@ -268,11 +283,69 @@ def test_compare_and_merge_on_the_command_line(python, tmp_path):
         text=True,
     )
     assert proc.returncode == 0, proc.stderr
-    md = (merged / "report.md").read_text()
+    md = report_text(merged)
     assert "laptop (Test CPU): cpu" in md and "workstation (Test CPU): cpu" in md
-    assert "## Environment: laptop (Test CPU)" in md and "## Environment: workstation (Test CPU)" in md
+    first = (merged / "report.md").read_text()  # a report over two machines says they differ
+    assert "Machines: laptop (Test CPU) and workstation (Test CPU) are not one machine kind" in first
+    details = (merged / "details.md").read_text()  # report.md answers; the environments are details
+    assert "## Environment: laptop (Test CPU)" in details and "## Environment: workstation (Test CPU)" in details
     bad = subprocess.run([python, "-m", "harness", "report", str(a), str(b)], cwd=REPO, capture_output=True, text=True)
     assert bad.returncode == 2 and "needs --out" in bad.stderr
+
+
+def machine_envs(machine_a, machine_b):
+    """env.json of runs A and B with these machine fingerprints (harness.env.machine_fingerprint)."""
+    return dict(ENV, hostname="vm-a", machine_kind=machine_a), dict(ENV, hostname="vm-b", machine_kind=machine_b)
+
+
+def test_compare_refuses_verdicts_across_machines_unless_asked(tmp_path):
+    """The issue's two 2-core VMs, both "AMD EPYC": Zen 4 against Zen 5 gets no verdicts by default."""
+    env_a, env_b = machine_envs(fingerprint.machine(fingerprint.ZEN4), fingerprint.machine(fingerprint.ZEN5))
+    a = compare_run(tmp_path / "before", BEFORE, env_a, kernel_floor_s=4e-4)
+    b = compare_run(tmp_path / "after", AFTER, env_b, kernel_floor_s=1e-3)
+    differ = (
+        "CPU family 25 vs 26; CPU model 17 vs 2; microcode 0xa10113e vs 0xb002147; "
+        "avx512_vp2intersect, avx_vnni only in B"
+    )
+    with pytest.raises(compare.DifferentMachines) as refused:
+        compare.build(a, b)
+    assert str(refused.value) == (
+        f"before (A) and after (B) ran on different machines: {differ}. A ratio between them measures the machines "
+        "as much as the code, so compare judges none; --across-machines writes the comparison anyway, its verdicts "
+        "under a warning"
+    )
+    lines = compare.build(a, b, across_machines=True).splitlines()
+    assert lines[2] == (
+        f"**Different machines: {differ}.** The verdicts below were asked for across them (--across-machines): each "
+        "ratio is B's machine and code against A's, so a cell `faster` or `slower` may be the machine rather than "
+        "the code."
+    )
+    assert "2 matching cells: 1 faster, 0 slower, 1 the same speed within 5%, 0 unresolved." in lines
+    peaks = "matmul 100 GFLOP/s in A, 100 in B (B / A 1.00); copy 10 GB/s in A, 10 in B (B / A 1.00)"
+    assert f"- Measured peaks on cpu: {peaks}." in lines
+    floors = "B / A: 2.50, the geometric mean over 2 matching cells (2.50 to 2.50)"
+    assert f"- Kernel floors (each cell's matmuls and convolutions timed alone), {floors}." in lines
+
+
+def test_compare_of_one_machine_kind_names_it_and_judges(tmp_path):
+    zen4 = fingerprint.machine(fingerprint.ZEN4, dmi_vendor="Amazon EC2")
+    a = compare_run(tmp_path / "before", BEFORE, machine_envs(zen4, zen4)[0])
+    b = compare_run(tmp_path / "after", AFTER, machine_envs(zen4, zen4)[1])
+    lines = compare.build(a, b).splitlines()
+    assert lines[2] == (
+        "Machine: the same kind in A and B: AMD EPYC (AuthenticAMD, family 25 model 17 stepping 1, microcode "
+        "0xa10113e), 2 logical cores, 8.0 GiB, 19 instruction-set flags (avx2, avx512f, avx512_vnni, avx512_bf16 "
+        "among them), hypervisor Amazon EC2, kernel 6.8.0-1021-aws."
+    )
+    assert "2 matching cells: 1 faster, 0 slower, 1 the same speed within 5%, 0 unresolved." in lines
+    # one env.json, but the cells ran on cluster nodes unlike each other: no verdicts either
+    node = {"cpu": "AMD EPYC", "cores": 2, "gpus": [], "driver": None}
+    other = compare_run(tmp_path / "cluster", AFTER, machine_envs(zen4, zen4)[1], fingerprint=dict(node, cores=4))
+    a = compare_run(tmp_path / "node", BEFORE, machine_envs(zen4, zen4)[0], fingerprint=node)
+    with pytest.raises(
+        compare.DifferentMachines, match="the cells ran on AMD EPYC, 2 cores in A, AMD EPYC, 4 cores in B"
+    ):
+        compare.build(a, other)
 
 
 def test_compare_counts_fastest_verdicts_the_other_run_contradicts():

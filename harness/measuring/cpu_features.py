@@ -3,27 +3,24 @@ machine's load cannot change the answer).
 
 - x86: bfloat16 arithmetic with the ``avx512_bf16`` or ``amx_bf16`` instructions; arm64: with the
   ``bf16`` feature (ARMv8.6 BF16, ``Features`` in ``/proc/cpuinfo``).
+
+The text itself is read and parsed in harness.env (``read_cpuinfo``, ``cpu_identity``), which the
+machine fingerprint of env.json needs below this package.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+from harness.env import CPUINFO_ENV, cpuinfo_flags, cpuinfo_path, read_cpuinfo
 
-#: Where the CPU's flags are read; ``DLCOMPARE_CPUINFO`` names another file (a stand-in for tests,
-#: or a cluster node's cpuinfo saved beside the run).
-CPUINFO_ENV = "DLCOMPARE_CPUINFO"
+__all__ = ["CPUINFO_ENV", "CPU_BF16_FLAGS", "cpu_bf16", "cpu_native_bf16"]
+
 #: /proc/cpuinfo flags of bfloat16 arithmetic: x86 (AVX512-BF16, AMX-BF16), arm64 (FEAT_BF16).
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 
 
 def cpu_bf16(cpuinfo: str) -> tuple[bool, str]:
     """(native, what says so) from the text of ``/proc/cpuinfo``."""
-    words: set[str] = set()
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip().lower() in ("flags", "features"):
-            words.update(value.split())
+    words = cpuinfo_flags(cpuinfo)
     found = [f for f in CPU_BF16_FLAGS if f in words]
     if found:
         return True, f"the CPU has {', '.join(found)}"
@@ -32,8 +29,7 @@ def cpu_bf16(cpuinfo: str) -> tuple[bool, str]:
 
 def cpu_native_bf16() -> tuple[bool | None, str]:
     """(native, why) for bfloat16 on this machine's CPU; None where its cpuinfo is unreadable."""
-    path = Path(os.environ.get(CPUINFO_ENV, "/proc/cpuinfo"))
-    try:
-        return cpu_bf16(path.read_text())
-    except OSError:
-        return None, f"{path} is unreadable"
+    text = read_cpuinfo()
+    if text is None:
+        return None, f"{cpuinfo_path()} is unreadable"
+    return cpu_bf16(text)
