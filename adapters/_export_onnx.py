@@ -3,9 +3,14 @@
 Which execution provider serves a cell is chosen from the device the cell asked for and the
 providers the installed build has (``providers``); ORT silently falls back to the CPU when a
 provider it was given fails to start, so ``serve`` checks the session's own list and refuses to
-time a CUDA cell on the CPU. ``onnxruntime`` is the CPU build; ``onnxruntime-gpu`` (the GPU
-install variants) adds ``CUDAExecutionProvider``, documented at
-https://onnxruntime.ai/docs/execution-providers/CUDA-ExecutionProvider.html.
+time a CUDA cell on the CPU. ``onnxruntime`` is the CPU build; ``onnxruntime-gpu`` adds
+``CUDAExecutionProvider``, documented at
+https://onnxruntime.ai/docs/execution-providers/CUDA-ExecutionProvider.html. On both GPU install
+variants it is in TensorFlow's environment (.venv-tf, ``locks/tf-cuda12.in``: the CUDA 12 build,
+beside TensorFlow's CUDA 12 libraries), where tf-function's and keras-tf's ONNX graphs are
+served; ``.venv`` holds the CPU build. A CUDA session first has ONNX Runtime load the CUDA and
+cuDNN libraries of its own major from the environment's ``nvidia-*`` wheels (``preload_dlls``,
+onnxruntime 1.21 and later), which its provider library does not find by itself.
 """
 
 from __future__ import annotations
@@ -41,8 +46,9 @@ def providers(device: str, available: list[str]) -> list[str | tuple[str, dict[s
     if device == "cuda":
         if CUDA not in available:
             raise DeviceUnavailable(
-                f"onnxruntime has no {CUDA} (available: {', '.join(available) or 'none'}): "
-                "install onnxruntime-gpu (the cuda12 install variant: docs/export.md)"
+                f"onnxruntime has no {CUDA} (available: {', '.join(available) or 'none'}): this environment "
+                "has the CPU build; onnxruntime-gpu is in the GPU variants' .venv-tf (locks/tf-cuda12.in), "
+                "which serves tf-function's and keras-tf's ONNX graphs (docs/export.md)"
             )
         return [(CUDA, {"use_tf32": "0"}), CPU]
     raise ValueError(f"device {device!r} is not one of cpu, cuda")
@@ -56,12 +62,20 @@ def check_placed(device: str, used: list[str]) -> None:
 
 
 def serve(artifact: Path, device: str, threads: int) -> Forward:
-    """An InferenceSession over ``artifact`` with ``threads`` intra-op threads on ``device``."""
+    """An InferenceSession over ``artifact`` with ``threads`` intra-op threads on ``device``; on
+    cuda, after ``onnxruntime.preload_dlls()`` where the build has it. Raises DeviceUnavailable
+    where the CUDA provider is missing or did not start."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
-    session = ort.InferenceSession(str(artifact), options, providers=providers(device, ort.get_available_providers()))
+    chosen = providers(device, ort.get_available_providers())
+    if device == "cuda" and hasattr(ort, "preload_dlls"):  # onnxruntime >= 1.21
+        # The CUDA provider's library finds libcudart and cuDNN only on the loader's path; this
+        # loads them from the environment's nvidia-* wheels first, else the session would fall
+        # back to the CPU (and check_placed fail the row).
+        ort.preload_dlls()
+    session = ort.InferenceSession(str(artifact), options, providers=chosen)
     check_placed(device, session.get_providers())
     name = session.get_inputs()[0].name
 

@@ -6,7 +6,9 @@ Every process runs from the repository with it importable (``repo_env``), in a s
 process group of its own (``start``), so that a timeout or an interruption (Ctrl-C, SIGTERM) kills
 it with every helper it started (``kill_group``: Inductor's compile pool, a loader's workers) and
 nothing outlives the run. What it said on stderr is kept as its last STDERR_TAIL_LINES lines
-(``tail``). ``run`` waits for it, with an optional measurement of other load around it.
+(``tail``). ``run`` waits for it, with an optional measurement of other load around it. Every
+process shares one setting of the driver's compute cache (``compute_cache_env``), whichever
+launcher starts it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 #: Lines of a process's stderr a record or an error keeps.
 STDERR_TAIL_LINES = 20
+#: The driver's compute cache (CUDA_CACHE_MAXSIZE, bytes; the most the driver accepts): the PTX it
+#: JIT-compiles is kept between processes. TensorFlow 2.21 ships sm_90 as PTX only, so on an H100
+#: its first process compiles its kernels (the kernel JIT warm-up, harness.running.kernel_jit);
+#: the default 256 MiB would evict them and every later process would compile them again.
+COMPUTE_CACHE_BYTES = 4 << 30
 
 
 class Load(Protocol):
@@ -37,10 +44,22 @@ class Load(Protocol):
     def stop(self, pid: int) -> None: ...
 
 
+def compute_cache_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The compute-cache variables every process the harness starts gets, so that a kernel one
+    process JIT-compiled (the warm-up, a kernel floor, a peak, a cell) is found by the next:
+    ``CUDA_CACHE_MAXSIZE`` at COMPUTE_CACHE_BYTES, or as ``env`` (default: this process's
+    environment) already sets it. The cache's folder is the driver's default or ``env``'s
+    CUDA_CACHE_PATH, inherited alike."""
+    env = os.environ if env is None else env
+    return {"CUDA_CACHE_MAXSIZE": env.get("CUDA_CACHE_MAXSIZE") or str(COMPUTE_CACHE_BYTES)}
+
+
 def repo_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``env`` (default: this process's environment) with the repository first on PYTHONPATH."""
+    """``env`` (default: this process's environment) with the repository first on PYTHONPATH and
+    the shared compute cache (``compute_cache_env``): what every launcher starts a process with."""
     found = dict(os.environ if env is None else env)
     found["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), found.get("PYTHONPATH")]))
+    found.update(compute_cache_env(found))
     return found
 
 

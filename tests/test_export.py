@@ -27,7 +27,7 @@ from harness.reporting import report
 from harness.running import export_worker
 from harness.running.plan import PlanError
 from tests.conftest import ADAPTERS, REPO
-from tests.fakes import fake_info
+from tests.fakes import fake_info, report_text
 from workloads import get_workload
 from workloads.spec import FixedForward
 
@@ -141,6 +141,55 @@ def test_onnx_runtime_provider_choice():
         _export_onnx.check_placed("cuda", [cpu])
     _export_onnx.check_placed("cuda", [cuda, cpu])
     _export_onnx.check_placed("cpu", [cpu])
+
+
+class _StandInSession:
+    """ONNX Runtime's InferenceSession where the CUDA provider started (the GPU this machine lacks)."""
+
+    calls: list[str]
+
+    def __init__(self, path, options, providers):
+        self.calls.append("session")
+        self.asked = providers
+
+    def get_providers(self):
+        return [p if isinstance(p, str) else p[0] for p in self.asked]
+
+    def get_inputs(self):
+        return [type("Input", (), {"name": "x"})()]
+
+
+def test_a_cuda_session_preloads_onnx_runtimes_cuda_libraries_first(monkeypatch):
+    """The real (CPU) onnxruntime module, its provider list and session stand-ins: on cuda,
+    ``preload_dlls`` runs before the InferenceSession is made; on the CPU never; an onnxruntime
+    without it (before 1.21) makes the session all the same."""
+    ort = pytest.importorskip("onnxruntime")
+    calls: list[str] = []
+    monkeypatch.setattr(_StandInSession, "calls", calls, raising=False)
+    monkeypatch.setattr(ort, "get_available_providers", lambda: [_export_onnx.CUDA, _export_onnx.CPU])
+    monkeypatch.setattr(ort, "InferenceSession", _StandInSession)
+    monkeypatch.setattr(ort, "preload_dlls", lambda *a, **k: calls.append("preload_dlls"), raising=False)
+    _export_onnx.serve(REPO / "model.onnx", "cuda", 1)
+    assert calls == ["preload_dlls", "session"]
+    calls.clear()
+    _export_onnx.serve(REPO / "model.onnx", "cpu", 1)
+    assert calls == ["session"]
+    calls.clear()
+    monkeypatch.delattr(ort, "preload_dlls")
+    _export_onnx.serve(REPO / "model.onnx", "cuda", 1)
+    assert calls == ["session"]
+
+
+def test_the_missing_cuda_provider_names_the_environment_whose_lock_has_onnxruntime_gpu():
+    from harness.install.lock import pins_of
+
+    assert "onnxruntime-gpu" in pins_of("tf-cuda12")
+    assert all("onnxruntime-gpu" not in pins_of(lock) for lock in ("cpu", "cuda12", "cuda13"))
+    with pytest.raises(DeviceUnavailable) as caught:
+        _export_onnx.providers("cuda", [_export_onnx.CPU])
+    assert ".venv-tf (locks/tf-cuda12.in)" in str(caught.value) and "cuda12 install variant" not in str(caught.value)
+    page = (REPO / "docs" / "export.md").read_text()
+    assert "`locks/tf-cuda12.in`" in page and "preload_dlls" in page
 
 
 # ---------------------------------------------------------------- parity and the serving clock
@@ -396,7 +445,7 @@ def exported(tmp_path_factory) -> dict[tuple[str, str, str], dict]:
         assert proc.returncode == 0, stderr[-3000:]
         for rec in records.load(out / args[-1] / records.RESULTS):
             found[(rec["workload"], rec["adapter"], rec["export_path"])] = rec
-    found["report"] = (out / "mlp" / "report.md").read_text()
+    found["report"] = report_text(out / "mlp")
     return found
 
 

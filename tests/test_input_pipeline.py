@@ -7,16 +7,20 @@ import dataclasses
 import importlib.util
 import itertools
 import os
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from harness import processes
 from harness.measuring import input_pipeline, timing
 from harness.reporting import pipelines, plots
 from harness.running.plan import PlanError, plan
 from tests.conftest import ADAPTERS
 from tests.fakes import record
+from tests.jax_on_cpu import jax_on_the_cpu
 from workloads import get_workload
 from workloads.images import AUTOTUNE, PipelineSettings, PipelineSkip, image_dataset
 
@@ -63,9 +67,9 @@ def _tf(images, workers):
 
 
 def _grain(images, workers):
-    import jax
-
     from adapters._grain_data import image_stream
+
+    jax = jax_on_the_cpu()  # before jax.devices: the CPU backend alone, not a GPU's too
 
     stream, _ = image_stream(jax, images, PipelineSettings(workers=workers), jax.devices("cpu")[0])
     return ({k: np.asarray(v) for k, v in b.items()} for b in stream)
@@ -96,6 +100,54 @@ def test_every_framework_pipeline_yields_the_reference_batches(images, name, mod
     # Epoch 1 sees the same images as epoch 0 with new crop/flip decisions.
     assert not np.array_equal(reference[0]["x"], reference[2]["x"])
     np.testing.assert_array_equal(reference[0]["y"], reference[2]["y"])
+
+
+@pytest.mark.frameworks
+def test_jax_in_the_test_process_starts_its_cpu_backend_alone():
+    """After the Grain pipeline's JAX use (the test above): JAX confined to the CPU, and no backend
+    but the CPU's started in this process, so no GPU memory is held for the rest of the session."""
+    if not _installed("jax"):
+        pytest.skip("jax not installed")
+    from jax._src import xla_bridge
+
+    jax = jax_on_the_cpu()
+    jax.devices("cpu")
+    assert jax.config.jax_platforms == "cpu"
+    assert set(xla_bridge._backends) == {"cpu"}
+
+
+#: A process that registers a stand-in GPU backend (as a CUDA plugin registers its own), then asks
+#: JAX for its CPU devices, confined to the CPU or not; it prints the backends started.
+STAND_IN_GPU = """
+import sys
+from jax._src import xla_bridge
+started = []
+def gpu():
+    started.append("gpu")
+    raise RuntimeError("the stand-in GPU backend started")
+xla_bridge.register_backend_factory("standin", gpu, priority=400)
+if sys.argv[1] == "confined":
+    from tests.jax_on_cpu import jax_on_the_cpu
+    jax = jax_on_the_cpu()
+else:
+    import jax
+jax.devices("cpu")
+print(" ".join(started + sorted(xla_bridge._backends)))
+"""
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize(("how", "started"), [("confined", "cpu"), ("as-jax-defaults", "gpu cpu")])
+def test_the_confinement_keeps_a_gpu_backend_from_starting(how, started):
+    """The stand-in plays the GPU this machine lacks: unconfined, ``jax.devices("cpu")`` starts it
+    too (on a GPU machine, the CUDA backend's 75% of the memory); confined, only the CPU's."""
+    if not _installed("jax"):
+        pytest.skip("jax not installed")
+    proc = subprocess.run(
+        [sys.executable, "-c", STAND_IN_GPU, how], env=processes.repo_env(), capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == started
 
 
 def test_decisions_are_a_pure_function_of_seed_epoch_index(images):

@@ -10,7 +10,7 @@ from adapters import discover
 from harness.checks import doctor
 from harness.install.variant import Choice
 from harness.reporting import hardware
-from harness.running import kernel_jit
+from harness.running import kernel_jit, runner
 
 #: TensorFlow 2.21's wheel (tf.sysconfig.get_build_info()["cuda_compute_capabilities"], CUDA 12.5.1).
 TF_221 = ["sm_60", "sm_70", "sm_75", "sm_80", "sm_89", "compute_90"]
@@ -69,18 +69,102 @@ def test_the_doctor_says_the_jit_happens_before_timing_or_which_driver_it_needs(
 
 def test_only_builds_the_driver_can_compile_are_warmed_up():
     rows = [
-        {"framework": "tensorflow", "next_step": "ok (no machine code ...)", "kernel_jit": NEED_H100},
-        {"framework": "torch", "next_step": "ok", "kernel_jit": None},
-        {"framework": "jax", "next_step": "driver 550 cannot JIT ...", "kernel_jit": NEED_H100},
-        {"framework": "flax", "next_step": "ok", "kernel_jit": {**NEED_H100, "ptx": None}},
+        {"framework": "tensorflow", "adapter": "tf-eager", "python": "/tf/python", "next_step": "ok (no ...)"},
+        {"framework": "torch", "adapter": "torch-eager", "python": "/main/python", "next_step": "ok"},
+        {"framework": "jax", "adapter": "jax-eager", "python": "/main/python", "next_step": "driver 550 cannot JIT"},
+        {"framework": "flax", "adapter": "flax-nnx", "python": "/main/python", "next_step": "ok"},
     ]
-    assert kernel_jit.needs_of(rows) == {"tensorflow": NEED_H100}
+    for row, need in zip(rows, [NEED_H100, None, NEED_H100, {**NEED_H100, "ptx": None}], strict=True):
+        row["kernel_jit"] = need
+    assert kernel_jit.needs_of(rows) == {"tf-eager": {"python": "/tf/python", "need": NEED_H100}}
 
 
-def _cells(adapter: str, workloads: list[str]) -> list[dict]:
+def _cells(adapter: str, workloads: list[str], device: str = "cpu") -> list[dict]:
     info = discover()[adapter]
-    base = {"adapter": adapter, "framework": info.framework, "graph": info.graph, "device_requested": "cpu"}
+    base = {"adapter": adapter, "framework": info.framework, "graph": info.graph, "device_requested": device}
     return [base | {"threads": 1, "workload": w, "overrides": [], "precision": "fp32"} for w in workloads]
+
+
+def _doctor_rows(names: list[str]) -> list[dict]:
+    """The doctor's rows (harness.checks.doctor.diagnose) on an H100 with a CUDA 13 driver, one per
+    named adapter, each build's kernel archs a stand-in: TensorFlow 2.21's wheel for the adapters
+    that run TensorFlow (tf-eager, keras-tf), a CUDA 13 torch's for torch, none said for JAX."""
+    adapters, machine = discover(), Choice("cuda13", "driver >= 580", "580.65.06")
+    archs = {"tensorflow": TF_221, "torch": TORCH_CU130, "jax": []}
+    rows = []
+    for name in names:
+        info = adapters[name]
+        build = {
+            "cuda": "12.5.1",
+            "gpus": ["NVIDIA H100 80GB HBM3"],
+            "kernel_archs": archs[kernel_jit.kernel_library(info)],
+        }
+        need = kernel_jit.needed(build["kernel_archs"], H100)
+        python = runner.interpreter(info, {})
+        row = {"framework": info.framework, "adapter": name, "python": python, "kernel_jit": need}
+        rows.append(row | {"next_step": doctor.next_step({"build": build}, machine, need)})
+    return rows
+
+
+def test_each_adapter_runs_the_kernels_of_the_library_it_requires():
+    adapters = discover()
+    libraries = {name: kernel_jit.kernel_library(adapters[name]) for name in ("keras-tf", "keras-jax", "keras-torch")}
+    assert libraries == {"keras-tf": "tensorflow", "keras-jax": "jax", "keras-torch": "torch"}
+    assert kernel_jit.kernel_library(adapters["flax-nnx"]) == "jax"
+    assert kernel_jit.kernel_library(adapters["tf-eager"]) == kernel_jit.kernel_library(adapters["tf-function"])
+    # keras-tf's worker runs under TensorFlow's interpreter (a GPU variant's .venv-tf), as tf-eager's does
+    assert kernel_jit.build_of(adapters["keras-tf"], {}) == kernel_jit.build_of(adapters["tf-eager"], {})
+
+
+def test_a_keras_selection_plans_tensorflows_warm_up_through_keras_tf():
+    """FRAMEWORK=keras: the doctor's rows are keras-jax's, keras-tf's and keras-torch's; only
+    keras-tf's build (TensorFlow's) ships PTX alone for sm_90. Its warm-up runs keras-tf on
+    TensorFlow's interpreter, not keras-jax (the framework's first adapter)."""
+    names = ["keras-jax", "keras-tf", "keras-torch"]
+    cells = [c for n in names for c in _cells(n, ["mlp", "cnn"], "cuda")]
+    needs = kernel_jit.needs_of(_doctor_rows(names))
+    assert list(needs) == ["keras-tf"]
+    (planned,) = kernel_jit.plan(discover(), cells, needs)
+    tf_python = runner.interpreter(discover()["keras-tf"], {})
+    assert planned["adapter"] == "keras-tf" and planned["framework"] == "keras"
+    assert planned["build"] == {"python": tf_python, "library": "tensorflow"}
+    assert planned["need"] == NEED_H100 and planned["workloads"] == ["mlp", "cnn"]
+    assert {c["adapter"] for c in planned["cells"]} == {"keras-tf"}
+    assert {c["device_requested"] for c in planned["cells"]} == {"cuda"}
+
+
+def test_tensorflows_need_found_through_tf_eager_warms_keras_tf_of_a_keras_run():
+    """The need is the build's, whichever adapter the doctor asked: a TensorFlow row (tf-eager)
+    covers keras-tf, which runs the same TensorFlow."""
+    needs = kernel_jit.needs_of(_doctor_rows(["tf-eager", "torch-eager"]))
+    cells = _cells("keras-jax", ["mlp"], "cuda") + _cells("keras-tf", ["mlp"], "cuda")
+    assert [p["adapter"] for p in kernel_jit.plan(discover(), cells, needs)] == ["keras-tf"]
+
+
+def test_every_adapter_on_tensorflows_build_is_warmed_by_that_tensorflow():
+    """FRAMEWORK=all: tf-eager and tf-function are one kind (one worker), keras-tf another, all three
+    on TensorFlow's build; keras-jax and torch ship machine code for sm_90 and get none."""
+    names = ["keras-jax", "keras-tf", "tf-eager", "tf-function", "torch-eager"]
+    rows = _doctor_rows(["keras-jax", "keras-tf", "tf-eager", "torch-eager"])  # one per (framework, requires)
+    cells = [c for n in names for c in _cells(n, ["mlp"], "cuda")]
+    planned = kernel_jit.plan(discover(), cells, kernel_jit.needs_of(rows))
+    assert [p["adapter"] for p in planned] == ["keras-tf", "tf-eager"]
+    assert {p["build"]["library"] for p in planned} == {"tensorflow"}
+    assert len({p["build"]["python"] for p in planned}) == 1
+
+
+def test_a_named_environments_build_is_warmed_in_that_environment():
+    """``--env next=PYTHON``: the doctor's row torch-eager@next names its interpreter; only that
+    environment's cells are warmed, under that interpreter."""
+    cells = _cells("torch-eager", ["mlp"], "cuda")
+    named = [
+        c | {"adapter": "torch-eager@next", "base_adapter": "torch-eager", "python": "/next/python"} for c in cells
+    ]
+    needs = {"torch-eager@next": {"python": "/next/python", "need": NEED_H100}}
+    (planned,) = kernel_jit.plan(discover(), cells + named, needs)
+    assert planned["build"] == {"python": "/next/python", "library": "torch"}
+    assert [c["python"] for c in planned["cells"]] == ["/next/python"]
+    assert [c["base_adapter"] for c in planned["cells"]] == ["torch-eager"]
 
 
 @pytest.mark.frameworks
@@ -88,19 +172,23 @@ def test_the_warm_up_takes_one_untimed_step_of_each_workload_in_a_real_worker(ca
     """On this CPU machine the worker runs on the CPU: what is checked is the plumbing (one worker,
     every workload of the framework's cells, the record) that on an H100 pays TensorFlow's JIT."""
     cells = _cells("torch-eager", ["mlp", "cnn", "mlp"]) + _cells("jax-jit", ["mlp"])
-    (warmed,) = kernel_jit.warm_up(discover(), cells, {"torch": NEED_H100})
+    needs = {"torch-eager": {"python": None, "need": NEED_H100}}
+    (warmed,) = kernel_jit.warm_up(discover(), cells, needs)
     assert warmed["framework"] == "torch" and warmed["adapter"] == "torch-eager"
+    assert warmed["build"]["library"] == "torch"
     assert warmed["status"] == "ok" and warmed["reason"] is None, warmed
     assert warmed["workloads"] == ["mlp", "cnn"] and warmed["seconds"] > 0
     assert warmed["what"] == "no machine code for sm_90 (newest sm_89): the driver JIT-compiles its compute_90 PTX"
-    assert "torch: no machine code for sm_90" in capsys.readouterr().out  # said before the long wait
+    assert "torch-eager (torch): no machine code for sm_90" in capsys.readouterr().out  # said before the long wait
 
 
 @pytest.mark.frameworks
 def test_a_warm_up_that_does_not_end_is_recorded_failed_and_the_run_goes_on():
-    (warmed,) = kernel_jit.warm_up(discover(), _cells("torch-eager", ["mlp"]), {"torch": NEED_H100}, timeout_s=0.05)
+    needs = {"torch-eager": {"python": None, "need": NEED_H100}}
+    (warmed,) = kernel_jit.warm_up(discover(), _cells("torch-eager", ["mlp"]), needs, timeout_s=0.05)
     assert warmed["status"] == "failed" and warmed["reason"] == "no end within 0.05 s"
-    assert kernel_jit.warm_up(discover(), _cells("torch-eager", ["mlp"]), {"tensorflow": NEED_H100}) == []
+    tf_only = {"tf-eager": {"python": None, "need": NEED_H100}}
+    assert kernel_jit.warm_up(discover(), _cells("torch-eager", ["mlp"]), tf_only) == []
 
 
 def test_the_report_says_the_jit_happened_before_timing_and_how_long_it_took():
@@ -116,3 +204,15 @@ def test_the_report_says_the_jit_happened_before_timing_and_how_long_it_took():
     text = "\n".join(hardware.hardware([], {"peaks": {}, "kernel_jit": [failed]}))
     assert "The warm-up failed (no end within 3600 s)" in text
     assert hardware.hardware([], {"peaks": {}}) == []  # a CPU run: no section from this
+
+
+def test_the_bench_says_what_the_warm_up_took_of_the_budget_that_counts_it():
+    from harness import session
+
+    said = session.warm_up_note(540.4, 1800.0)
+    assert said.startswith("kernel JIT warm-up: 540 s before the first cell, 30% of the 30-minute budget")
+    assert "which counts it" in said and "compute cache keeps these kernels" in said
+    assert (
+        session.warm_up_note(12.0, None)
+        == "kernel JIT warm-up: 12 s before the first cell (no budget: the rounds are fixed)"
+    )

@@ -3,12 +3,15 @@ GPUs it sees, and the next step when that is not what this machine needs.
 
 Each framework is asked in its own worker process (the one adapter per framework family that a
 cell would run), so this process imports none of them. The machine's NVIDIA driver comes from
-harness.install.variant, the one driver query that harness.running.devices uses too.
+harness.install.variant, the one driver query that harness.running.devices uses too. A folder of
+another CUDA major's libraries on LD_LIBRARY_PATH, which every worker inherits, fails the doctor
+(``library_path_problems``) and stops a GPU bench before it starts (harness.session).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -19,7 +22,8 @@ from typing import Any
 
 from adapters import AdapterInfo
 from harness import env
-from harness.install import variant
+from harness.install import environments, variant
+from harness.measuring import cuda_libraries
 from harness.records import Cell
 from harness.running import kernel_jit, precision, runner
 
@@ -88,14 +92,25 @@ def next_step(result: dict[str, Any], machine: variant.Choice, need: dict[str, A
     return f"CUDA build sees no GPU: {build.get('error') or 'no reason given'}"
 
 
+def library_path_problems(
+    library_path: str | None = None, found: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[str]:
+    """One line per folder of CUDA libraries on ``library_path`` (default: LD_LIBRARY_PATH) whose
+    CUDA major is not that of an environment of ``found`` (default: this installation's,
+    harness.install.environments.describe); [] where none is (and on a CPU variant)."""
+    path = os.environ.get("LD_LIBRARY_PATH", "") if library_path is None else library_path
+    return cuda_libraries.wrong_majors(path, environments.describe() if found is None else found)
+
+
 def diagnose(
     adapters: Mapping[str, AdapterInfo],
     threads: int,
     names: list[str] | None = None,
     envs: Mapping[str, str | None] | None = None,
 ) -> dict[str, Any]:
-    """The doctor's findings as data (what env.json keeps): machine, variants and one row per
-    framework build, in this environment and in each named one (``envs``: name -> python)."""
+    """The doctor's findings as data (what env.json keeps): machine, variants, one row per
+    framework build, in this environment and in each named one (``envs``: name -> python), and
+    ``library_path``: ``library_path_problems``."""
     machine = variant.detect()
     capability = precision.query_compute_cap()[0] if machine.driver else None
     chosen = [(info, env) for info in representatives(adapters, names) for env in [None, *(envs or {})]]
@@ -125,6 +140,7 @@ def diagnose(
         "variant_reason": machine.reason,
         "variant_installed": variant.installed(),
         "frameworks": rows,
+        "library_path": library_path_problems(),
     }
 
 
@@ -149,11 +165,13 @@ def render(found: dict[str, Any]) -> str:
         for r in found["frameworks"]
     ]
     lines.append(tabulate(rows, ["framework", "version", "build", "GPUs seen", "next step"], tablefmt="simple"))
+    lines += ["", *found["library_path"]] if found.get("library_path") else []
     return "\n".join(lines)
 
 
 def healthy(found: dict[str, Any]) -> bool:
-    return all(r["next_step"].startswith("ok") for r in found["frameworks"])
+    """Every row ok and no wrong-major CUDA library folder on LD_LIBRARY_PATH."""
+    return all(r["next_step"].startswith("ok") for r in found["frameworks"]) and not found.get("library_path")
 
 
 MAPS_WOULD = (

@@ -8,6 +8,11 @@ CUDA 13's wheels dropped the suffix: ``nvidia-cusparse`` -> 13, ``nvidia/cu13/li
 toolkit folder in its path (``/usr/local/cuda-12.8/``), else from the runtime's soname
 (``libcudart.so.12``); sonames of the other libraries do not follow the CUDA major
 (``libcusparse.so.12`` is in CUDA 12 and 13 alike). The driver (``libcuda.so``) belongs to none.
+
+The same reading judges LD_LIBRARY_PATH before any worker starts (``wrong_majors``: ``make doctor``
+and ``bench``, harness.checks.doctor.library_path_problems): the dynamic loader searches its
+folders before a wheel's own RUNPATH, so a folder of another CUDA major's libraries there is loaded
+in place of an environment's own where the names agree.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import csv
 import os
 import re
 import sys
+from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
@@ -74,3 +80,46 @@ def report(maps: str) -> dict[str, Any]:
 def this_process() -> dict[str, Any]:
     with open("/proc/self/maps") as f:
         return report(f.read())
+
+
+def library_path_majors(library_path: str) -> dict[str, dict[str, Any]]:
+    """{folder: {"libraries": [file names], "majors": [...]}} for each folder of ``library_path``
+    (an LD_LIBRARY_PATH value) that holds CUDA libraries (``LIBRARY``), majors as ``cuda_major``
+    reads them from the real path and, for files pip installed here, their owner."""
+    found: dict[str, dict[str, Any]] = {}
+    for folder in dict.fromkeys(filter(None, library_path.split(os.pathsep))):
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:  # a folder that is not there is no library either
+            continue
+        paths = [os.path.join(folder, n) for n in names if LIBRARY.search("/" + n)]
+        if not paths:
+            continue
+        owner = owners(paths)
+        majors = {cuda_major(os.path.realpath(p), owner.get(p)) for p in paths}
+        found[folder] = {
+            "libraries": [os.path.basename(p) for p in paths],
+            "majors": sorted(m for m in majors if m is not None),
+        }
+    return found
+
+
+def wrong_majors(library_path: str, environments: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One line per folder of ``library_path`` (LD_LIBRARY_PATH) and environment whose CUDA majors
+    differ: ``environments`` as harness.install.environments.describe gives them (name ->
+    {"folder", "cuda"}). Every worker inherits LD_LIBRARY_PATH, so on a variant of two majors
+    (cuda13: .venv CUDA 13, .venv-tf CUDA 12) any such folder is wrong for one of them. Folders whose
+    libraries tell no major, and environments of none (CPU builds), are not judged."""
+    lines = []
+    for folder, found in library_path_majors(library_path).items():
+        shown = ", ".join(found["libraries"][:3]) + (", ..." if len(found["libraries"]) > 3 else "")
+        for name, environment in environments.items():
+            cuda = environment.get("cuda")
+            wrong = [m for m in found["majors"] if cuda is not None and m != cuda]
+            if wrong:
+                lines.append(
+                    f"LD_LIBRARY_PATH holds {folder}, CUDA {'/'.join(map(str, wrong))} libraries ({shown}), and "
+                    f"the {name} environment ({environment.get('folder')}) expects CUDA {cuda}: its workers "
+                    f"would load them in place of their own; remove {folder} from LD_LIBRARY_PATH"
+                )
+    return lines

@@ -5,9 +5,12 @@ minutes (TensorFlow warns it "could take 30 minutes or longer"). Left to the fir
 compile lands in its cold window and can outrun a worker's timeout.
 
 ``needed`` reads a build's kernel architectures (``build_info()["kernel_archs"]``) against the GPU.
-``warm_up`` then takes one untimed step of each of the run's workloads per such framework, under
-a long timeout, before any cell. The driver's compute cache (``CUDA_CACHE_PATH``, 4 GiB, kept
-between processes: harness.running.runner) holds the result for the timed cells. ``driver_floor``
+A build is an interpreter and the kernel library its adapters' steps run (``build_of``: keras-tf's
+is TensorFlow, in TensorFlow's environment), not a framework name: keras-tf, tf-eager and
+tf-function share one, keras-jax another. ``plan`` then gives, per build that needs a JIT, one
+untimed step of each of the run's workloads per kind of adapter on it, and ``warm_up`` runs them
+under a long timeout, before any cell. The driver's compute cache (harness.processes.compute_cache_env,
+the same in every process the harness starts) holds the result for the timed cells. ``driver_floor``
 is the oldest driver that can JIT a CUDA toolkit's PTX.
 """
 
@@ -20,12 +23,12 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from adapters import AdapterInfo
-from harness.records import Cell
+from harness.records import Cell, base_adapter
 
-#: The longest a warm-up may compile, per framework (TensorFlow: "30 minutes or longer").
+#: The longest a warm-up may compile, per kind of adapter on a build (TensorFlow: "30 minutes or longer").
 WARM_UP_TIMEOUT_S = 3600
 #: Seconds between the progress lines a long warm-up prints.
 HEARTBEAT_S = 60
@@ -114,50 +117,119 @@ def summary(need: dict[str, Any]) -> str:
     return f"no machine code for {need['gpu']}{newest}: the driver JIT-compiles its {need['ptx']} PTX"
 
 
-def needs_of(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """framework -> what its driver must JIT, from the doctor's rows (harness.checks.doctor): the
-    builds that ship PTX alone for this GPU and that the driver can compile."""
+#: The libraries whose GPU kernels an adapter's steps run, by module name: an adapter runs the first
+#: of these it requires (keras-tf requires keras and tensorflow: TensorFlow's kernels).
+KERNEL_LIBRARIES = ("tensorflow", "torch", "jax")
+
+
+def kernel_library(info: AdapterInfo) -> str:
+    """The library whose kernels ``info``'s steps run: the first of KERNEL_LIBRARIES it requires
+    (keras-tf: tensorflow, flax-nnx: jax), else its environment's family (a plugin's own)."""
+    return next((m for m in KERNEL_LIBRARIES if m in info.cls.requires), info.environment)
+
+
+def build_of(info: AdapterInfo, cell: Mapping[str, Any]) -> tuple[str, str]:
+    """The build a cell of ``info`` runs: (its worker's interpreter, ``kernel_library``). Cells
+    with one build run the same kernels, compiled into one compute cache."""
+    from harness.running import runner
+
+    return runner.interpreter(info, cell), kernel_library(info)
+
+
+class DoctorRow(TypedDict, total=False):
+    """The fields of a doctor's row (harness.checks.doctor.diagnose) that ``needs_of`` reads."""
+
+    adapter: str  # "keras-tf", or "torch-eager@torch-next" for a named environment's
+    python: str | None
+    next_step: str
+    kernel_jit: dict[str, Any] | None  # ``needed``'s answer for this GPU
+
+
+class Need(TypedDict):
+    """One build's JIT, as ``needs_of`` gives it: the interpreter its doctor row ran under (None:
+    the adapter's own) and ``needed``'s answer."""
+
+    python: str | None
+    need: dict[str, Any]
+
+
+def needs_of(rows: Sequence[DoctorRow]) -> dict[str, Need]:
+    """What the driver must JIT, from the doctor's rows: row adapter -> ``Need``, for the builds
+    that ship PTX alone for this GPU and that the driver can compile."""
     return {
-        r["framework"]: r["kernel_jit"]
+        r["adapter"]: {"python": r.get("python"), "need": r["kernel_jit"] or {}}
         for r in rows
         if (r.get("kernel_jit") or {}).get("ptx") and r["next_step"].startswith("ok")
     }
 
 
+def plan(adapters: Mapping[str, AdapterInfo], cells: Sequence[Cell], needs: Mapping[str, Need]) -> list[dict[str, Any]]:
+    """The warm-ups to run, in the order of ``cells``: for each build (``build_of``) that a row of
+    ``needs`` (``needs_of``) names, one per kind of adapter among its cells (framework and
+    requirements, the doctor's rows: tf-eager and tf-function are one, keras-tf another), each
+    {"framework", "adapter" (its first cell's), "build": {"python", "library"}, "need",
+    "cells": one per workload (overrides and precision included), "workloads"}. Whatever the
+    framework selection: a run of keras-tf alone warms TensorFlow's build through keras-tf."""
+    builds: dict[tuple[str, str], dict[str, Any]] = {}
+    for label, found in needs.items():
+        info = adapters.get(label.split("@")[0])
+        if info is not None:
+            python = found.get("python") or build_of(info, {})[0]
+            builds.setdefault((python, kernel_library(info)), found["need"])
+    kinds: dict[tuple[Any, ...], list[Cell]] = {}
+    for c in cells:
+        info = adapters[base_adapter(c)]
+        build = build_of(info, c)
+        if build in builds:
+            kinds.setdefault((build, info.framework, info.cls.requires), []).append(c)
+    planned = []
+    for (build, _, _), own in kinds.items():
+        shapes = dict.fromkeys((c["workload"], tuple(c.get("overrides", ())), c.get("precision", "fp32")) for c in own)
+        first: dict[str, Any] = {k: own[0][k] for k in ("adapter", "framework", "graph", "device_requested", "threads")}
+        named: dict[str, Any] = {k: own[0][k] for k in ("base_adapter", "python") if own[0].get(k)}  # --env's
+        first |= named
+        warm = [
+            first | {"run_id": "warm-up", "workload": w, "overrides": list(o), "precision": p, "profile": "quick"}
+            for w, o, p in shapes
+        ]
+        planned.append(
+            {
+                "framework": own[0]["framework"],
+                "adapter": own[0]["adapter"],
+                "build": {"python": build[0], "library": build[1]},
+                "need": builds[build],
+                "cells": warm,
+                "workloads": [" ".join([w, *o] + ([p] if p != "fp32" else [])) for w, o, p in shapes],
+            }
+        )
+    return planned
+
+
 def warm_up(
     adapters: Mapping[str, AdapterInfo],
     cells: Sequence[Cell],
-    needs: Mapping[str, dict[str, Any]],
+    needs: Mapping[str, Need],
     timeout_s: float = WARM_UP_TIMEOUT_S,
 ) -> list[dict[str, Any]]:
-    """For each framework in ``needs`` (framework -> ``needed``'s answer) with cells in ``cells``:
-    one untimed training step of each of its workloads, in one worker of its first adapter, on that
-    adapter's device. One record each: framework, adapter, workloads, seconds (process start
-    included), status ("ok" or "failed") and reason. A failure is recorded; the run goes on."""
+    """Run ``plan``'s warm-ups, one worker each, on its cells' device: one untimed training step of
+    each workload. One record each: framework, adapter, build, the need's fields, what, workloads,
+    seconds (process start included), status ("ok" or "failed") and reason. A failure is
+    recorded; the run goes on."""
     from harness.running import runner
 
     done = []
-    for framework, need in needs.items():
-        own = [c for c in cells if c["framework"] == framework]
-        if not own:
-            continue
-        info = adapters[own[0]["adapter"]]
-        kinds = dict.fromkeys((c["workload"], tuple(c.get("overrides", ())), c.get("precision", "fp32")) for c in own)
-        first = {k: own[0][k] for k in ("adapter", "framework", "graph", "device_requested", "threads")}
-        batch = {
-            "cells": [
-                first | {"run_id": "warm-up", "workload": w, "overrides": list(o), "precision": p, "profile": "quick"}
-                for w, o, p in kinds
-            ]
-        }
-        workloads = [" ".join([w, *o] + ([p] if p != "fp32" else [])) for w, o, p in kinds]
-        print(f"{framework}: {summary(need)}, once, before timing ({', '.join(workloads)}) ...", flush=True)
-        found = {"framework": framework, "adapter": info.name, **need, "what": summary(need), "workloads": workloads}
+    for planned in plan(adapters, cells, needs):
+        need, label = planned["need"], f"{planned['adapter']} ({planned['build']['library']})"
+        info = adapters[base_adapter(planned["cells"][0])]
+        print(f"{label}: {summary(need)}, once, before timing ({', '.join(planned['workloads'])}) ...", flush=True)
+        found = {k: planned[k] for k in ("framework", "adapter", "build")}
+        found |= {**need, "what": summary(need), "workloads": planned["workloads"]}
         stop, start = threading.Event(), time.perf_counter()
-        beat = threading.Thread(target=_heartbeat, args=(framework, stop, start), daemon=True)
+        beat = threading.Thread(target=_heartbeat, args=(label, stop, start), daemon=True)
         beat.start()
         try:
             with tempfile.TemporaryDirectory() as tmp:
+                batch = {"cells": planned["cells"]}
                 proc = runner.run_worker(info, batch, "check", Path(tmp), timeout_s, ["--steps", "1"])
             ok = proc.returncode == 0
             reason = None if ok else (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
@@ -167,11 +239,11 @@ def warm_up(
             stop.set()
         seconds = time.perf_counter() - start
         found |= {"seconds": round(seconds, 1), "status": "ok" if ok else "failed", "reason": reason}
-        print(f"{framework}: kernel JIT warm-up {found['status']} in {seconds:.0f} s", flush=True)
+        print(f"{label}: kernel JIT warm-up {found['status']} in {seconds:.0f} s", flush=True)
         done.append(found)
     return done
 
 
-def _heartbeat(framework: str, stop: threading.Event, start: float) -> None:
+def _heartbeat(label: str, stop: threading.Event, start: float) -> None:
     while not stop.wait(HEARTBEAT_S):
-        print(f"{framework}: still compiling, {time.perf_counter() - start:.0f} s so far ...", flush=True)
+        print(f"{label}: still compiling, {time.perf_counter() - start:.0f} s so far ...", flush=True)

@@ -26,13 +26,12 @@ from harness.running.sink import RoundSink
 from workloads import SpecError
 from workloads.images import has_images
 
-COMPUTE_CACHE_BYTES = 4 << 30
-
 
 def worker_env(info: AdapterInfo, cell: Mapping[str, Any]) -> dict[str, str]:
     """The worker's environment: this one's, the adapter's ``worker_env`` (with the cell's own
     compiler cache where its run gives it one, ``compile_cache_dir``: harness.running.turns), the
-    harness on the path, and the device the cell may see."""
+    harness on the path and the shared compute cache (harness.processes.repo_env), and the device
+    the cell may see."""
     env = dict(os.environ)
     with kit.compile_cache(cell.get("compile_cache_dir")):
         env.update(info.cls.worker_env(cell["threads"], cell["device_requested"]))
@@ -42,10 +41,6 @@ def worker_env(info: AdapterInfo, cell: Mapping[str, Any]) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = ""
     else:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # frameworks number GPUs as NVML does (gpu_util)
-        # The driver's cache of JIT-compiled PTX, kept between cells (each a fresh process): TF 2.21
-        # ships sm_90 as PTX only, so its first cell on an H100 compiles its kernels; the default
-        # 256 MiB cache would evict them and every TF cell would pay that compile again.
-        env.setdefault("CUDA_CACHE_MAXSIZE", str(COMPUTE_CACHE_BYTES))
     return env
 
 
