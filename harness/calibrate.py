@@ -9,13 +9,13 @@ timed region, ``~slow10``, ``~slow25``; harness.running.resident.slowed) and twi
 wait a step (``50ms``: ``~wait50``; slow cells, judged against their like). Every pair of cells of a
 repeat whose true ratio is known is judged as a report judges it (harness.stats.verdicts).
 ``calibration-<K>-generations.md`` (``--generations K`` judges the first K of each repeat again;
-``--looks`` judges each repeat where a budgeted bench before 2026-11-27 stopped adding generations
-to it, at Pocock's level for its looks, ``calibration-3-to-K-generations``) gives, per true effect,
-how many pairs were called different (false differences for 0%, power otherwise), with a Wilson
-interval, against the targets: at most 5% false, at least 80% power at 10%, 99% at 25%. A repeat in
-which a cell is flagged ``contended`` (other load through its kept turns) is judged apart, as a
-report does not rank such a cell. The records of every repeat are kept, so the table can be
-recomputed.
+``--looks`` judges each repeat where a budgeted bench of the looks protocol, which gave further
+generations to unsettled groups, stopped adding them, at Pocock's level for its looks,
+``calibration-3-to-K-generations``) gives, per true effect, how many pairs were called different
+(false differences for 0%, power otherwise), with a Wilson interval, against the targets: at most
+5% false, at least 80% power at 10%, 99% at 25%. A repeat in which a cell is flagged ``contended``
+(other load through its kept turns) is judged apart, as a report does not rank such a cell. The
+records of every repeat are kept, so the table can be recomputed.
 """
 
 from __future__ import annotations
@@ -81,12 +81,12 @@ def judge(recs: Sequence[Record], level: float) -> tuple[list[dict[str, Any]], d
 
 
 #: The level ``--looks`` judges at unless told: Pocock's for the two looks (generations 3 and 4)
-#: a budgeted bench took before 2026-11-27 (harness.running.budget.VERDICT_LEVEL says why no more).
+#: a budgeted bench of the looks protocol took (harness.running.budget.VERDICT_LEVEL says why no more).
 LOOKS_LEVEL = inference.pocock_level(2)
 
 
 def stopping_look(recs: Sequence[Record], first: int, last: int, level: float) -> int:
-    """The generation after which a budgeted bench before 2026-11-27 stopped looking at this
+    """The generation after which a budgeted bench of the looks protocol stopped looking at this
     repeat's group: the first of ``first``..``last`` where none of its verdicts is unsettled
     (``unsettled_groups``), else ``last`` (that budget added a generation to an unsettled group
     while one fitted, up to 4 generations)."""
@@ -99,7 +99,7 @@ def stopping_look(recs: Sequence[Record], first: int, last: int, level: float) -
 def unsettled_groups(recs: Sequence[Record], level: float) -> dict[str, int]:
     """Group -> how many of its pairs of ``ok`` cells are not settled (harness.stats.verdicts.settled),
     and how many of its cells are separated from the leader alone but not family-wise (``family``):
-    the test by which a budget before 2026-11-27 gave a group another generation."""
+    the test by which a budget of the looks protocol gave a group another generation."""
     by_group: dict[str, list[Record]] = {}
     for rec in ok_cells(recs):
         if rec.get("group"):
@@ -317,8 +317,8 @@ def write(
         "repeat share that repeat's machine state, so they are not independent: the Wilson interval "
         "counts them as if they were and is too narrow by about the square root of the pairs per repeat. "
         "A false difference is what a report would print, `faster` or `slower`: the interval excludes 1 "
-        "and reaches past 1 +- 5% (wholly within it, a report says `same speed`); the column `interval "
-        "excludes 1` counts identical pairs whose interval excludes 1 at all, the test alone.",
+        "and reaches past the same-speed band [0.952, 1.05] (wholly within it, a report says `same speed`); "
+        "the column `interval excludes 1` counts identical pairs whose interval excludes 1 at all, the test alone.",
         "",
         table(pairs),
         "",
@@ -400,7 +400,7 @@ def _looks(groups: list[dict[str, Any]], first: int, last: int) -> str:
     stopped = [sum(g["generations"] == k for g in groups) for k in range(first, last + 1)]
     counts = ", ".join(f"{n} after generation {k}" for k, n in zip(range(first, last + 1), stopped, strict=True))
     return (
-        f"Each repeat is judged where a budgeted bench before 2026-11-27 stopped looking at its group (`--looks`): "
+        f"Each repeat is judged where a budgeted bench of the looks protocol stopped looking at its group (`--looks`): "
         f"after generation {first} where every verdict of the group was settled, else after the next while any was "
         f"unsettled, up to {last} (at Pocock's per-look level); the quiet repeats stopped "
         f"{counts}. "

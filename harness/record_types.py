@@ -69,6 +69,8 @@ class Record(Cell, total=False):
     device: str
     versions: dict[str, Any]
     fingerprint: dict[str, Any]
+    #: how it was timed (harness.measuring.timing.protocol); resident workers add ``mode`` ``turns``
+    #: and ``blocks_sized``: ``round 1`` or ``each process`` (schema 2 and before, harness.records)
     protocol: dict[str, Any]
     group: str
     rounds: int
@@ -99,7 +101,9 @@ class Record(Cell, total=False):
     #: ``blocks`` of every ``turns`` kept turns
     slow_rule: dict[str, float]
     verdict_level: float
-    budget_s: float  #: the run's time budget, where it had one (harness.running.budget)
+    #: the run's time budget, where it had one (harness.running.budget); None: a budget whose size
+    #: its records did not keep (schema 1, the looks protocol: harness.records)
+    budget_s: float | None
     contended: bool
     other_cpu_cores: float
     noisy: bool
@@ -117,7 +121,9 @@ class Record(Cell, total=False):
     flops_per_step: float | None
     dispatch_floor_s: float
     dispatch_floor_wall_s: float  #: seconds its preparation and timing took (the budget's estimate of later rounds)
-    dispatch_floor_timed_s: float  #: of those, the seconds its timing took once its worker was ready (alone)
+    #: of those, the seconds its timing took once its worker was ready (alone); 0.0: the floor was
+    #: timed inside its worker's start (schema 1, harness.records)
+    dispatch_floor_timed_s: float
     steady_recompiles: int
     pipelined_recompiles: int
     recompile_times_s: list[float]

@@ -5,7 +5,8 @@ its ``Cell`` (what was asked) followed by what was measured (``Record``): both a
 harness.record_types (imported here, where every stage takes them from), plain dicts at run
 time, so the JSON on disk is exactly what these types describe.
 ``schema_version`` changes whenever a field changes meaning; ``upgrade`` brings a record of an
-older version to the current one, and every reader goes through ``load``, which calls it.
+older version to the current one, and every reader goes through ``load``, which calls it, so no
+reader downstream tells old records from new ones (env.json likewise: ``load_env``, ``upgrade_env``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ if TYPE_CHECKING:
     from workloads.images import PipelineSettings
     from workloads.spec import Workload
 
-SCHEMA_VERSION = 1
+#: Version of the records this harness writes (``new_record``); UPGRADES reads every earlier one.
+SCHEMA_VERSION = 3
+#: Version of the env.json this harness reads to (``load_env``); ENV_UPGRADES reads every earlier one.
+ENV_SCHEMA_VERSION = 2
 STATUSES = ("ok", "skipped", "failed")
 RESULTS = "results.jsonl"
 ENV = "env.json"
@@ -55,27 +59,90 @@ def pipeline_of(cell: Cell | Mapping[str, Any]) -> PipelineSettings:
     return PipelineSettings(**cell.get("pipeline", {}))
 
 
-#: ``version -> step`` turning a record of that version into one of the next; empty while no
-#: version before SCHEMA_VERSION has been written (every committed record is version 1).
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+Step = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _floors_and_budget(rec: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 -> 2: the generation protocol that times a group's dispatch floors once all its
+    workers are ready and buys generations by time alone, its records saying both.
+
+    A schema-1 record whose dispatch floor was timed inside its worker's start
+    (``dispatch_floor_wall_s`` without ``dispatch_floor_timed_s``) gets ``dispatch_floor_timed_s``
+    0.0: none of the floor was timed after its worker was ready (its ``ready_s`` holds it all).
+    A schema-1 generation judged at a level above 95% without ``budget_s`` ran under a budget of
+    the looks protocol (Pocock's level per look, which only a budget took): it gets ``budget_s``
+    None, a budget whose size it did not keep."""
+    out = {**rec, "schema_version": 2}
+    if "dispatch_floor_wall_s" in rec and "dispatch_floor_timed_s" not in rec:
+        out["dispatch_floor_timed_s"] = 0.0
+    level = rec.get("verdict_level")
+    if isinstance(level, int | float) and level > 0.95 and "budget_s" not in rec:
+        out["budget_s"] = None
+    return out
+
+
+def _blocks_sized(rec: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 -> 3: a protocol of processes taking turns says how their blocks were sized
+    (``blocks_sized``). A schema-2 one without it sized each process's blocks by that process's
+    own probe: ``"each process"`` (schema 3 writes ``"round 1"``: every process at its cell's
+    round-1 size)."""
+    protocol = rec.get("protocol")
+    if isinstance(protocol, dict) and protocol.get("mode") == "turns" and "blocks_sized" not in protocol:
+        return {**rec, "schema_version": 3, "protocol": {**protocol, "blocks_sized": "each process"}}
+    return {**rec, "schema_version": 3}
+
+
+#: ``version -> step`` turning a record of that version into one of the next (each fills in what
+#: a record of its version meant, so that readers read every record as SCHEMA_VERSION's).
+UPGRADES: dict[int, Step] = {1: _floors_and_budget, 2: _blocks_sized}
+
+
+def _peaks_at_start(env: dict[str, Any]) -> dict[str, Any]:
+    """env.json 1 -> 2: every measured peak keeps its figures at the run's start
+    (``matmul_gflops_start``, ``copy_gbs_start``). A schema-1 peak without them was measured at
+    the start alone (its run measured no peaks at its end, or that measurement failed), so its
+    figures are the start's."""
+    peaks = {}
+    for device, peak in (env.get("peaks") or {}).items():
+        if isinstance(peak, dict) and "error" not in peak and "matmul_gflops" in peak:
+            peak = {f"{k}_start": peak.get(k) for k in ("matmul_gflops", "copy_gbs")} | peak
+        peaks[device] = peak
+    return {**env, "schema_version": 2, **({"peaks": peaks} if "peaks" in env else {})}
+
+
+#: ``version -> step`` for env.json, as UPGRADES for records (an env.json without a version is 1).
+ENV_UPGRADES: dict[int, Step] = {1: _peaks_at_start}
+
+
+def _upgraded(data: dict[str, Any], current: int, steps: Mapping[int, Step]) -> dict[str, Any]:
+    """``data`` brought from its ``schema_version`` to ``current`` by ``steps``, each applied once
+    in turn (``data`` itself where it is current). Raises ``RecordError`` naming the version and
+    the readable ones where it is newer than ``current`` or older than any step."""
+    version = data.get("schema_version")
+    readable = sorted({*steps, current})
+    while version != current:
+        step = steps.get(version) if isinstance(version, int) else None
+        if step is None or not isinstance(version, int):
+            newer = " (written by a newer dlcompare)" if isinstance(version, int) and version > current else ""
+            raise RecordError(f"schema_version {version!r}{newer}: this version reads {', '.join(map(str, readable))}")
+        data = step(data)
+        if data.get("schema_version") != version + 1:
+            raise AssertionError(f"upgrade from schema_version {version} must give {version + 1}")
+        version = data["schema_version"]
+    return data
 
 
 def upgrade(record: dict[str, Any]) -> Record:
     """A record of any readable version as a record of SCHEMA_VERSION (the record itself where it
-    is current). Raises ``RecordError`` naming the version and the readable ones where it is
-    newer than this harness or older than any step in UPGRADES."""
-    version = record.get("schema_version")
-    readable = sorted({*UPGRADES, SCHEMA_VERSION})
-    while version != SCHEMA_VERSION:
-        step = UPGRADES.get(version) if isinstance(version, int) else None
-        if step is None or not isinstance(version, int):
-            newer = " (written by a newer dlcompare)" if isinstance(version, int) and version > SCHEMA_VERSION else ""
-            raise RecordError(f"schema_version {version!r}{newer}: this version reads {', '.join(map(str, readable))}")
-        record = step(record)
-        if record.get("schema_version") != version + 1:
-            raise AssertionError(f"upgrade from schema_version {version} must give {version + 1}")
-        version = record["schema_version"]
-    return record  # type: ignore[return-value]  # a dict holding Record's keys
+    is current; the one given is never changed). Raises ``RecordError`` naming the version and the
+    readable ones where it is newer than this harness or older than any step in UPGRADES."""
+    return cast(Record, _upgraded(record, SCHEMA_VERSION, UPGRADES))
+
+
+def upgrade_env(env: dict[str, Any]) -> dict[str, Any]:
+    """A run's env.json of any readable version (none: version 1) as one of ENV_SCHEMA_VERSION;
+    raises ``RecordError`` as ``upgrade`` does."""
+    return _upgraded(env if "schema_version" in env else {**env, "schema_version": 1}, ENV_SCHEMA_VERSION, ENV_UPGRADES)
 
 
 #: The ``kind`` of a record (or cell) that an idiomatic script ran, not an adapter (harness.checks.fidelity).
@@ -231,9 +298,15 @@ def write_json(path: Path, data: Any, indent: int = 2) -> None:
 
 
 def load_env(run_dir: Path) -> dict[str, Any]:
-    """A run's environment (env.json), or {} where it has none."""
+    """A run's environment (env.json) upgraded to ENV_SCHEMA_VERSION (``upgrade_env``), or {} where
+    it has none. Raises ``RecordError`` naming the file where no step reads its version."""
     path = run_dir / ENV
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    try:
+        return upgrade_env(json.loads(path.read_text()))
+    except RecordError as exc:
+        raise RecordError(f"{path}: {exc}") from None
 
 
 def load(path: Path) -> list[Record]:

@@ -486,7 +486,8 @@ def _fast_pair(seed: int = 13) -> tuple[dict, dict]:
 
 def test_the_break_even_range_spans_every_pairing_of_process_cold_windows_and_the_steady_interval():
     static, base = _fast_pair()
-    base = {**base, "round_cold_times_s": [[0.002] * 4, [0.004] * 4]}  # eager: no compile, two processes
+    # eager: no compile, two processes (combine writes each process's window with its load flag)
+    base = {**base, "round_cold_times_s": [[0.002] * 4, [0.004] * 4], "round_cold_contended": [False, False]}
     quick, slow = [0.2] + [0.001] * 3, [0.6] + [0.001] * 3  # one process compiled three times as long
     static = {**static, "round_cold_times_s": [quick, slow], "round_cold_contended": [False, False]}
     _, low, high = verdicts.relative(base, static)
@@ -510,7 +511,7 @@ def test_a_cold_window_under_other_load_is_left_out_of_the_range_and_the_table_s
     from harness.reporting.static_dynamic import payoff
 
     static, base = _fast_pair()
-    base = {**base, "round_cold_times_s": [[0.002] * 4]}
+    base = {**base, "round_cold_times_s": [[0.002] * 4], "round_cold_contended": [False]}
     quiet, loaded = [0.2] + [0.001] * 3, [5.0] + [0.001] * 3
     alone = {**static, "round_cold_times_s": [quiet], "round_cold_contended": [False]}
     mixed = {**static, "round_cold_times_s": [quiet, loaded], "round_cold_contended": [False, True]}
@@ -522,10 +523,9 @@ def test_a_cold_window_under_other_load_is_left_out_of_the_range_and_the_table_s
     assert breakeven.process_windows(busy) == ([loaded], 0, True)  # nothing quiet: kept, and said
     assert breakeven.cold_load_note(busy, base) == "a1's cold window ran under other load"
     assert breakeven.break_even_range(busy, base)[0] > breakeven.break_even_range(alone, base)[1]
-    # records before the per-process flag: round 1's own flag marks the first window
-    old = {**static, "round_cold_times_s": [loaded, quiet], "cold_contended": True}
-    old.pop("round_cold_contended", None)
-    assert breakeven.process_windows(old) == ([quiet], 1, False)
+    # a record without per-process windows: its own window and flag
+    lone = {**static, "round_cold_times_s": [], "cold_times_s": loaded, "cold_contended": True}
+    assert breakeven.process_windows(lone) == ([loaded], 0, True)
 
 
 def test_combining_processes_keeps_each_cold_windows_load_flag():

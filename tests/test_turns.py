@@ -22,7 +22,7 @@ from harness.running.plan import plan as plan_cells
 from harness.running.sink import RoundSink
 from harness.stats import verdicts
 from harness.stats.cells import combine_all
-from tests.conftest import REPO
+from tests.conftest import FIXTURE_RUNS, REPO
 from tests.test_faults import FAST, bench
 
 
@@ -531,12 +531,14 @@ def test_the_method_states_one_protocol_once_whatever_each_cells_block_size():
 def test_a_workload_cut_short_by_the_budget_says_so_at_its_section():
     from harness.reporting import report
 
-    cell = {"status": "ok", "rounds": 3, "group_generations": [1, 2], "verdict_level": 0.9706}
+    # a budget of the looks protocol (Pocock's level, no size kept: harness.records upgrades it so)
+    cell = {"status": "ok", "rounds": 3, "group_generations": [1, 2], "verdict_level": 0.9706, "budget_s": None}
     (line, _) = report.generations_note([cell, dict(cell)])
     assert line.startswith("Generations: 2 of the 3 planned (the run's time budget ran out")
     assert "every pair stays `unresolved`" in line
     assert report.generations_note([{**cell, "group_generations": [1, 2, 3]}]) == []
-    (line, _) = report.generations_note([{**cell, "verdict_level": 0.95}])  # no budget: a cell failed
+    unbudgeted = {k: v for k, v in cell.items() if k != "budget_s"}
+    (line, _) = report.generations_note([{**unbudgeted, "verdict_level": 0.95}])  # no budget: a cell failed
     assert "(see Status)" in line
     assert "no dispatch floor was timed" in line, "the floors come with the last planned generation"
     (line, _) = report.generations_note([{**cell, "dispatch_floor_s": 1e-3}])
@@ -725,7 +727,7 @@ def test_the_warm_estimate_is_closer_to_the_later_generations_the_default_run_me
     """On the committed default run's records (2-core AMD EPYC VM): each group's second generation
     estimated from its first, with the shares the other groups measured, lands nearer what it took
     than the cold estimate did (a recorded run, no clock read here)."""
-    recs = records.load(REPO / "reports/2026-11-26-cpu-default-30m-b/results.jsonl")
+    recs = records.load(FIXTURE_RUNS / "2026-11-26-cpu-default-30m-b/results.jsonl")
     for group in ("mlp", "cnn"):
         mine = [r for r in recs if r["workload"] == group]
         others = policy.warm_shares([r for r in recs if r["workload"] != group])
@@ -959,7 +961,7 @@ def test_a_later_generation_is_estimated_with_the_start_that_side_by_side_starts
 def test_a_generations_floors_are_taken_off_its_estimate_as_much_as_they_lengthened_it():
     """Timed once every worker was ready, a floor lengthened the generation by its timing; prepared
     in a side-by-side start (40 s of the workers' 80 s of start, which took 50 s), by its share of
-    that start; before 2026-11-27 (no ``dispatch_floor_timed_s``) the whole floor, one at a time."""
+    that start; timed inside a one-at-a-time start (no ``dispatch_floor_timed_s``) the whole floor."""
     side = {"starts_at_once": 2, "starting_s": 50.0, "round": 3}
     gen = [
         {**side, "ready_s": 50.0, "dispatch_floor_wall_s": 32.0, "dispatch_floor_timed_s": 2.0},
@@ -997,7 +999,7 @@ def test_the_estimate_from_a_repeated_generation_is_closer_to_the_4th_the_defaul
     from its first three is at least as near what it took as the estimate from its third (which
     timed the floors) alone, and for rnn-caption (200 s) within 5% where the old one was 14% over
     (a recorded run, no clock read here)."""
-    recs = records.load(REPO / "reports/2026-11-27-cpu-default-30m-e/results.jsonl")
+    recs = records.load(FIXTURE_RUNS / "2026-11-27-cpu-default-30m-e/results.jsonl")
     shares, factor = policy.warm_shares(recs), policy.start_factor(recs)
     for workload in ("mlp", "cnn", "rnn-caption"):
         mine = [r for r in recs if r["workload"] == workload]

@@ -24,12 +24,15 @@ def cold_window(rec: Record) -> list[float]:
 def process_windows(rec: Record) -> tuple[list[list[float]], int, bool]:
     """Each process's cold window for the break-even range: those that ran without other load,
     how many were left out for load, and whether every one had load (then all are kept, and the
-    caller says so). A record without per-process windows gives its own."""
-    windows = [list(w) for w in rec.get("round_cold_times_s") or [] if w] or [list(rec["cold_times_s"])]
-    loaded = list(rec.get("round_cold_contended") or [])
-    if len(loaded) != len(windows):  # records before 2026-11-26 kept round 1's flag alone (the first window)
-        loaded = [bool(rec.get("cold_contended"))] + [False] * (len(windows) - 1)
-    quiet = [w for w, busy in zip(windows, loaded, strict=True) if not busy]
+    caller says so). A record without per-process windows gives its own, with its own flag;
+    harness.stats.cells.combine writes both per-process lists together, from records of any schema."""
+    found: list[tuple[list[float], bool]] = []
+    if rec.get("round_cold_times_s"):
+        flagged = zip(rec["round_cold_times_s"], rec["round_cold_contended"], strict=True)
+        found = [(list(w), bool(busy)) for w, busy in flagged if w]
+    found = found or [(list(rec["cold_times_s"]), bool(rec.get("cold_contended")))]
+    windows = [w for w, _ in found]
+    quiet = [w for w, busy in found if not busy]
     if not quiet:
         return windows, 0, True
     return quiet, len(windows) - len(quiet), False

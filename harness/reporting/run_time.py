@@ -4,7 +4,7 @@ turns, per workload group and per adapter, read from every process's record (the
 
 A generation (harness.running.turns) starts its workers one at a time, each alone (import,
 set-up, cold window, and a dispatch floor's set-up where one is planned: the record's ``ready_s``;
-before 2026-11-27 the floor was timed there too), then times the floors and takes turns; its
+a floor whose ``dispatch_floor_timed_s`` is 0 was timed there too), then times the floors and takes turns; its
 wall time is its longest-lived worker's (``wall_s``, the first started lives through all of it).
 So a generation's start-ups are the sum of its workers' ``ready_s`` (or, where its workers
 started two at a time, ``starting_s``: its first start to its last ready) and the rest of its
@@ -132,7 +132,8 @@ def section(processes: list[Record], envs: Mapping[str, Mapping[str, Any]] | Non
         "generation 1",
         "each later one (mean)",
     ]
-    floors_after_start = any("dispatch_floor_timed_s" in r for r in processes)  # since 2026-11-27
+    # a floor timed inside its worker's start took no seconds after it (harness.records, schema 1)
+    floors_after_start = any(r.get("dispatch_floor_timed_s") for r in processes)
     out = [
         "## Where the run's time went",
         "",

@@ -48,8 +48,9 @@ steps, whose steps measured 8-34% slower (median 13%, in 51 of 51 generations of
 reports/2026-11-27-calibration-slow-cells) than those of identical cells sized alone (the first
 step after a wait is slow, and weighs more in a short block). Round 1 (cold compiles, cold windows,
 break-even) still starts one at a time, alone.
-(Until 2026-11-27 a generation that timed floors also started one at a time, the floors timed in
-the start: in the default run's rnn-caption they took 148 of its third generation's 263 s of start.)
+(Floors timed inside the start, which then went one worker at a time, took 148 of the 263 s of
+start of the default run's rnn-caption third generation: records of schema 1 with
+``dispatch_floor_timed_s`` 0, harness.records.)
 A generation's records say how long its start took in all (``starting_s``, the floors' timing
 not in it) and how many started at once (``starts_at_once``). Once every worker is ready, the
 generation waits for the machine to be quiet (``wait_quiet``, at most QUIET_WAIT_S and as long as
