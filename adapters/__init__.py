@@ -9,6 +9,10 @@ API). Two more sources:
   registers ``name = "package.module"`` (a module holding Adapter subclasses) in it;
 - the environment variable ``DLCOMPARE_EXTRA_ADAPTERS`` (comma-separated module paths), for
   local experiments and the test suite's fault-injection adapters; workers inherit it.
+
+A plugin's optional hooks are entry points too, one group per part of the harness that reads
+them (HOOK_GROUPS; docs/adding-an-adapter.md, section 9): ``hooks`` lists a group and
+``load_hook`` loads one. An absent hook leaves the harness as it is without plugins.
 """
 
 from __future__ import annotations
@@ -19,11 +23,17 @@ import inspect
 import os
 import pkgutil
 from dataclasses import dataclass
+from typing import Any
 
 from adapters.base import Adapter, DeviceUnavailable
 from harness.install.environments import family_python
 
 ENTRY_POINT_GROUP = "dlcompare.adapters"
+#: The hook groups, each read by one part of the harness: a framework's profiler for --profile-ops
+#: (harness.measuring.profilers), an idiomatic script (harness.checks.fidelity), its kernels for the
+#: device peaks and kernel floors (harness.measuring.peak, harness.measuring.floors), a device name
+#: (harness.running.devices).
+HOOK_GROUPS = ("dlcompare.profilers", "dlcompare.fidelity", "dlcompare.kernels", "dlcompare.devices")
 
 
 @dataclass(frozen=True)
@@ -84,4 +94,44 @@ def discover() -> dict[str, AdapterInfo]:
     return dict(sorted(found.items(), key=lambda kv: (kv[1].framework, kv[0])))
 
 
-__all__ = ["Adapter", "AdapterInfo", "DeviceUnavailable", "PluginError", "discover"]
+def _package(ep: importlib.metadata.EntryPoint) -> str:
+    return f"{ep.dist.name} {ep.dist.version}" if ep.dist else "an unnamed package"
+
+
+def hooks(group: str) -> dict[str, importlib.metadata.EntryPoint]:
+    """The entry points installed packages register in ``group``, by name, sorted; nothing is
+    imported. Raises PluginError for a name two packages register with different values."""
+    found: dict[str, importlib.metadata.EntryPoint] = {}
+    for ep in importlib.metadata.entry_points(group=group):
+        if ep.name in found and found[ep.name].value != ep.value:
+            first = found[ep.name]
+            raise PluginError(
+                f"{group} entry point {ep.name!r} registered twice: {first.value!r} by {_package(first)}, "
+                f"{ep.value!r} by {_package(ep)}"
+            )
+        found[ep.name] = ep
+    return dict(sorted(found.items()))
+
+
+def load_hook(ep: importlib.metadata.EntryPoint) -> Any:
+    """The object ``ep`` names (imported now); PluginError, one line naming the package, the
+    group and why, where it does not load."""
+    try:
+        return ep.load()
+    except Exception as exc:  # noqa: BLE001 - any failure of a plugin's import is the same error to its user
+        raise PluginError(
+            f"entry point {ep.name!r} of {_package(ep)} in {ep.group} names {ep.value!r}, which does not load: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+
+
+__all__ = [
+    "HOOK_GROUPS",
+    "Adapter",
+    "AdapterInfo",
+    "DeviceUnavailable",
+    "PluginError",
+    "discover",
+    "hooks",
+    "load_hook",
+]

@@ -7,13 +7,15 @@ import it inside the methods instead.
 Lifecycle in a worker process, one adapter instance per cell:
     worker_env(threads, device) -> environment variables, set before the process starts
     supports(spec)         -> None, or the reason this adapter cannot run the spec
-    resolve_device(device) -> "cpu" / "cuda"; raises DeviceUnavailable with the framework's reason
+    resolve_device(device) -> "cpu" / "cuda" / a plugin's device (harness.running.devices); raises
+                              DeviceUnavailable with the framework's reason
     setup(spec, params, device, options)   build the model from canonical NumPy parameters
     to_device(batch)       -> framework batch; must return only once the data is placed
     train_step(batch)      -> a loss handle; may return before the device finishes (async)
     infer_step(batch)      -> an output handle, for inference workloads (rnn-decode)
-    sync(handle)           -> float; blocks until the step behind it is done: the loss, or for
-                              inference a finite summary of the outputs
+    sync(handle)           -> float; blocks until the step behind it is done (a lazy framework
+                              evaluates the updated parameters and optimiser state too): the
+                              loss, or for inference a finite summary of the outputs
     fetch(handle)          -> the outputs of infer_step as a NumPy array (parity checks)
     loader(batches)        -> the framework's native input pipeline (``--data loader``)
     image_loader(images, settings) -> the same for the image workloads: per-sample decode and
@@ -24,7 +26,9 @@ Lifecycle in a worker process, one adapter instance per cell:
     build_info()           -> the framework's build (CUDA/cuDNN or CPU-only) and the GPUs it sees
     device_busy()          -> after sync: whether the device still has queued work (sync check)
 
-The export task's methods are an optional mixin: adapters/exporting.py (``Exports``).
+The export task's methods are an optional mixin: adapters/exporting.py (``Exports``). A plugin's
+profiler, idiomatic script, kernels and devices are entry points beside its adapters, not part of
+this contract (adapters/__init__.py, HOOK_GROUPS).
 """
 
 from __future__ import annotations
@@ -147,7 +151,8 @@ class Adapter(abc.ABC):
 
     @abc.abstractmethod
     def resolve_device(self, device: str) -> str:
-        """Map "cpu", "cuda" or "auto" to the device this cell runs on."""
+        """Map "cpu", "cuda", "auto" or a device a plugin names to the device this cell runs on
+        ("cpu", "cuda" or that name); raise DeviceUnavailable for one the framework cannot use."""
 
     @abc.abstractmethod
     def setup(self, spec: Workload, params: Params, device: str, options: Options) -> None:
@@ -170,10 +175,13 @@ class Adapter(abc.ABC):
     @abc.abstractmethod
     def sync(self, handle: Any) -> float:
         """Block until the step behind ``handle`` is complete, and every step issued before it,
-        and return its loss (or, for inference, a finite summary of its outputs)."""
+        and return its loss (or, for inference, a finite summary of its outputs). A lazy framework
+        evaluates the step's updated parameters and optimiser state with the loss: the loss is
+        computed before the update, so evaluating it alone leaves the update unrun."""
 
     def fetch(self, handle: Any) -> Any:
-        """The outputs behind an ``infer_step`` handle as a NumPy array."""
+        """The outputs behind an ``infer_step`` handle as a NumPy array: for greedy decoding,
+        (batch, max_len) integer tokens with PAD after each caption's EOS (``reference_decode``'s)."""
         import numpy as np
 
         return np.asarray(handle)

@@ -2,8 +2,10 @@
 
 Every built-in adapter imports its shared helpers from here and from ``adapters.base`` only, so
 these names are exercised by the whole test suite and cannot drift from what the harness expects.
-A third-party adapter should use the same names; nothing else under ``adapters/`` is public (the
-underscore modules hold model code private to their adapters).
+A third-party adapter should use the same names; under ``adapters/`` only this module, ``base`` (the
+contract, whose names this one re-exports) and ``exporting`` (the export task's optional mixin) are
+public (the underscore modules hold model code private to their adapters). A plugin's hooks
+(profiler, idiomatic script, kernels, devices) are entry points, not names here: ``adapters.HOOK_GROUPS``.
 
 The helpers live in one private module per framework (``_kit_jax``, ``_kit_torch``, ``_kit_tf``,
 ``_kit_keras``) and one for what no framework needs (``_kit_common``); this module re-exports

@@ -6,6 +6,7 @@ tests/test_third_party.py, which takes it from the guide with ``example_adapter`
 
 from __future__ import annotations
 
+import importlib
 import re
 
 import pytest
@@ -85,3 +86,21 @@ def test_the_example_adapter_uses_the_public_api_only():
     assert set(imported) <= {"numpy", "adapters", "workloads"}, imported
     assert "adapters._" not in source and "class NumpyReference(kit.Adapter)" in source
     compile(source, "example", "exec")
+
+
+def test_the_hook_groups_the_guide_registers_are_the_ones_the_harness_reads():
+    """Section 9's entry-point groups are adapters.HOOK_GROUPS, each read where the page says, and
+    its Python examples compile (tests/test_plugin_hooks.py runs every hook on a plugin)."""
+    section = TEXT.split("## 9. Hooks", 1)[1].split("\n## ", 1)[0]
+    groups = re.findall(r'^\[project\.entry-points\."([\w.]+)"\]', section, re.M)
+    assert sorted(groups) == sorted(adapters.HOOK_GROUPS)
+    for block in re.findall(r"```python\n(.*?)```", section, re.S):
+        compile(block, "section 9", "exec")
+    readers = {
+        "harness.measuring.profilers": "`harness.measuring.profilers.profiler_of`",
+        "harness.checks.fidelity": "`harness.checks.fidelity.scripts`",
+        "harness.measuring.floors": "`harness.measuring.floors`",
+        "harness.running.devices": "`harness.running.devices`",
+    }
+    for module, named in readers.items():
+        assert importlib.import_module(module).ENTRY_POINT_GROUP in groups and named in section, module

@@ -4,10 +4,13 @@ kernel floor: the step's own matmuls and convolutions (``Workload.kernels``), ea
     at the fastest library's speed, summed with their counts. Measured once per run and device,
     each library in a fresh process of its own (``python -m harness.measuring.floors LIBRARY DEVICE
     KERNELS.json OUT PRECISION``, with the worker environment of an adapter of that framework):
-    NumPy's BLAS (CPU matmuls), PyTorch, JAX (XLA) and TensorFlow, whichever are installed; a
-    kernel's floor is the fastest of them. Each kernel is timed after a warm-up, best of REPEATS
-    runs of enough back-to-back calls to last MIN_TIME_S, synced on the last; a call's dispatch
-    cost is included, so for the smallest kernels the floor errs high. A step whose batches differ
+    NumPy's BLAS (CPU matmuls), PyTorch, JAX (XLA) and TensorFlow, whichever are installed, and
+    each plugin's kernels (an entry point of ENTRY_POINT_GROUP named after its framework, a
+    ``KernelsHook``; docs/adding-an-adapter.md, section 9); a kernel's floor is the fastest of them.
+    On a device a plugin names (harness.running.devices) only the plugins' kernels are timed.
+    Each kernel is timed after a warm-up, best of REPEATS runs of enough back-to-back calls to
+    last MIN_TIME_S, synced on the last; a call's dispatch cost is included, so for the smallest
+    kernels the floor errs high. A step whose batches differ
     (caption lengths) gets the mean over its batches, as its steady time is a mean over a pass.
 dispatch floor: the same step structure on tiny tensors (``Workload.tiny``), timed by the worker
     through the adapter itself (harness.running.worker): what the framework and adapter cost per step
@@ -33,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from adapters import PluginError, hooks, load_hook
 from harness import processes
 from harness.install.environments import family_python
 from harness.measuring import limits_cache
@@ -198,6 +202,43 @@ LIBRARIES: dict[str, Callable[[str, str], Callable[[tuple], Callable[[], Any] | 
 }
 
 
+#: The devices the built-in libraries time kernels on; a device a plugin names has the plugins' alone.
+BUILT_IN_DEVICES = ("cpu", "cuda")
+#: A plugin's kernels: an entry point of this group, named after its adapters' ``framework``.
+ENTRY_POINT_GROUP = "dlcompare.kernels"
+#: ``make(kernel)``: a zero-argument callable running ``kernel`` once (a ``Workload.kernels`` tuple,
+#: or the device peak's ("matmul", n, n, n)), its operands made up front; None for one it does not time.
+Make = Callable[[tuple], Callable[[], Any] | None]
+#: What a plugin's kernels entry point is called with: (device, precision). It returns (make, sync),
+#: ``sync(result)`` waiting for one call's result (the device's queue, a lazy array's evaluation),
+#: or None where it times nothing on ``device``. It imports its framework when called.
+KernelsHook = Callable[[str, str], tuple[Make, Callable[[Any], Any]] | None]
+
+
+def plugin_kernels() -> dict[str, Any]:
+    """The plugins' kernels entry points, by name (nothing imported); PluginError for a name that
+    is a built-in library's or that two packages register."""
+    found = hooks(ENTRY_POINT_GROUP)
+    clash = sorted(set(found) & set(LIBRARIES))
+    if clash:
+        ep = found[clash[0]]
+        raise PluginError(f"{ENTRY_POINT_GROUP} entry point {ep.name!r} ({ep.value}) is a built-in library's name")
+    return found
+
+
+def libraries() -> list[str]:
+    """Every library whose kernels may be timed: the built-in ones, then the plugins'."""
+    return [*LIBRARIES, *plugin_kernels()]
+
+
+def kernels_of(library: str, device: str, precision: str) -> tuple[Make, Callable[[Any], Any]] | None:
+    """(make, sync) of ``library`` on ``device`` in ``precision`` (a built-in library, or a plugin's
+    KernelsHook, loaded now); None where it times nothing there."""
+    if library in LIBRARIES:
+        return LIBRARIES[library](device, precision), _sync(library, device)
+    return cast(KernelsHook, load_hook(plugin_kernels()[library]))(device, precision)
+
+
 def _sync(library: str, device: str) -> Callable[[Any], Any]:
     """Wait for a result: NumPy and TF on CPU run synchronously; JAX blocks on the array; torch
     and TF on CUDA synchronise the device."""
@@ -217,7 +258,10 @@ def _sync(library: str, device: str) -> Callable[[Any], Any]:
 def measure(library: str, device: str, kernels: list[tuple], precision: str = "fp32") -> dict[str, float | None]:
     """Seconds per call of each kernel with one library in ``precision``, keyed by ``_key`` (None
     where it has none)."""
-    make, sync = LIBRARIES[library](device, precision), _sync(library, device)
+    made = kernels_of(library, device, precision)
+    if made is None:
+        return {_key(kernel): None for kernel in kernels}
+    make, sync = made
     out = {}
     for kernel in kernels:
         fn = make(tuple(kernel))
@@ -268,9 +312,14 @@ def _run_library(library: str, device: str, shapes: list, threads: int, precisio
         return {"seconds": json.loads(out.read_text())}
 
 
-def _installed(library: str) -> bool:
-    """Whether ``library`` can be timed: in this environment, or in its own (TensorFlow's .venv-tf
-    on the GPU variants, harness.install.environments)."""
+def _installed(library: str, device: str = "cpu") -> bool:
+    """Whether ``library`` can be timed on ``device``: a plugin's where its entry point is
+    installed; a built-in one on the built-in devices, installed in this environment or in its own
+    (TensorFlow's .venv-tf on the GPU variants, harness.install.environments)."""
+    if library not in LIBRARIES:
+        return library in plugin_kernels()
+    if device not in BUILT_IN_DEVICES:
+        return False
     return importlib.util.find_spec(library) is not None or family_python(library) is not None
 
 
@@ -285,8 +334,8 @@ def kernel_floors(cells: Sequence[Cell], devices: list[str], threads: int, preci
     winners: dict[str, dict[str, str]] = {d: {} for d in devices}
     errors: dict[str, str] = {}
     for device in devices:
-        for library in LIBRARIES:
-            if not shapes or not _installed(library):
+        for library in libraries():
+            if not shapes or not _installed(library, device):
                 continue
             inputs = {"floors": library, "device": device, "threads": threads, "precision": precision}
             found = limits_cache.cached_each(

@@ -5,8 +5,12 @@ so the parent imports no framework. On CPU the best of NumPy's BLAS, PyTorch (on
 (XLA) and TensorFlow (oneDNN), whichever are installed here, counts: on the 2-core AMD EPYC VM
 (Zen 5, full-width AVX-512) JAX's and TensorFlow's matmuls ran at about 520 GFLOP/s where NumPy's
 and PyTorch's ran at 230-280, so a peak from those two alone understated the device by half and
-flagged tf-function's `cnn` steps. On CUDA PyTorch, else JAX. In the run's precision
-(``tf32`` runs are bounded by the TF32 matmul peak, ``fp32`` runs by the full-precision one).
+flagged tf-function's `cnn` steps. On CUDA PyTorch, else JAX. Each plugin's kernels
+(harness.measuring.floors.KernelsHook) time the same matmul where they make one: on CPU beside the
+others in ``matmul_gflops_by``, on CUDA in place of PyTorch's or JAX's where faster; on a device a
+plugin names (harness.running.devices) they alone make its peak, without a copy figure (``copy_gbs``
+None). In the run's precision (``tf32`` runs are bounded by the TF32 matmul peak, ``fp32`` runs by
+the full-precision one).
 ``bf16`` runs are bounded by the best of the bfloat16 matmul (PyTorch and JAX; NumPy has no
 bfloat16 BLAS) and the float32 ones: a mixed-precision step runs both kinds, and where bfloat16
 is emulated float32 is the faster. The
@@ -26,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.measuring import floors
 from harness.measuring.cpu_features import cpu_native_bf16
 
 MATMUL_N = 2048
@@ -78,11 +83,59 @@ def measure_cpu(bf16: bool = False) -> dict[str, Any]:
             by["jax bf16"] = flops / _jax_matmul_s("cpu", "bfloat16") / 1e9
     if importlib.util.find_spec("tensorflow"):
         by["tensorflow"] = flops / _tensorflow_matmul_s(a, b) / 1e9
+    errors: dict[str, str] = {}
+    by.update(plugin_gflops("cpu", "fp32", errors))
+    if bf16:
+        by.update({f"{name} bf16": g for name, g in plugin_gflops("cpu", "bf16", errors).items()})
     src = np.ones(COPY_BYTES // 4, np.float32)
     dst = np.empty_like(src)
     copy_gbs = 2 * COPY_BYTES / _best(lambda: np.copyto(dst, src), lambda r: r) / 1e9
     found = {"matmul_gflops": max(by.values()), "matmul_gflops_by": by, "copy_gbs": copy_gbs}
+    found = {**found, "plugin_errors": errors} if errors else found
     return {**found, "bf16_emulated": emulated} if emulated else found
+
+
+def plugin_gflops(device: str, precision: str, errors: dict[str, str]) -> dict[str, float]:
+    """GFLOP/s of each plugin's MATMUL_N^3 matmul on ``device`` in ``precision`` (its kernels entry
+    point, harness.measuring.floors), by the entry point's name; a plugin that makes no matmul there
+    is left out, one whose hook fails is named in ``errors`` with why (the others still count)."""
+    flops = 2 * MATMUL_N**3
+    out = {}
+    for name in floors.plugin_kernels():
+        try:
+            made = floors.kernels_of(name, device, precision)
+            fn = None if made is None else made[0](("matmul", MATMUL_N, MATMUL_N, MATMUL_N))
+            if made is not None and fn is not None:
+                out[name] = flops / _best(fn, made[1]) / 1e9
+        except Exception as exc:  # noqa: BLE001 - one plugin's failure leaves the device's other peaks standing
+            errors[name] = f"{type(exc).__name__}: {exc}"[:300]
+    return out
+
+
+def _with_plugins(found: dict[str, Any], device: str, precision: str) -> dict[str, Any]:
+    """A GPU's peak (``matmul_gflops_by`` one name) with the plugins' matmuls on ``device``: the
+    fastest of them replaces it where faster."""
+    errors: dict[str, str] = {}
+    tf32_or_fp32 = "tf32" if precision == "tf32" else "fp32"
+    by = plugin_gflops(device, tf32_or_fp32, errors)
+    if precision == "bf16":  # the bfloat16 matmul, or float32 where that is faster (emulated bf16)
+        for name, g in plugin_gflops(device, "bf16", errors).items():
+            by[name] = max(by.get(name, 0.0), g)
+    best = max(by, key=lambda name: by[name], default=None)
+    out = dict(found)
+    if best is not None and by[best] > (out.get("matmul_gflops") or 0.0):
+        out["matmul_gflops"], out["matmul_gflops_by"] = by[best], best
+    return {**out, "plugin_errors": errors} if errors else out
+
+
+def measure_plugin_device(device: str, precision: str = "fp32") -> dict[str, Any]:
+    """The peak of a device a plugin names: the plugins' matmuls alone (``matmul_gflops_by`` the
+    fastest's name), no copy figure. Raises RuntimeError where none times a matmul there."""
+    found = _with_plugins({"matmul_gflops": None, "matmul_gflops_by": None, "copy_gbs": None}, device, precision)
+    if found["matmul_gflops"] is None:
+        why = "; ".join(f"{k}: {v}" for k, v in found.get("plugin_errors", {}).items())
+        raise RuntimeError(f"no plugin's kernels time a matmul on {device}" + (f" ({why})" if why else ""))
+    return found
 
 
 def _jax_matmul_s(device: str, dtype: str) -> float:
@@ -108,6 +161,12 @@ def _tensorflow_matmul_s(a: Any, b: Any) -> float:
 
 
 def measure_cuda(tf32: bool = False, bf16: bool = False) -> dict[str, Any]:
+    """The GPU's peaks: PyTorch's, else JAX's, and the plugins' matmuls where faster."""
+    precision = "bf16" if bf16 else "tf32" if tf32 else "fp32"
+    return _with_plugins(_measure_cuda_built_in(tf32, bf16), "cuda", precision)
+
+
+def _measure_cuda_built_in(tf32: bool = False, bf16: bool = False) -> dict[str, Any]:
     flops = 2 * MATMUL_N**3
     if importlib.util.find_spec("torch"):
         import torch
@@ -162,7 +221,8 @@ def best_of(start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
         merged = dict(first)
         for field in ("matmul_gflops", "copy_gbs"):
             merged[f"{field}_start"], merged[f"{field}_end"] = first[field], last[field]
-            merged[field] = max(first[field], last[field])
+            # None: not measured (a plugin's device has no copy figure)
+            merged[field] = max((v for v in (first[field], last[field]) if v is not None), default=None)
         if last["matmul_gflops"] > first["matmul_gflops"]:
             merged["matmul_gflops_by"] = last["matmul_gflops_by"]
         out[device] = merged
@@ -173,7 +233,12 @@ def main(argv: list[str]) -> int:
     device, out, *rest = argv
     precision = rest[0] if rest else "fp32"
     bf16 = precision == "bf16"
-    result = measure_cpu(bf16) if device == "cpu" else measure_cuda(tf32=precision == "tf32", bf16=bf16)
+    if device == "cpu":
+        result = measure_cpu(bf16)
+    elif device == "cuda":
+        result = measure_cuda(tf32=precision == "tf32", bf16=bf16)
+    else:  # a device a plugin names (harness.running.devices)
+        result = measure_plugin_device(device, precision)
     Path(out).write_text(json.dumps({"device": device, "precision": precision, **result}))
     return 0
 

@@ -3,8 +3,10 @@
 Run in the worker after the cell's timing is done (a profiler perturbs timing; the two never
 mix): ``torch.profiler`` for torch and Keras on torch, ``jax.profiler`` for JAX, Flax and Keras
 on JAX, ``tf.profiler.experimental`` for TensorFlow. The profiler is picked by the modules an
-adapter ``requires`` (its framework family), so no adapter takes part. Each step runs inside a
-``dlcompare.step`` annotation: its window in the trace is the step's wall time on the trace's clock.
+adapter ``requires`` (its framework family), so no adapter takes part. A plugin adds its framework's
+profiler as an entry point of ENTRY_POINT_GROUP named after a module its adapters require (a
+``ProfilerHook``; docs/adding-an-adapter.md, section 9); a built-in profiler comes first. Each step runs
+inside a ``dlcompare.step`` annotation: its window in the trace is the step's wall time on the trace's clock.
 
 The trace is kept in the run folder, in a form opened without this project: torch's Chrome trace
 (``trace.json.gz``, chrome://tracing or ui.perfetto.dev), JAX's TensorBoard profile directory with
@@ -23,8 +25,9 @@ import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from adapters import PluginError, hooks, load_hook
 from harness.measuring.breakdown import Event, breakdown
 from harness.stats import taxonomy
 
@@ -35,10 +38,52 @@ TRACES = "traces"
 PASS_S, MIN_STEPS, MAX_STEPS = 0.3, 3, 20
 
 
+#: A plugin's profiler: an entry point of this group, named after a module its adapters require.
+ENTRY_POINT_GROUP = "dlcompare.profilers"
+#: The built-in profilers, by the module an adapter requires, in the order they are tried.
+BUILT_IN = ("torch", "jax", "tensorflow")
+#: The categories an event may carry (harness.stats.taxonomy): what a plugin's profiler names.
+CATEGORIES = taxonomy.CATEGORIES
+
+#: What a profiler is called with: (step, sync, inputs, out_dir, steps). It runs ``steps`` steps
+#: (``timed_steps``, each inside a STEP annotation of its profiler), writes its trace under
+#: ``out_dir`` and returns (the trace's Events, the trace's path, each step's perf_counter seconds).
+ProfilerHook = Callable[
+    [Callable[[Any], Any], Callable[[Any], float], Sequence[Any], Path, int],
+    tuple[list[Event], Path, list[float]],
+]
+
+
 def profiler_of(requires: Iterable[str]) -> str | None:
-    """The profiler for an adapter that needs ``requires``: torch, jax or tensorflow; None if none."""
-    needed = set(requires)
-    return next((name for name in ("torch", "jax", "tensorflow") if name in needed), None)
+    """The profiler for an adapter that needs ``requires``: torch, jax or tensorflow, else the
+    first required module a plugin registers a profiler for; None if none. Raises PluginError
+    for a profiler name two packages register."""
+    needed = list(requires)
+    built_in = next((name for name in BUILT_IN if name in needed), None)
+    if built_in is not None:
+        return built_in
+    plugins = hooks(ENTRY_POINT_GROUP)
+    return next((name for name in needed if name in plugins), None)
+
+
+def _runner(profiler: str) -> ProfilerHook:
+    """The function that runs ``profiler``: a built-in one, or the plugin's, loaded now."""
+    built_in: dict[str, ProfilerHook] = {"torch": _torch, "jax": _jax, "tensorflow": _tf}
+    if profiler in built_in:
+        return built_in[profiler]
+    return cast(ProfilerHook, load_hook(hooks(ENTRY_POINT_GROUP)[profiler]))
+
+
+def _checked(events: list[Event], times: list[float], steps: int) -> list[Event]:
+    """A plugin's events and step times as the breakdown reads them; ValueError naming what is not."""
+    if len(times) != steps:
+        raise ValueError(f"the profiler timed {len(times)} steps, not the {steps} it was asked for")
+    for e in events:
+        if not isinstance(e, Event) or e.kind not in ("step", "op", "scope", "kernel"):
+            raise ValueError(f"not a breakdown Event of kind step/op/scope/kernel: {e!r}")
+        if e.category is not None and e.category not in CATEGORIES:
+            raise ValueError(f"event {e.name!r} has category {e.category!r}, not one of {', '.join(CATEGORIES)}")
+    return events
 
 
 def folder_name(cell_id: str) -> str:
@@ -67,18 +112,22 @@ def profile_cell(
     steps, perf_counter; each, sorted, in ``profiled_times_s``) beside ``unprofiled_step_s``; or
     ``{"status": "skipped", "reason": ...}`` where the profiler cannot run or its trace cannot be
     read. Never raises for the profiler's sake."""
-    profiler = profiler_of(requires)
+    requires = list(requires)
+    try:
+        profiler = profiler_of(requires)
+    except PluginError as exc:
+        return {"status": "skipped", "reason": str(exc)[:300]}
     if profiler is None:
         return {"status": "skipped", "reason": f"no profiler for an adapter requiring {', '.join(requires)}"}
     steps = pass_steps(unprofiled_s)
     out_dir.mkdir(parents=True, exist_ok=True)
-    run = {"torch": _torch, "jax": _jax, "tensorflow": _tf}[profiler]
     try:
-        events, trace, times = run(step, sync, inputs, out_dir, steps)
-        found = breakdown(events)
+        events, trace, times = _runner(profiler)(step, sync, inputs, out_dir, steps)
+        found = breakdown(events if profiler in BUILT_IN else _checked(events, times, steps))
+        where = str(Path(trace).resolve().relative_to(run_dir.resolve()))  # a plugin's trace must be in the run
     except Exception as exc:  # noqa: BLE001 - a profiler that cannot run skips the breakdown, with why
         return {"status": "skipped", "profiler": profiler, "reason": f"{type(exc).__name__}: {exc}"[:300]}
-    times.sort()
+    times = sorted(times)
     return {
         "status": "ok",
         "profiler": profiler,
@@ -86,11 +135,19 @@ def profile_cell(
         "profiled_step_s": times[len(times) // 2],
         "profiled_times_s": times,
         "unprofiled_step_s": unprofiled_s,
-        "trace": str(trace.relative_to(run_dir)),
+        "trace": where,
     }
 
 
-def _steps(step, sync, inputs, steps: int, annotate: Callable[[], Any]) -> list[float]:
+def timed_steps(
+    step: Callable[[Any], Any],
+    sync: Callable[[Any], float],
+    inputs: Sequence[Any],
+    steps: int,
+    annotate: Callable[[], Any],
+) -> list[float]:
+    """Run ``steps`` synced steps over ``inputs`` in turn, each inside ``annotate()`` (a context
+    manager: the profiler's STEP annotation); each step's perf_counter seconds."""
     times = []
     for i in range(steps):
         t0 = time.perf_counter()
@@ -106,7 +163,7 @@ def _torch(step, sync, inputs, out_dir: Path, steps: int) -> tuple[list[Event], 
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     with profile(activities=activities) as prof:
-        times = _steps(step, sync, inputs, steps, lambda: record_function(STEP))
+        times = timed_steps(step, sync, inputs, steps, lambda: record_function(STEP))
     raw = out_dir / "trace.json"
     prof.export_chrome_trace(str(raw))
     trace = json.loads(raw.read_text())
@@ -123,7 +180,7 @@ def _jax(step, sync, inputs, out_dir: Path, steps: int) -> tuple[list[Event], Pa
     options = jax.profiler.ProfileOptions()
     options.python_tracer_level = 0  # Python's own calls are uncovered time; tracing each one slows them
     with jax.profiler.trace(str(out_dir), profiler_options=options):
-        times = _steps(step, sync, inputs, steps, lambda: jax.profiler.TraceAnnotation(STEP))
+        times = timed_steps(step, sync, inputs, steps, lambda: jax.profiler.TraceAnnotation(STEP))
     path = max((out_dir / "plugins" / "profile").glob("*/*.trace.json.gz"), key=lambda p: p.stat().st_mtime)
     with gzip.open(path, "rt") as f:
         return read_xla(json.load(f)), path, times
@@ -136,7 +193,7 @@ def _tf(step, sync, inputs, out_dir: Path, steps: int) -> tuple[list[Event], Pat
     # Level 3: every op; at the default level 2 the executor leaves out cheap ones (ReadVariableOp, Sum).
     tf.profiler.experimental.start(str(out_dir), tf.profiler.experimental.ProfilerOptions(host_tracer_level=3))
     try:
-        times = _steps(step, sync, inputs, steps, lambda: tf.profiler.experimental.Trace(STEP))
+        times = timed_steps(step, sync, inputs, steps, lambda: tf.profiler.experimental.Trace(STEP))
     finally:
         tf.profiler.experimental.stop()
     pb = max((out_dir / "plugins" / "profile").glob("*/*.xplane.pb"), key=lambda p: p.stat().st_mtime)

@@ -47,7 +47,7 @@ def prepare(cell: Cell):
     try:
         device = adapter.resolve_device(cell["device_requested"])
     except DeviceUnavailable as exc:
-        status, reason = devices.verdict(adapter, str(exc))
+        status, reason = devices.verdict(adapter, str(exc), cell["device_requested"])
         raise (Skip if status == "skipped" else DeviceFailure)(reason) from None
     params = spec.init_params()
     if cell.get("perturb_seed") is not None:  # harness.checks.backends: the rounding-spread run

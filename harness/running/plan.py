@@ -19,6 +19,7 @@ from adapters import AdapterInfo
 from adapters.base import PRECISIONS
 from harness.install.environments import ENV_NAME
 from harness.records import Cell, base_adapter, cell_id, setting_of, spec_of
+from harness.running import devices as device_names
 from workloads import STRATEGIES, WORKLOADS, SpecError, get_workload, model_file
 from workloads.images import PIPELINE_FIELDS, has_images, parse_setting
 from workloads.spec import overridable_fields
@@ -88,11 +89,12 @@ def select_devices(expr: str, gpu_present: bool = False) -> list[str]:
     adapter alike (a framework that cannot use the GPU then fails instead of quietly running on
     the CPU beside GPU rows)."""
     chosen: list[str] = []
+    known = device_names.names()  # cpu, cuda and the devices plugins name (harness.running.devices)
     for item in _items(expr):
-        if item not in DEVICES:
-            raise _bad("device", item, DEVICES)
+        if item not in ("auto", *known, "all"):
+            raise _bad("device", item, ["auto", *known, "all"])
         auto = "cuda" if gpu_present else "cpu"
-        for d in ("cpu", "cuda") if item == "all" else (auto,) if item == "auto" else (item,):
+        for d in known if item == "all" else (auto,) if item == "auto" else (item,):
             if d not in chosen:
                 chosen.append(d)
     return chosen
