@@ -1,4 +1,4 @@
-"""README.md and every docs/*.md page stay true, as tests/test_guide.py keeps the adapter guide:
+"""README.md, every docs/*.md page and evidence/README.md stay true, as tests/test_guide.py keeps the adapter guide:
 every file and module path they mention exists, every dotted module and name imports, every
 ``make`` target and variable is the Makefile's, and every link between the pages resolves.
 """
@@ -13,7 +13,7 @@ from adapters import kit
 from tests.conftest import ADAPTERS, REPO
 from tests.doc_names import unresolved
 
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "evidence" / "README.md"]
 TEXTS = {p.relative_to(REPO).as_posix(): p.read_text() for p in PAGES}
 MAKEFILE = (REPO / "Makefile").read_text()
 TARGETS = set(re.findall(r"^([\w-]+):", MAKEFILE, re.M))
@@ -38,14 +38,16 @@ def mentions(pattern: str, *, in_code: bool) -> list[tuple[str, str]]:
     )
 
 
-#: A repository path: adapters/..., harness/....py, workloads/..., docs/..., a report, a lock file;
-#: paths with a placeholder (``reports/<run-id>/``) or a glob are left out.
+#: A repository path: adapters/..., harness/....py, workloads/..., docs/..., a committed run under
+#: evidence/, a lock file; paths with a placeholder (``reports/<run-id>/``) or a glob are left out, and
+#: so is ``reports/`` itself: the user's own runs, ignored by git, absent until the first run.
 PATHS = [
     (page, path.rstrip(".,:;)"))
     for page, path in mentions(
-        r"(?<![\w/.-])((?:adapters|harness|workloads|fidelity|tests|docs|locks|reports)/[\w/.<>*-]*)", in_code=False
+        r"(?<![\w/.-])((?:adapters|harness|workloads|fidelity|tests|docs|locks|reports|evidence)/[\w/.<>*-]*)",
+        in_code=False,
     )
-    if "<" not in path and "*" not in path and "..." not in path
+    if "<" not in path and "*" not in path and "..." not in path and path.rstrip(".,:;)") != "reports/"
 ]
 DOTTED = [
     (page, m)
