@@ -66,6 +66,8 @@ class Session:
 
     def __init__(self, run_dir: Path, run: Run, adapters: Adapters, resumed: bool) -> None:
         self.run_dir, self.run, self.adapters, self.resumed = run_dir, run, adapters, resumed
+        #: The user's own calibration (``--calibration``), recorded in env.json for the report's Method.
+        self.calibration: Path | None = None
 
     @classmethod
     def open(cls, args: argparse.Namespace, adapters: Adapters) -> Session:
@@ -74,7 +76,9 @@ class Session:
         if args.resume:
             return cls(args.resume, resumed_run(args.resume, adapters), adapters, resumed=True)
         run_dir, run = new_run(args, adapters)
-        return cls(run_dir, run, adapters, resumed=False)
+        session = cls(run_dir, run, adapters, resumed=False)
+        session.calibration = getattr(args, "calibration", None)
+        return session
 
     @property
     def results(self) -> Path:
@@ -127,6 +131,9 @@ class Session:
                 return write_failed(exc, run_dir, RESUME)
 
     def _run(self, make_executor: Callable[[Path], Executor], strict: bool) -> int:
+        refused = self.check_library_path()
+        if refused:
+            return fail(refused)
         try:  # before anything is measured: a missing extra or an unreachable cluster fails at once
             executor = make_executor(self.run_dir)
         except executors.ExecutorError as exc:
@@ -141,6 +148,21 @@ class Session:
         finally:
             executor.close()
 
+    def check_library_path(self) -> str | None:
+        """The doctor's LD_LIBRARY_PATH check (harness.checks.doctor.library_path_problems), before
+        any worker starts: a folder of CUDA libraries of another major than an environment's. The
+        refusal (one line per folder, with the major expected) where a cell asks for a GPU, whose
+        workers would load them; otherwise each printed as a warning (a new run's env.json keeps
+        them, in its doctor's findings) and None."""
+        problems = doctor.library_path_problems()
+        if not problems:
+            return None
+        if any(c["device_requested"] != "cpu" for c in self.run.cells):
+            return "; ".join(problems) + " (make doctor checks it; DEVICE=cpu runs on the CPU alone)"
+        for problem in problems:
+            print(f"warning: {problem}", file=sys.stderr)
+        return None
+
     def start(self) -> None:
         """A new run's env.json (the machine, each framework's build, device peaks, kernel floors)
         and plan.json (its cells, with their kernel floors, so a resumed run keeps them)."""
@@ -149,6 +171,8 @@ class Session:
         command = ["python -m harness", *sys.argv[1:]]
         info = env.capture(threads, command, [m for a in self.adapters.values() for m in a.cls.requires])
         info["precision"] = cells[0]["precision"] if cells else "fp32"
+        if getattr(self, "calibration", None) is not None:  # a rebuilt report quotes it too
+            info["calibration"] = str(self.calibration)
         info["environments"] = environments.describe()  # one per CUDA major on a GPU variant
         phases = info["phases_s"] = {"start-up and plan": processes.age_s()}
         print("asking each framework for its build (doctor) ...", flush=True)
@@ -158,6 +182,8 @@ class Session:
             info["doctor"] = doctor.diagnose(self.adapters, threads, names, envs)
         with timed(phases, "kernel JIT warm-up"):
             info["kernel_jit"] = _warm_up(self.adapters, cells, info["doctor"])
+        if info["kernel_jit"]:
+            print(warm_up_note(phases["kernel JIT warm-up"], self.run.budget_s), flush=True)
         print("measuring device peaks (matmul, copy) ...", flush=True)
         with timed(phases, "device peaks"):
             info["peaks"] = runner.measure_peaks(_peak_devices(cells, info), threads, info["precision"])
@@ -182,10 +208,25 @@ class Session:
         )
         try:
             with processes.terminated_as_interrupt(), MatrixProgress(len(todo)) as progress:
+                progress.on_generation = lambda: self.provisional_report(progress)
                 executor.run(todo, run, self.results, progress)
         except KeyboardInterrupt:
             return True
         return False
+
+    def provisional_report(self, progress: MatrixProgress) -> None:
+        """report.md and report.html from the records so far, marked provisional (how many processes
+        ran, how many may follow, when the budget ends); the final report replaces them. Without
+        pictures: a page between generations costs the run a second, not the plots' time."""
+        if not self.results.exists():
+            return
+        said = f"{progress.done} of {progress.total} planned processes have run"
+        if progress.most > progress.total:
+            said += f" (a budget may add generations, up to {progress.most})"
+        if progress.budget is not None and progress.budget.total_s is not None:
+            ends = time.time() + max(progress.budget.left(), 0) + progress.budget.reserve_s
+            said += f"; the run ends by about {time.strftime('%H:%M', time.localtime(ends))}"
+        report.write(self.run_dir, provisional=said + ". This page is replaced by the final report.")
 
     def finish(self, ran: bool, interrupted: bool, strict: bool) -> int:
         """After the rounds: the peaks again (if rounds ran to the end), the report and its physics
@@ -338,11 +379,25 @@ def executor_of(args: argparse.Namespace, run_dir: Path, adapters: Adapters) -> 
     return executors.executor(args.executor, run_dir, adapters, slurm, args.ray_address, args.ray_cpus_per_cell)
 
 
+def warm_up_note(seconds: float, budget_s: float | None) -> str:
+    """What the kernel JIT warm-up took, and that a budget counts it: harness.running.budget counts
+    from the bench command's start, so the warm-up, like the doctor, the peaks and the floors, is
+    in BUDGET and the rounds get what is left. env.json's ``phases_s`` and ``kernel_jit`` keep it,
+    and the report's run-time and hardware sections show it."""
+    said = f"kernel JIT warm-up: {seconds:.0f} s before the first cell"
+    if budget_s is None:
+        return f"{said} (no budget: the rounds are fixed)"
+    return (
+        f"{said}, {seconds / budget_s:.0%} of the {budget_s / 60:g}-minute budget, which counts it as it counts "
+        "the run's whole start; the driver's compute cache keeps these kernels, so a later run's warm-up is short"
+    )
+
+
 def _warm_up(
     adapters: Mapping[str, AdapterInfo], cells: Sequence[records.Cell], found: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
-    """The kernel JIT warm-ups (harness.running.kernel_jit) of the frameworks whose build ships
-    only PTX for this GPU, before any GPU cell; [] where none needs one."""
+    """The kernel JIT warm-ups (harness.running.kernel_jit) of the builds that ship only PTX for
+    this GPU, before any GPU cell, whatever the framework selection; [] where none needs one."""
     needs = kernel_jit.needs_of(found["frameworks"])
     gpu_cells = [c for c in cells if c["device_requested"] != "cpu"]
     return kernel_jit.warm_up(adapters, gpu_cells, needs) if needs and gpu_cells else []
@@ -350,4 +405,8 @@ def _warm_up(
 
 def _peak_devices(cells: Sequence[records.Cell], info: Mapping[str, Any]) -> list[str]:
     wanted = {c["device_requested"] for c in cells}
-    return [d for d in ("cpu", "cuda") if d in wanted and (d == "cpu" or info["gpus"])]
+
+    def here(d: str) -> bool:  # a plugin's device: where its hook finds it
+        return d == "cpu" or (bool(info["gpus"]) if d == "cuda" else devices.no_gpu_reason(d) is None)
+
+    return [d for d in devices.names() if d in wanted and here(d)]

@@ -41,15 +41,17 @@ TURN_SHARE = 0.4
 REPORT_S = 30.0
 #: Generations a group may get when a budget adds them (``more_generations``): a 5th only once
 #: every group has 4, so the cheap groups (mlp, cnn: about a minute a generation on the 2-core VM)
-#: take what the dearest's cannot use (4 until 2026-11-27).
+#: take what the dearest's cannot use (4 in the looks protocol, whose Pocock level covered looks at
+#: generations 3 and 4: VERDICT_LEVEL).
 MAX_GENERATIONS = 5
 #: The level of every run's verdicts, read once. A budget buys generations by time alone, in an
 #: order fixed before any verdict is read (``more_generations``), so whether a group gets another
-#: generation never depends on its verdicts and no look needs a stricter level. Until 2026-11-27 a
-#: budget gave its further generations to the groups with unsettled verdicts and judged at Pocock's
-#: 97.06% for those looks (harness.calibrate's ``--looks`` judges that protocol); no 11-adapter
-#: group of a default run or calibration was ever settled after three generations, so the looks
-#: stopped nothing and cost intervals about a fifth wider (t on 6 df: 2.97 against 2.45).
+#: generation never depends on its verdicts and no look needs a stricter level. The looks protocol
+#: this replaced gave a budget's further generations to the groups with unsettled verdicts and judged
+#: at Pocock's 97.06% for those looks (harness.calibrate's ``--looks`` judges it; its records are
+#: schema 1, harness.records); no 11-adapter group of a default run or calibration was ever settled
+#: after three generations, so the looks stopped nothing and cost intervals about a fifth wider (t on
+#: 6 df: 2.97 against 2.45).
 VERDICT_LEVEL = 0.95
 
 
@@ -140,8 +142,8 @@ def repeats_as_is(gen: Sequence[Record]) -> bool:
 
 
 def _floor_prepared_s(rec: Record) -> float:
-    """Seconds of a record's dispatch floor spent in its worker's start (its preparation; before
-    2026-11-27 the whole floor was timed there, ``dispatch_floor_timed_s`` absent)."""
+    """Seconds of a record's dispatch floor spent in its worker's start: its preparation, or the whole
+    floor where it was timed there too (``dispatch_floor_timed_s`` 0: schema 1, harness.records)."""
     return (rec.get("dispatch_floor_wall_s") or 0.0) - (rec.get("dispatch_floor_timed_s") or 0.0)
 
 
@@ -321,6 +323,7 @@ def _run(
                 seconds = min(seconds, max(seconds / 4, budget.left() * TURN_SHARE / (1 + len(pending))))
             group = group_of(part[0]) + (f"#part{i + 1}" if len(parts) > 1 else "")
             turn = turns.run_generation(part, k, adapters, sink, Turns(seconds), turn, extra, group, floors)
+            sink.generation_ended()
     if budget.total_s is not None:
         more_generations(adapters, sink, budget, turn, extra)
 
@@ -371,6 +374,7 @@ def more_generations(
         seconds = turn_seconds(planned)
         floors = budget.left() >= cost + floors_s(sink.results, planned)
         turn = turns.run_generation(planned, k + 1, adapters, sink, Turns(seconds), turn, extra, group, floors)
+        sink.generation_ended()
 
 
 #: Fields of a record that its worker measured; what is left is the cell as planned.

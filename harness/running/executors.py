@@ -104,6 +104,8 @@ class LocalExecutor:
         left = budget.Budget(run.budget_s)
         left.keep_back_for_closing(records.load_env(results.parent).get("phases_s", {}).get("device peaks"))
         progress.budget = left if run.budget_s is not None else None
+        if run.budget_s is not None:  # a budget adds generations, each cell up to MAX_GENERATIONS processes
+            progress.most = len({cell["cell_id"] for cell, _ in todo}) * budget.MAX_GENERATIONS
         budget.run(todo, self.adapters, RoundSink(results, run.rounds, run.timeout_s, progress), left)
 
     def close(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -34,6 +35,10 @@ class MatrixProgress:
     def __init__(self, total: int, live: bool | None = None) -> None:
         self.total, self.done = total, 0
         self.budget: Any = None  # a harness.running.budget.Budget, shown while it runs
+        #: The most processes the run may start (a budget adds generations up to a limit); 0: ``total``.
+        self.most = 0
+        #: Called after each generation ends (the bench rewrites its provisional report there).
+        self.on_generation: Callable[[], None] | None = None
         self.live = sys.stdout.isatty() if live is None else live
         self.console = Console(highlight=False, soft_wrap=True)
         self._bar = (
@@ -80,9 +85,27 @@ class MatrixProgress:
         if self._bar:
             self._bar.update(self._task, total=self.total)
 
+    def generation_ended(self) -> None:
+        """A generation's processes have all ended: the hook runs (a failing hook is reported, never
+        fatal: a provisional page must not cost the run its measurements)."""
+        if self.on_generation is not None:
+            try:
+                self.on_generation()
+            except Exception as exc:  # noqa: BLE001 - see above
+                print(f"provisional report not written ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
+
+    def count(self) -> str:
+        """``44/99``, or ``44/99, up to 165`` where a budget may add generations; with a budget, the
+        time it has left."""
+        text = f"{self.done}/{self.total}" + (f", up to {self.most}" if self.most > self.total else "")
+        if self.budget is not None and self.budget.total_s is not None:
+            left = max(self.budget.left(), 0)
+            text += f"; budget left {int(left // 60)}:{int(left % 60):02d}"
+        return text
+
     def finish(self, rec: Record) -> None:
         self.done += 1
-        line = f"[{self.done}/{self.total}] {cell_line(rec)}"
+        line = f"[{self.count()}] {cell_line(rec)}"
         if self._bar:
             self._bar.console.print(line, markup=False)
             self._bar.advance(self._task)

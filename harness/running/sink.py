@@ -34,6 +34,10 @@ class RoundSink:
         if rec["status"] != "ok":
             self.ended.add(rec["cell_id"])
 
+    def generation_ended(self) -> None:
+        """Every process of a generation has handed in its record (``MatrixProgress.generation_ended``)."""
+        self.progress.generation_ended()
+
     def dropped(self, cell: Cell) -> bool:
         """Whether ``cell`` has ended (a round of it was not ``ok``): then its round is counted as
         dropped and not run."""
