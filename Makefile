@@ -43,7 +43,8 @@ PROFILE_OPS ?=
 ARGS ?=
 # MODEL=my_model.py: a Keras 3 model file as the workload, on every Keras backend (docs/your-keras-model.md).
 MODEL ?=
-BENCH_ARGS = $(if $(MODEL),--model $(MODEL)) --framework $(FRAMEWORK) --device $(DEVICE) --workload $(BENCH_WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(BUDGET),--budget $(BUDGET)) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(if $(filter 1 yes true,$(PROFILE_OPS)),--profile-ops) $(ARGS)
+CALIBRATION ?=
+BENCH_ARGS = $(if $(MODEL),--model $(MODEL)) $(if $(CALIBRATION),--calibration $(CALIBRATION)) --framework $(FRAMEWORK) --device $(DEVICE) --workload $(BENCH_WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(BUDGET),--budget $(BUDGET)) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(if $(filter 1 yes true,$(PROFILE_OPS)),--profile-ops) $(ARGS)
 
 .PHONY: install bench export test test-fast lint list report sweep compare rerun fidelity doctor lock lock-check lock-diff env calibrate clean-venv gpu-check
 

@@ -194,7 +194,9 @@ class KerasTf(Exports, Adapter):
 
     def compile_stats(self) -> dict[str, Any]:
         if self.model.train_function is None:
-            return {"traces": 0}  # no step yet: fit makes its train function at the first
+            # no training step (fit makes its train function at the first), or a decode: the GRU
+            # cell stepped eagerly, which traces nothing (``settings`` says which path ran)
+            return {"traces": 0}
         step = _traced_step(self.model.train_function)
         return kit.tf_compile_stats([step]) if step is not None else {}
 
@@ -207,6 +209,7 @@ class KerasTf(Exports, Adapter):
             "jit_compile": bool(self.model.jit_compile),
             "jit_compile_setting": f"{JIT_COMPILE!r} (Keras's default, resolved on this machine)",
             "train_path": "fit's train_function (a tf.function, reduce_retracing=True)",
+            **({"decode_path": EAGER_DECODE} if getattr(self.spec, "task", "train") != "train" else {}),
             "steps_per_execution": self.model.steps_per_execution,
             "optimizer_kernel": optimizer_kernel(self.spec, "epsilon scaled per step inside the traced update"),
             **attention,
@@ -215,6 +218,10 @@ class KerasTf(Exports, Adapter):
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
             "cudnn_autotune": os.environ.get("TF_CUDNN_USE_AUTOTUNE", "on (default)"),
         }
+
+
+#: How this adapter decodes, in its settings: op by op, so a decode cell traces nothing.
+EAGER_DECODE = "eager: the GRU layer's cell stepped in a Python loop, no tf.function"
 
 
 def _traced_step(train_function: Any) -> Any:

@@ -17,8 +17,8 @@ from adapters.base import PRECISIONS
 from harness import env, export, processes, records, run_folder, session
 from harness.checks import conformance, doctor, fidelity
 from harness.measuring import timing
-from harness.reporting import compare, report
-from harness.running import clusters, executors
+from harness.reporting import calibration_note, compare, report
+from harness.running import clusters, devices, executors
 from harness.running.plan import DATA_MODES, DEVICES, PlanError, parse_twins, select_adapters, select_workloads
 from workloads import STRATEGIES, WORKLOADS
 
@@ -38,7 +38,20 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _own_calibration(args: argparse.Namespace) -> str | None:
+    """Why ``--calibration`` cannot be read (None where it can, or none was given)."""
+    if getattr(args, "calibration", None) is None:
+        return None
+    try:
+        calibration_note.own(args.calibration)
+    except calibration_note.CalibrationError as exc:
+        return str(exc)
+    return None
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    if (bad := _own_calibration(args)) is not None:
+        return run_folder.fail(bad)
     if getattr(args, "model", None):
         args.workload = args.model
         args.framework = "keras" if args.framework == "all" else args.framework
@@ -67,8 +80,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     first, *others = args.run_dirs
     if others and args.out is None:
         return run_folder.fail("merging several runs needs --out DIR for the merged report")
+    if (bad := _own_calibration(args)) is not None:
+        return run_folder.fail(bad)
     try:
-        path = report.write(first, others, args.out)
+        path = report.write(first, others, args.out, calibration=args.calibration)
     except records.RecordError as exc:
         return run_folder.fail(str(exc))
     print(f"report: {path}")
@@ -102,8 +117,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     try:
-        text = compare.build(args.run_a, args.run_b)
-    except records.RecordError as exc:
+        text = compare.build(args.run_a, args.run_b, across_machines=args.across_machines)
+    except (records.RecordError, compare.DifferentMachines) as exc:
         return run_folder.fail(str(exc))
     out = args.out or args.run_b / f"compare-{args.run_a.name}.md"
     out.write_text(text)
@@ -130,7 +145,15 @@ def _twins(text: str) -> list[float | str]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+#: ``--calibration``'s help (bench and report).
+CALIBRATION_HELP = (
+    "your own calibration (a calibration-<K>-generations.json from harness calibrate, or its folder), "
+    "quoted in the Method beside the committed evidence/calibrations.json"
+)
+
+
 def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> None:
+    b.add_argument("--calibration", type=Path, default=None, metavar="PATH", help=CALIBRATION_HELP)
     b.add_argument("--framework", default="all", help="all, an adapter, a framework family, or a comma list")
     b.add_argument(
         "--workload",
@@ -195,7 +218,7 @@ def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> No
         default=None,
         metavar="TIME",
         help="time for the whole run, e.g. 15m: rounds after the first stop when it is spent, and what is left "
-        "goes to more processes of the cells whose verdicts are unsettled (default: the profile's fixed rounds)",
+        "goes to more generations, the groups with the fewest first (default: the profile's fixed rounds)",
     )
     b.add_argument(
         "--twins",
@@ -300,12 +323,13 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="rebuild report.md of a run from its records, or merge several runs")
     r.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
     r.add_argument("--out", type=Path, default=None, help="folder of the merged report (several runs)")
+    r.add_argument("--calibration", type=Path, default=None, metavar="PATH", help=CALIBRATION_HELP)
     r.set_defaults(func=cmd_report)
 
     k = sub.add_parser("check", help="run the conformance checks against an adapter, in plain words")
     k.add_argument("adapter", help="an adapter, a framework family, all, or a comma list")
     k.add_argument("--workload", default="all", help="all, or a comma list of workloads")
-    k.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the adapter computes")
+    k.add_argument("--device", default="cpu", choices=devices.names(), help="where the adapter computes")
     k.set_defaults(func=cmd_check)
 
     d = sub.add_parser("doctor", help="each framework's build (CPU-only or CUDA), the GPUs it sees, what to fix")
@@ -315,6 +339,13 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("run_a", type=Path, help="the baseline run folder")
     c.add_argument("run_b", type=Path, help="the run compared with it")
     c.add_argument("--out", type=Path, default=None, help="markdown file (default: RUN_B/compare-<A>.md)")
+    c.add_argument(
+        compare.ACROSS_FLAG,
+        dest="across_machines",
+        action="store_true",
+        help="give verdicts even where A and B ran on different kinds of machine (CPU model, microcode, "
+        "instruction sets, kernel, ...), under a warning; without it such a comparison is refused",
+    )
     c.set_defaults(func=cmd_compare)
     sub.add_parser("calibrate", help="A/A calibration of the verdict rules on this machine (--help for its options)")
     return p

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -18,6 +19,7 @@ from harness.reporting import hardware
 from harness.running import resident, runner
 from harness.stats.cells import combine_all
 from tests.conftest import CPU_BUILDS, GPU_HERE, REPO, check_cell
+from tests.fakes import report_text
 
 TORCH = discover()["torch-eager"]
 needs_torch = pytest.mark.skipif(not TORCH.available, reason=str(TORCH.unavailable))
@@ -63,7 +65,8 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
     recs = sorted(combine_all(raw), key=lambda r: r["device_requested"])
     cpu, cuda = recs
     assert cpu["status"] == "ok" and cpu["rounds_done"] == 2 and len(cpu["round_medians_s"]) == 2
-    assert cpu["median_s"] == pytest.approx(sum(cpu["round_medians_s"]) / 2)
+    # the geometric mean of its processes' levels, the estimator every ratio is built on
+    assert cpu["median_s"] == pytest.approx(math.exp(sum(cpu["process_levels"].values()) / 2))
     assert cpu["device"] == "cpu" and cpu["steps"] >= 60 and len(cpu["step_times_s"]) == cpu["steps"]
     assert cpu["median_s"] > 0 and cpu["versions"]["torch"].startswith("2.13")
     assert cpu["loss_last"] < cpu["loss_first"]
@@ -110,12 +113,12 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
     assert hardware.physics_violations(recs, env) == []
     assert cpu["host_peak_rss_bytes"] > 50 * 2**20 and cpu["device_peak_bytes"] is None
     assert "ci_low_s" not in cpu, "two processes: no interval on one degree of freedom"
-    first = (run / "report.md").read_text()
+    first = report_text(run)
     assert "| torch-eager " in first and f"report: {run / 'report.md'}" in proc.stdout
     assert "pipelined (ms/step)" in first and "Rounds: each cell ran in 2 fresh processes" in first
     (run / "report.md").unlink()
     assert harness(python, "report", str(run)).returncode == 0
-    assert (run / "report.md").read_text() == first, "the report is rebuilt from records alone"
+    assert report_text(run) == first, "the report is rebuilt from records alone"
 
 
 def by_round_cpu(raw: list[dict]) -> dict[int, dict]:
@@ -145,6 +148,8 @@ def by_round_cpu(raw: list[dict]) -> dict[int, dict]:
         (["bench", "--precision", "fp16"], "invalid choice: 'fp16' (choose from 'fp32', 'tf32', 'bf16')"),
         (["fidelity", "--precision", "bf16"], "the idiomatic scripts (fidelity/) train in float32"),
         (["report", "/nonexistent/run"], "no such results file"),
+        (["bench", "--calibration", "/nonexistent/cal.json"], "/nonexistent/cal.json: no calibration page"),
+        (["report", "/nonexistent/run", "--calibration", "/nonexistent"], "/nonexistent: no calibration page"),
     ],
 )
 def test_bad_input_exits_2_with_one_clear_line(capsys, args, message, tmp_path):
@@ -155,6 +160,27 @@ def test_bad_input_exits_2_with_one_clear_line(capsys, args, message, tmp_path):
     assert message in stderr
     assert "Traceback" not in stderr
     assert not list(tmp_path.iterdir()), "nothing is written for rejected input"
+
+
+def test_compare_across_two_machines_exits_2_unless_asked_for(capsys, tmp_path):
+    """Runs on one VM type whose hosts differ in microcode: no verdicts, no page, one clear line
+    naming the difference and the option; with the option, the page under a warning."""
+    from tests import test_machine_fingerprint as fp
+    from tests.test_summary_compare_sweep import AFTER, BEFORE, compare_run, machine_envs
+
+    env_a, env_b = machine_envs(fp.machine(fp.ZEN4), fp.machine(fp.ZEN4.replace("0xa10113e", "0xa101148")))
+    a, b = compare_run(tmp_path / "before", BEFORE, env_a), compare_run(tmp_path / "after", AFTER, env_b)
+    code, stderr = harness_here(capsys, "compare", str(a), str(b))
+    assert code == 2 and stderr.count("\n") == 1 and "Traceback" not in stderr
+    assert stderr.startswith(
+        "error: before (A) and after (B) ran on different machines: microcode 0xa10113e vs 0xa101148."
+    )
+    assert "--across-machines writes the comparison anyway" in stderr
+    assert not (b / "compare-before.md").exists(), "nothing is written for a refused comparison"
+    assert harness_here(capsys, "compare", str(a), str(b), "--across-machines") == (0, "")
+    text = (b / "compare-before.md").read_text()
+    assert "**Different machines: microcode 0xa10113e vs 0xa101148.** The verdicts below were asked for" in text
+    assert "2 matching cells: 1 faster, 0 slower, 1 the same speed within 5%, 0 unresolved." in text
 
 
 def test_a_cell_with_a_bad_spec_is_a_failed_record():
@@ -260,3 +286,16 @@ def test_dry_run_says_which_cells_will_be_skipped_and_why(python, tmp_path):
     assert rows["jax-jit", "rnn-caption", "graph-loop", "resident", "cpu"].split()[5:] == ["-"]
     assert "4 cells planned (3 will be skipped)" in proc.stdout
     assert not list(tmp_path.iterdir())
+
+
+def test_the_dlcompare_command_is_the_harness_command_line():
+    """``dlcompare`` (pyproject's script) runs ``python -m harness``'s main; the packages are found
+    in the checkout, which the workers run from (no wheel installed elsewhere is claimed)."""
+    import tomllib
+
+    from harness import cli
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    module, _, function = project["project"]["scripts"]["dlcompare"].partition(":")
+    assert (module, function) == ("harness.cli", "main") and getattr(cli, function) is cli.main
+    assert "wheel installs too" not in (REPO / "pyproject.toml").read_text()

@@ -13,6 +13,7 @@ from harness import records
 from harness.install import environments
 from harness.running.plan import PlanError, parse_envs
 from tests.conftest import REPO
+from tests.fakes import report_text
 
 FAST = ["--workload", "mlp", "--device", "cpu", "--set", "hidden=8", "--set", "input_shape=4,4"]
 FAST += ["--set", "num_batches=2", "--run-id", "r"]
@@ -50,7 +51,7 @@ def test_two_versions_of_a_package_are_cells_of_one_run(python, tmp_path):
     base_numpy = recs["fault-ok"]["versions"]["numpy"]
     assert recs["fault-ok@np23"]["versions"]["numpy"] == "2.3.5" != base_numpy
     assert recs["fault-ok@np23"]["env"] == "np23" and recs["fault-ok@np23"]["base_adapter"] == "fault-ok"
-    report = (run / "report.md").read_text()
+    report = report_text(run)
     assert "| fault-ok@np23 " in report and "| fault-ok " in report
     doctor = json.loads((run / records.ENV).read_text())["doctor"]["frameworks"]
     assert {row["adapter"]: row["versions"]["numpy"] for row in doctor} == {

@@ -26,6 +26,7 @@ from harness.running.plan import plan
 from harness.running.progress import MatrixProgress
 from harness.running.sink import RoundSink
 from tests.fakes import record as fake_record
+from tests.fakes import report_text
 from tests.test_faults import FAST, bench, ended
 
 ray = pytest.importorskip("ray")
@@ -107,7 +108,7 @@ def test_a_job_lost_to_the_scheduler_is_a_failed_record_with_its_reason(runs, ex
     else:
         pattern = r"job lost: slurm \(submitit's local mode: no Slurm here\) job \d+ \(\w+\): ended without a result$"
         assert re.match(pattern, lost["reason"]), lost["reason"]
-    assert "fault-lost" in (runs[executor] / "report.md").read_text()
+    assert "fault-lost" in report_text(runs[executor])
 
 
 def test_resume_continues_a_run_on_another_executor(runs, tmp_path, ray_address):
@@ -311,6 +312,6 @@ def test_cells_of_unlike_machines_are_never_compared_and_the_report_groups_by_ma
     assert lost["status"] == "failed", "the lost round decides its cell, on its cell's machine"
     text = report.build(run)
     assert "## Machines" in text and "| EPYC B, 16 cores, 1x NVIDIA H100 (driver 580.1) | n2      |" in text
-    assert "On Xeon A, 64 cores: cpu, the fastest" in text and "torch-eager on mlp" in text
-    assert "On EPYC B, 16 cores, 1x NVIDIA H100 (driver 580.1): cpu, the fastest" in text
-    assert "jax-jit on mlp (2 ms/step, 4.50x ahead of torch-eager)" in text
+    assert "- **mlp on Xeon A, 64 cores: cpu**: torch-eager " in text, "the answer names the machine of each line"
+    line = "- **mlp on EPYC B, 16 cores, 1x NVIDIA H100 (driver 580.1): cpu**: jax-jit is the fastest at 2 ms/step"
+    assert line in text and "the nearest, torch-eager, takes 4.50x" in text

@@ -19,7 +19,7 @@ import pytest
 
 from harness import cli, records, session
 from harness.reporting import report
-from tests.fakes import record
+from tests.fakes import record, report_text
 from tests.test_summary_compare_sweep import ENV, _write_run, timed
 
 CELL = ["--framework", "fault-ok", "--workload", "mlp", "--device", "cpu", "--data", "resident"]
@@ -177,7 +177,7 @@ def test_report_and_compare_read_a_run_with_a_torn_last_line(tmp_path, capsys):
     assert cli.main(["report", str(a)]) == 0
     err = capsys.readouterr().err
     assert f"warning: {a / records.RESULTS}:3: torn last line" in err and "Traceback" not in err
-    md = (a / "report.md").read_text()
+    md = report_text(a)
     assert "| torch-eager " in md and "| jax-jit " in md and "tf-eager" not in md
     assert cli.main(["compare", str(a), str(b)]) == 0
     assert f"{b / records.RESULTS}:3: torn last line" in capsys.readouterr().err, "(a's was said once already)"

@@ -12,6 +12,7 @@ import pytest
 
 from harness import cli, records
 from tests.conftest import REPO
+from tests.fakes import report_text
 
 FAST = ["--set", "hidden=8", "--set", "input_shape=4,4", "--set", "num_batches=2", "--timeout", "20"]
 
@@ -93,7 +94,7 @@ def test_every_fault_is_recorded_and_the_run_goes_on(python, tmp_path):
     assert recs["fault-exit"]["reason"] == "worker exited with code 3 and no record"
     assert recs["fault-nan"]["reason"] == "diverged at step 4 (loss=nan)"
     assert all(r["status"] == "failed" for name, r in recs.items() if name != "fault-ok")
-    report = (tmp_path / "r" / "report.md").read_text()
+    report = report_text(tmp_path / "r")
     assert "failed: worker killed by SIGABRT" in report
     # one line per finished cell, quiet otherwise (stdout is not a terminal here)
     assert re.search(r"fault-abort\s+mlp .*resident\s+cpu\s+failed: worker killed by SIGABRT", proc.stdout)
@@ -164,7 +165,7 @@ def test_physics_check_catches_a_missing_sync(python, tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert "warning: fault-nosync / mlp / cpu: a step ran at" in proc.stderr
     assert "fault-ok /" not in proc.stderr
-    report = (tmp_path / "r" / "report.md").read_text()
+    report = report_text(tmp_path / "r")
     assert "**Physics check failed** (timing suspect):" in report
 
 
@@ -175,7 +176,7 @@ def test_data_modes_host_runs_and_a_missing_loader_is_skipped(python, tmp_path):
     assert recs["resident"]["status"] == recs["host"]["status"] == "ok"
     assert recs["loader"]["status"] == "skipped"
     assert recs["loader"]["reason"] == "fault-ok has no native image input pipeline"
-    assert "## Input pipeline" in (tmp_path / "r" / "report.md").read_text()
+    assert "## Input pipeline" in report_text(tmp_path / "r")
 
 
 @pytest.mark.parametrize(
@@ -216,6 +217,6 @@ def test_a_cell_measured_beside_a_busy_process_is_flagged_and_not_ranked(python,
     assert proc.returncode == 0, proc.stderr
     (rec,) = records.load(tmp_path / "r" / records.RESULTS)
     assert rec["status"] == "ok" and rec["contended"] and rec["other_cpu_cores"] > 0.5
-    report = (tmp_path / "r" / "report.md").read_text()
+    report = report_text(tmp_path / "r")
     assert "ok, contended (" in report
     assert "1 cells ran while other processes kept the CPU busy and are left out of every verdict" in report

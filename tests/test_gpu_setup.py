@@ -26,6 +26,7 @@ from harness.reporting import cells, sections, summary
 from harness.running import runner
 from harness.running.plan import select_devices
 from tests.conftest import ADAPTERS, CPU_BUILDS, GPU_HERE, REPO, check_cell
+from tests.fakes import report_text
 
 STAND_IN = """#!/bin/sh
 # Test double for nvidia-smi: one GPU, driver {driver}.
@@ -352,7 +353,7 @@ def test_strict_fails_when_a_gpu_is_there_but_unusable_and_the_report_says_so(py
     (rec,) = records.load(run / records.RESULTS)
     assert rec["device_requested"] == "cuda"  # auto on a GPU machine means the GPU
     assert rec["status"] == "failed" and "driver 580.65.06" in rec["reason"]
-    assert "> **Not in this comparison:**" in (run / "report.md").read_text()
+    assert "> **Not in this comparison:**" in report_text(run)
     env = json.loads((run / records.ENV).read_text())
     assert env["doctor"]["gpus"][0]["driver"] == "580.65.06"
     assert env["doctor"]["frameworks"][0]["adapter"] == "fault-ok"

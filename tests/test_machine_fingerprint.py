@@ -236,3 +236,18 @@ def test_a_field_one_side_could_not_read_leaves_the_match_incomplete():
     assert "CPU model unknown in B" in found.unknown and "microcode unknown in B" in found.unknown
     arm = machine(GRAVITON3, architecture="aarch64")
     assert compare.machine_match(*envs(arm, arm)).same is True, "what arm64 never says is not missing"
+
+
+def test_the_two_vms_called_amd_epyc_are_told_apart_by_their_committed_env_json():
+    """The strategy studies of 2026-11-26 and the default run of 2026-11-28 ran on VMs of one CPU
+    name whose kernel floors differ 2.5x: their env.json (before ``machine_kind``) differ in the
+    kernel build Python's platform string records, and compare says so."""
+    import json
+
+    from tests.conftest import EVIDENCE
+
+    study = json.loads((EVIDENCE / "2026-11-26-cpu-rnn-caption-strategies" / "env.json").read_text())
+    default = json.loads((EVIDENCE / "2026-11-28-cpu-default-30m" / "env.json").read_text())
+    found = compare.machine_match(study, default)
+    assert found.same is False and "kernel 6.18.44-fc-v595 vs 6.18.44-fc-v657" in found.differences
+    assert compare.machine_match(default, default).same is not False

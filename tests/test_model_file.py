@@ -18,6 +18,7 @@ import pytest
 from harness import records
 from harness.checks import backends
 from tests.conftest import REPO
+from tests.fakes import report_text
 from workloads import SpecError, get_workload, model_file
 
 GOOD = """
@@ -227,7 +228,7 @@ def test_a_model_file_benches_on_every_keras_backend_and_a_wrong_backend_is_fail
     for name in ("keras-jax", "keras-tf", "keras-torch"):
         assert recs[name]["status"] == "ok", recs[name].get("reason")
         assert recs[name]["workload"] == "examples/residual_cnn.py"
-    report = (tmp_path / "r" / "report.md").read_text()
+    report = report_text(tmp_path / "r")
     assert "## examples/residual_cnn.py (19,850 parameters" in report
     assert "Backend parity, checked before anything was timed" in report
     assert "keras-jax, keras-tf and keras-torch agree" in report

@@ -22,6 +22,7 @@ from harness.measuring import cpu_features
 from harness.running import precision
 from harness.stats.cells import combine_all
 from tests.conftest import REPO
+from tests.fakes import report_text
 
 TORCH = discover()["torch-eager"]
 
@@ -111,7 +112,7 @@ def test_bench_skips_emulated_bf16_unless_forced(python, tmp_path):
     assert env_json["precision"] == "bf16" and "torch" in peak["matmul_gflops_by"]
     # the CPU's flags say bfloat16 is emulated: its matmul is not timed (minutes), float32 bounds the cells
     assert "torch bf16" not in peak["matmul_gflops_by"] and "no bfloat16 instructions" in peak["bf16_emulated"]
-    report = (tmp_path / "forced" / "report.md").read_text()
+    report = report_text(tmp_path / "forced")
     assert "`bf16`: mixed precision" in report and "This run was forced" in report
     assert "float32 (bfloat16 not timed: emulated here, the CPU has no bfloat16 instructions" in report
 

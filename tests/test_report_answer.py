@@ -22,9 +22,7 @@ from harness.stats.verdicts import FASTER, SAME, SLOWER, UNRESOLVED, Family, Pai
 REPO = Path(__file__).resolve().parent.parent
 EVIDENCE = REPO / "evidence"
 RUNS = sorted(
-    p.parent
-    for p in EVIDENCE.glob("*/results.jsonl")
-    if not all(export.is_export(r) for r in records.load(p))
+    p.parent for p in EVIDENCE.glob("*/results.jsonl") if not all(export.is_export(r) for r in records.load(p))
 )
 DEFAULT_RUN = EVIDENCE / "2026-11-28-cpu-default-30m"
 MIRROR = {FASTER: SLOWER, SLOWER: FASTER, SAME: SAME, UNRESOLVED: UNRESOLVED}
@@ -152,3 +150,33 @@ def test_a_section_with_nothing_to_say_is_left_out(drawn):
     for block in re.findall(r"### Loop strategies: .*?(?=\n##|\Z)", text, re.S):
         rows = [line for line in block.splitlines() if line.startswith("| ") and "adapter" not in line]
         assert not rows or not all("baseline" in row for row in rows), "a strategies table of `exact` alone"
+
+
+def test_a_static_adapter_that_decodes_op_by_op_says_so_rather_than_0_traces():
+    """keras-tf on rnn-decode steps the GRU cell eagerly: its 0 traces are the truth, worded."""
+    from harness.reporting.formatting import compiles_text
+
+    decode = {"graph": "static", "traces": 0, "spec": {"task": "decode"}}
+    assert compiles_text(decode) == "0 traces: decodes eagerly"
+    assert compiles_text({**decode, "spec": {"task": "train"}}) == "0 traces, compiles not reported"
+    assert compiles_text({**decode, "traces": 2, "compiles": 2}) == "2 traces, 2 compiles"
+
+
+def test_a_users_own_calibration_reaches_the_method_only_when_given(tmp_path):
+    """``--calibration`` (bench, report) reaches the details page's Method through the model;
+    without it, a calibration lying in reports/ changes no report."""
+    import shutil
+
+    own = tmp_path / "my-calibration"
+    shutil.copytree(EVIDENCE / "2026-11-28-calibration-rnn-caption-5-generations", own)
+    _, without = report.pages(model.load([DEFAULT_RUN]))
+    _, with_own = report.pages(model.load([DEFAULT_RUN], calibration=own))
+    assert str(own) not in without and str(own) in with_own
+
+
+def test_a_peak_that_timed_fewer_libraries_than_the_cells_ran_says_it_is_understated():
+    """The default run's peak (numpy and torch) was measured before the peak timed every
+    installed library; its cells ran JAX and TensorFlow kernels, up to twice as fast on this CPU."""
+    first, _ = report.pages(model.load([DEFAULT_RUN]))
+    machine = next(line for line in first.splitlines() if line.startswith("Machine: "))
+    assert "understated: this run's cells ran jax and tensorflow kernels that the peak did not time" in machine

@@ -48,9 +48,18 @@ def physics_failed(m: Model) -> set[int]:
     return bad
 
 
-def workload_line(key: tuple, fam: Family, failed: set[int]) -> str:
+def where_of(key: tuple, fam: Family, devices: int = 1) -> str:
+    """``mlp``, ``mlp on cuda`` (a run on several devices), ``mlp on Xeon A, 64 cores: cpu`` (a
+    report over several machines): what a workload line is about."""
+    lead = fam.leader
+    if lead.get("machine_label"):
+        return f"{what(key)} on {lead['machine_label']}: {key[1]}"
+    return what(key) + (f" on {key[1]}" if devices > 1 else "")
+
+
+def workload_line(key: tuple, fam: Family, failed: set[int], devices: int = 1) -> str:
     """One workload's answer: its fastest (with why it is or is not claimed) and the adapters at its top."""
-    lead, where = fam.leader, what(key)
+    lead, where = fam.leader, where_of(key, fam, devices)
     if fam.fastest and id(lead) not in failed:
         second, v = fam.rivals[0]
         return (
@@ -58,7 +67,7 @@ def workload_line(key: tuple, fam: Family, failed: set[int]) -> str:
             f"the nearest, {name(second)}, takes {v.point:.2f}x [{v.low:.2f}, {v.high:.2f}] as long."
         )
     text = f"**{where}**: {name(lead)} leads at {_ms(lead)}"
-    if id(lead) in failed:
+    if id(lead) in failed or not fam.claimable:
         return text + ", but its physics check failed (details: How close to the hardware): no fastest is claimed."
     if fam.rivals and all(v.outcome == SLOWER for _, v in fam.rivals):
         second, v = fam.rivals[0]
@@ -87,7 +96,7 @@ def memory_lines(recs: Sequence[Record]) -> list[str]:
         if spread > MEMORY_SPREAD:
             out.append(
                 f"{workload}: {name(high)} {sig(high['host_peak_rss_bytes'] / 2**20)} MiB against "
-                f"{name(low)} {sig(low['host_peak_rss_bytes'] / 2**20)} MiB ({spread:.1f}x)"
+                f"{name(low)} {sig(low['host_peak_rss_bytes'] / 2**20)} MiB"
             )
     return out
 
@@ -122,16 +131,17 @@ def render(m: Model) -> Block:
         if m.plot_dir is not None:
             path = plots.overview(grid, m.plot_dir / OVERVIEW_PNG)
             out += [f"![overview: steady step time over the fastest of each column]({path.name})", ""]
+        modes = any(r.get("data", "resident") != "resident" for r in m.recs)
         out += [
-            "Each cell: the adapter's steady step over the column's fastest, the ratio its workload's table "
-            "prints; **bold**: the fastest, separated from every other; `same`: the same speed as the fastest "
-            f"(interval within {SAME_BAND}); `unresolved`: the run could not tell.",
+            overview.caption(grid, modes),
             "",
             overview.table(grid),
             "",
         ]
     failed = physics_failed(m)
-    lines = [workload_line(key, fam, failed) for key, fam in sorted(m.families.items(), key=lambda kv: str(kv[0]))]
+    devices = len({key[1] for key in m.families})
+    ordered = sorted(m.families.items(), key=lambda kv: str(kv[0]))
+    lines = [workload_line(key, fam, failed, devices) for key, fam in ordered]
     frameworks = summary.framework_sentences(m.recs)
     if frameworks:
         lines.append(
@@ -146,11 +156,12 @@ def render(m: Model) -> Block:
     mem = memory_lines(m.recs)
     if mem:
         lines.append(
-            f"Peak host memory (framework imports included) differs by more than {MEMORY_SPREAD}x: " + "; ".join(mem)
+            "Peak host memory differs by half again or more (framework imports included; details: Memory): "
+            + "; ".join(mem)
         )
-    devices = summary.device_sentences(m.recs)
-    if devices:
-        lines += devices
+    cpu_gpu = summary.device_sentences(m.recs)
+    if cpu_gpu:
+        lines += cpu_gpu
     elif not any(r.get("device") == "cuda" for r in m.recs):
         lines.append("CPU against GPU: not measured, this run has no GPU cells (`make bench DEVICE=all` on a GPU).")
     lines += summary.contention_sentences(m.recs)

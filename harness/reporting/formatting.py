@@ -67,6 +67,9 @@ def compiles_text(rec: Record) -> str:
     seconds = [f"{sig(rec['compile_s'])} s"] if rec.get("compile_s") is not None else []
     if not known:
         return ", ".join([f"counts {NOT_REPORTED}", *seconds]) if seconds else NOT_REPORTED
+    inferring = (rec.get("spec") or {}).get("task", "train") != "train"
+    if inferring and rec.get("graph") == "static" and not any(counts.values()):  # its decode ran op by op
+        return "0 traces: decodes eagerly"
     return ", ".join([*known, *(f"{k} {NOT_REPORTED}" for k in missing), *seconds])
 
 

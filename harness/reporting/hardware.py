@@ -76,8 +76,7 @@ def hardware(recs: Sequence[Record], envs: dict[str, dict[str, Any]]) -> list[st
     out = ["## How close to the hardware", ""]
     if peaks:
         out += [
-            "Measured peaks (at the run's start and, in runs since 2026-11-23, at its end; the better of the two "
-            "counts):",
+            "Measured peaks (at the run's start and, where measured, at its end; the better of the two counts):",
             "",
             tabulate(peaks, PEAK_HEADERS, tablefmt="github", disable_numparse=True),
             "",
@@ -143,7 +142,8 @@ def _peak_rows(machine: str, peaks: dict[str, Any]) -> list[list[str]]:
             continue
         by = peak["matmul_gflops_by"]
         source = ", ".join(f"{k} {sig(v)}" for k, v in by.items()) if isinstance(by, dict) else by
-        start = sig(peak.get("matmul_gflops_start", peak["matmul_gflops"]))  # runs before 2026-11-23: start only
+        # each figure where it was measured (records.load_env gives a peak measured once its start's)
+        start = sig(peak["matmul_gflops_start"]) if peak.get("matmul_gflops_start") is not None else DASH
         end = sig(peak["matmul_gflops_end"]) if "matmul_gflops_end" in peak else DASH
         kind = PEAK_KIND.get(peak.get("precision", "fp32"), "float32")
         if peak.get("bf16_emulated"):  # harness.measuring.peak: an emulated bfloat16 matmul is not timed

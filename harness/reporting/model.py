@@ -14,7 +14,7 @@ Every section of a report renders from this model alone (harness.reporting.secti
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from harness.records import Record, is_idiomatic, load_env
 from harness.reporting import overview, parity
 from harness.reporting.cells import families
 from harness.reporting.formatting import fingerprint_name, machine_name
-from harness.reporting.hardware import peak_gflops, same_machine
+from harness.reporting.hardware import peak_gflops, physics_violations, same_machine
 from harness.stats.cells import combine_all, fingerprint_key
 from harness.stats.verdicts import Family, PairVerdict, pair_verdict
 
@@ -94,6 +94,10 @@ class Model:
     processes: list[Record] = field(default_factory=list)
     #: Where plots are written (None: a report without pictures).
     plot_dir: Path | None = None
+    #: The user's own calibration the Method quotes beside the committed ones (``--calibration``).
+    calibration: Path | None = None
+    #: Where the run is still going: what the provisional page says of it (None: the final report).
+    provisional: str | None = None
     #: Every pair verdict asked so far, by the records' identities and level (the records held too,
     #: so an identity is not reused while its verdict is kept).
     verdicts: dict[tuple[int, int, float | None], tuple[Record, Record, PairVerdict]] = field(default_factory=dict)
@@ -112,9 +116,15 @@ class Model:
         return ids or ", ".join(d.name for d in self.run_dirs)
 
 
-def load(run_dirs: list[Path], raw: Mapping[Path, list[Record]] | None = None, plot_dir: Path | None = None) -> Model:
+def load(
+    run_dirs: list[Path],
+    raw: Mapping[Path, list[Record]] | None = None,
+    plot_dir: Path | None = None,
+    calibration: Path | None = None,
+) -> Model:
     """The model of a report over ``run_dirs`` (``raw``: their records as already loaded), its
-    plots to be drawn in ``plot_dir`` (None: none)."""
+    plots to be drawn in ``plot_dir`` (None: none); ``calibration``: the user's own, else the one
+    the first run's env.json names (its bench's ``--calibration``), else none."""
     loaded = {d: records.load(d / records.RESULTS) if (raw or {}).get(d) is None else (raw or {})[d] for d in run_dirs}
     recs, envs = load_runs(run_dirs, loaded)
     sections: dict[tuple[str, tuple], list[Record]] = {}
@@ -122,8 +132,13 @@ def load(run_dirs: list[Path], raw: Mapping[Path, list[Record]] | None = None, p
         if r.get("data", "resident") == "resident":
             sections.setdefault((r["workload"], records.setting_overrides(r)), []).append(r)
     processes = [r for d in run_dirs for r in loaded[d] if not is_idiomatic(r)]
+    named = next((env.get("calibration") for env in envs.values() if env and env.get("calibration")), None)
     model = Model(list(run_dirs), recs, envs, parity.load(run_dirs), {}, None, sections, processes, plot_dir)
-    model.families = families(recs)
+    model.calibration = calibration or (Path(named) if named and Path(named).exists() else None)
+    env = next(iter(envs.values()), {}) or {}
+    model.families = {  # a leader whose timing fails the physics check is never called the fastest
+        key: replace(fam, claimable=not physics_violations([fam.leader], env)) for key, fam in families(recs).items()
+    }
     model.grid = overview.grid(recs, model.families)
     return model
 

@@ -6,7 +6,7 @@ One grid feeds both the picture (plots.overview) and the compact markdown table 
 the two can never disagree. A column's leader is chosen among cells a verdict may use
 (cells.comparable), and judged with its column's cells as one family (verdicts.family): it is
 *the fastest* (framed) only where it is separated from every rival; a rival is marked *same speed*
-where its ratio's whole interval lies within 1 +- 5%, *unresolved* where neither it nor a
+where its ratio's whole interval lies within [0.952, 1.05], *unresolved* where neither it nor a
 separation holds; cells that did not run show their status; contended cells show their ratio, marked.
 """
 
@@ -19,7 +19,7 @@ from tabulate import tabulate
 from harness.records import Record, override_number, setting_overrides
 from harness.reporting.cells import axes, best_per_adapter, comparable, families, strategy, what
 from harness.reporting.formatting import device_label, sig
-from harness.stats.verdicts import SAME, UNRESOLVED, Family
+from harness.stats.verdicts import SAME, SAME_BAND, UNRESOLVED, Family
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Cell:
     status: str
     ratio: float | None = None
     fastest: bool = False  # the column's leader, separated from every rival (verdicts.Family.fastest)
-    same: bool = False  # the same speed as the leader (the whole interval within 1 +- 5%)
+    same: bool = False  # the same speed as the leader (the whole interval within [0.952, 1.05])
     strategy: str | None = None
     unresolved: bool = False  # neither separated from the leader nor the same speed
 
@@ -144,18 +144,14 @@ def table(g: Grid) -> str:
 
 
 def caption(g: Grid, has_data_modes: bool) -> str:
-    """What the picture and the table show, in one paragraph."""
+    """What the picture and the table show, in a few lines (the answer's first screen)."""
     text = (
-        "Each cell is the adapter's steady step time (synced; its best loop strategy, the fastest steady step, in "
-        "brackets) over the fastest cell of the column, the same ratio the workload's table prints (the verdict's "
-        "point estimate; the median's ratio where a pair is not judged): 1.00 framed is the fastest, separated from "
-        "every other cell of the column (Holm over the column's pairs); `same`: the same speed as the fastest, the "
-        "ratio's whole interval within 1 +- 5% (dashed frame); `unresolved`: neither (the interval is too wide, or "
-        "too few processes to judge; the workload's table prints it); unmarked: separated, slower. Colours "
-        "are on a log scale. `skipped` and `failed` cells did not run (the tables below say why)"
+        "Each cell: the adapter's steady step over the column's fastest (its best loop strategy in brackets), "
+        "the ratio its workload's table prints; **bold**: the fastest, separated from every other by 5% or more; "
+        f"`same`: the same speed as the fastest (interval within {SAME_BAND}); `unresolved`: the run could not tell"
     )
     if any(c.status == "contended" for c in g.cells.values()):
-        text += "; `contended` cells ran beside other CPU load and are not ranked"
+        text += "; `contended`: ran beside other CPU load, not ranked"
     if has_data_modes:
-        text += "; data already on the device (`resident`): other data modes are in the Input pipeline section"
+        text += "; data already on the device (other data modes: details, Input pipeline)"
     return text + "."

@@ -324,7 +324,9 @@ def overview(g: Grid, path: Path) -> Path:
     bar.ax.minorticks_off()
     bar.set_label("steady step time / fastest of the column (log scale)", fontsize=8)
     ax.set_title("Steady step time over the fastest of each column (lower is better)", fontsize=10, pad=8)
-    legend = "1.00 framed: fastest (separated from every other); dashed frame: same speed (interval within 1 +- 5%)"
+    legend = (
+        "1.00 framed: fastest (separated from every other); dashed frame: same speed (interval within [0.952, 1.05])"
+    )
     if any(cell.unresolved for cell in g.cells.values()):
         legend += "; unres.: unresolved (could not tell)"
     ax.set_xlabel(legend, fontsize=8)

@@ -18,6 +18,7 @@ from harness.records import Record, is_idiomatic
 from harness.reporting import (
     answer,
     attention,
+    compare,
     export,
     fidelity,
     findings,
@@ -51,8 +52,8 @@ def generations_note(group: Sequence[Record]) -> list[str]:
     ran = min(len(r["group_generations"]) for r in ok)
     if ran >= planned:
         return []
-    # a budget's records say so; before 2026-11-27 they did not, but its looks raised the level (Pocock)
-    budgeted = ok[0].get("budget_s") is not None or ok[0].get("verdict_level", 0.95) > 0.95
+    # a budget's records say so (``budget_s``; None where the looks protocol kept no size: harness.records)
+    budgeted = "budget_s" in ok[0]
     why = "the run's time budget ran out before the next one" if budgeted else "see Status"
     said = f"Generations: {ran} of the {planned} planned ({why})"
     said += "; with fewer than 3, every pair stays `unresolved`" if ran < 3 else ""
@@ -145,7 +146,8 @@ def header(m: model.Model) -> model.Block:
     """The cell count, the run's settled share and the machine in one line each."""
     recs = m.recs
     counts = pd.Series([r["status"] for r in recs]).value_counts().to_dict() if recs else {}
-    out = [f"{len(recs)} cells: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in records.STATUSES) + ".", ""]
+    out = [f"> **Provisional**: {m.provisional}", ""] if m.provisional else []
+    out += [f"{len(recs)} cells: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in records.STATUSES) + ".", ""]
     out += settled_total(m.families)
     out += machine_line(m)
     return model.Block(out)
@@ -160,14 +162,33 @@ def machine_line(m: model.Model) -> list[str]:
             continue
         text = f"Machine: {name}, {env.get('cpu_logical', '?')} logical CPUs"
         for device, peak in sorted((env.get("peaks") or {}).items()):
+            if not isinstance(peak, dict) or peak.get("matmul_gflops") is None:  # a peak that failed: said in details
+                continue
             found = peak.get("matmul_gflops_by")
             by = ", ".join(f"{lib} {sig(v)}" for lib, v in sorted(found.items())) if isinstance(found, dict) else ""
             text += f"; {device} float32 matmul peak {sig(peak['matmul_gflops'])} GFLOP/s" + (f" ({by})" if by else "")
+            ran = {lib for r in m.recs for lib in static_dynamic.KERNEL_LIBRARIES if lib in (r.get("versions") or {})}
+            left_out = sorted(ran - set(found or {})) if isinstance(found, dict) else []
+            if left_out:  # an older run's peak timed fewer libraries than its cells ran
+                text += (
+                    f", understated: this run's cells ran {' and '.join(left_out)} kernels that the peak did not "
+                    "time, so its `% of peak` reads high"
+                )
         floors = (env.get("kernel_floors") or {}).get("fastest_library") or {}
         for device, counts in sorted(floors.items()):
             libs = ", ".join(f"{lib} {n}" for lib, n in sorted(counts.items(), key=lambda kv: -kv[1]))
             text += f"; kernel floors on {device} from the fastest library per kernel ({libs} kernels)"
         out += [text + ". Times measured on another machine are not comparable with these.", ""]
+    named = [(name, env) for name, env in m.envs.items() if env]
+    for name, env in named[1:]:  # a report over several runs: say where their machines differ
+        found = compare.machine_match(named[0][1], env)
+        if found.same is not True:
+            what = "; ".join(found.differences) or "fingerprints incomplete: " + ", ".join(found.unknown)
+            out += [
+                f"Machines: {named[0][0]} and {name} are not one machine kind ({what}): "
+                "their cells are never compared with each other.",
+                "",
+            ]
     return out
 
 
@@ -190,7 +211,7 @@ def workloads_block(m: model.Model) -> model.Block:
         first += [title, "", *generations_note(group), *pairs_note(group, m.families)]
         first += parity.note(workload, m.parity)
         first += [workload_table(group, m.families, compact=True), ""]
-        details += [title, "", workload_table(group, m.families), ""]
+        details += [f"{title}: every column", "", workload_table(group, m.families), ""]
         if m.plot_dir is not None:
             drawn = _plots(group, workload, key, m.plot_dir, colors)
             first += drawn[0] if drawn else []
@@ -199,7 +220,7 @@ def workloads_block(m: model.Model) -> model.Block:
 
 
 def static_dynamic_block(m: model.Model) -> model.Block:
-    return model.Block(details=static_dynamic.section(m.sections))
+    return model.Block(details=static_dynamic.section(m.sections, m.calibration))
 
 
 def more_sections_block(m: model.Model) -> model.Block:
@@ -240,7 +261,8 @@ def machine_block(m: model.Model) -> model.Block:
 
 def method_block(m: model.Model) -> model.Block:
     """The Method in a paragraph on the first page, the full protocol on the details page."""
-    return model.Block(["## Method", "", method_summary(m.recs), ""], ["## Method", "", method(m.recs), ""])
+    full = ["## Method in full", "", method(m.recs, m.calibration), ""]
+    return model.Block(["## Method", "", method_summary(m.recs), ""], full)
 
 
 #: The report's sections in reading order, each ``render(model) -> Block`` (harness.reporting.model.Section).
@@ -283,7 +305,13 @@ def _plots(group: list[Record], workload: str, key: tuple, plot_dir: Path, color
     ]
 
 
-def write(run_dir: Path, extra: Sequence[Path] = (), out_dir: Path | None = None) -> Path:
+def write(
+    run_dir: Path,
+    extra: Sequence[Path] = (),
+    out_dir: Path | None = None,
+    calibration: Path | None = None,
+    provisional: str | None = None,
+) -> Path:
     """Write report.md, its plots and report.html (the same page, self-contained) for one run, or
     merge ``extra`` runs into it; merged reports go to ``out_dir``. A fidelity run
     (idiomatic-script records) also gets fidelity.md."""
@@ -293,7 +321,9 @@ def write(run_dir: Path, extra: Sequence[Path] = (), out_dir: Path | None = None
     target = out_dir or run_dir
     target.mkdir(parents=True, exist_ok=True)
     path = target / "report.md"
-    first, details = pages(model.load([run_dir, *extra], {run_dir: recs}, target))
+    m = model.load([run_dir, *extra], {run_dir: recs}, None if provisional else target, calibration)
+    m.provisional = provisional
+    first, details = pages(m)
     path.write_text(first)
     (target / answer.DETAILS).write_text(details)
     html.write(path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, cast
 
 from tabulate import tabulate
@@ -213,13 +214,14 @@ def level_text(recs: Sequence[Record]) -> str:
 
 
 def _sized(p: dict[str, Any]) -> str:
-    """How a protocol's blocks were sized, where its records say (runs since 2026-11-27)."""
+    """How a protocol's blocks were sized, where every process took its cell's round-1 size
+    (``blocks_sized``); nothing where each process sized its own, as a probe alone does."""
     if p.get("blocks_sized") == "round 1":
         return " at the step its cell's round-1 process measured alone, in every process"
     return ""
 
 
-def method(recs: Sequence[Record]) -> str:
+def method(recs: Sequence[Record], calibration: Path | None = None) -> str:
     """The protocol each cell's record says it was timed with (cells recorded before records
     carried it are said to be so, not described by today's settings)."""
     ok = [r for r in recs if r["status"] == "ok"]
@@ -270,8 +272,8 @@ def method(recs: Sequence[Record]) -> str:
         )
     lines += _resolution(ok) + _turns_left_out(ok) + _slow_cells(ok)
     if any((r.get("protocol") or {}).get("mode") == "turns" for r in ok):  # verdicts from processes taking turns
-        lines += calibration_note.lines(ok)
-    if any(strategy(r) for r in ok) and (across := calibration_note.across(ok)):
+        lines += calibration_note.lines(ok, calibration)
+    if any(strategy(r) for r in ok) and (across := calibration_note.across(ok, calibration)):
         lines.append(f"- {across}")  # the `steady vs its exact` column's verdict: between two groups
     if any((r.get("pass_steps") or 1) > 1 for r in ok):
         lines.append(
@@ -342,7 +344,8 @@ def method(recs: Sequence[Record]) -> str:
         "- `first step` includes tracing and compilation for static-graph adapters. `traces / compiles` "
         "are counted during training by the framework's own instrumentation (tf.function's tracing "
         "count, jax.monitoring compile events); `not reported` where the adapter's `compile_stats` leaves a "
-        "count out (an eager adapter's framework counts none), never 0.",
+        "count out (an eager adapter's framework counts none); 0 only where a static adapter decodes op by op "
+        "(its settings' `decode_path`: `0 traces: decodes eagerly`).",
     ]
     return "\n".join(lines)
 
@@ -362,6 +365,6 @@ def method_summary(recs: Sequence[Record]) -> str:
         "(symmetric: naming a pair the other way round keeps the word), faster or slower where it excludes 1, "
         "else `unresolved`; a fastest is named only where Holm's test over the workload's pairs separates it "
         "from every rival by at least 5%. How often these rules call identical code different, and how often "
-        "they find a 10% slow-down: the calibration the full protocol quotes ([details.md](details.md#method)) "
+        "they find a 10% slow-down: the calibration the full protocol quotes ([details.md](details.md#method-in-full)) "
         "and docs/measurement.md (Calibration) in dlcompare."
     )

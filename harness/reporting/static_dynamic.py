@@ -4,6 +4,7 @@ compiling costs each static-graph cell and when it pays off, and the loop strate
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from tabulate import tabulate
 
@@ -22,9 +23,10 @@ from harness.reporting.formatting import DASH, compiles_text, device_label, sig,
 from harness.stats.verdicts import SAME, UNRESOLVED, pair_verdict
 
 
-def section(groups: dict[tuple, list[Record]]) -> list[str]:
-    """``## Static vs dynamic`` with its subsections, or nothing where no static cell ran."""
-    parts = [*within_frameworks(groups), *compile_costs(groups), *strategies(groups)]
+def section(groups: dict[tuple, list[Record]], calibration: Path | None = None) -> list[str]:
+    """``## Static vs dynamic`` with its subsections, or nothing where no static cell ran;
+    ``calibration``: the user's own, quoted beside the committed ones."""
+    parts = [*within_frameworks(groups), *compile_costs(groups), *strategies(groups, calibration)]
     return ["## Static vs dynamic", "", *parts] if parts else []
 
 
@@ -146,7 +148,7 @@ def cache_note(cells: list[Record]) -> str:
     return " ".join(words)
 
 
-def strategies(groups: dict[tuple, list[Record]]) -> list[str]:
+def strategies(groups: dict[tuple, list[Record]], calibration: Path | None = None) -> list[str]:
     """For workloads run under loop strategies: compiles, cold time and break-even per cell."""
     out: list[str] = []
     for (workload, setting), recs in groups.items():
@@ -188,14 +190,14 @@ def strategies(groups: dict[tuple, list[Record]]) -> list[str]:
                 "traces / compiles",
                 "first step (ms)",
                 "steady (ms/step)",
-                "steady vs its exact",
+                "steady vs its exact (unpaired)",
                 f"cold time, {n} batches (s)",
                 "break-even (steps)",
             ]
             title = f"{workload} ({', '.join(setting)})" if setting else workload
             out += [f"### Loop strategies: {title} on {device}", ""]
             if base is not None:
-                calibrated = bool(calibration_note.across(cells))
+                calibrated = bool(calibration_note.across(cells, calibration))
                 out += [
                     f"Break-even: the number of training steps from a cold start after which the static-graph "
                     f"cell has spent no more time in total than the fastest dynamic-graph cell, "
@@ -225,14 +227,29 @@ def vs_exact(rec: Record, exact: Record | None) -> str:
     return verdict_text(pair_verdict(exact, rec))
 
 
+#: The libraries whose kernels a step runs, as a record's ``versions`` names them.
+KERNEL_LIBRARIES = ("torch", "tensorflow", "jax")
+
+
+def backend(rec: Record) -> str:
+    """The library that runs a cell's kernels: Keras's backend where the record names one, else
+    the first kernel library among its versions (flax: jax), else its framework."""
+    versions = rec.get("versions") or {}
+    if versions.get("keras_backend"):
+        return str(versions["keras_backend"])
+    return next((lib for lib in KERNEL_LIBRARIES if lib in versions), str(rec.get("framework", "")))
+
+
 def mode_pairs(recs: list[Record]) -> list[tuple[Record, Record]]:
     """Each framework's fastest dynamic-graph and fastest static-graph cell (its best loop strategy:
     the fastest steady step) per group of comparable cells (cells.axes), as (dynamic, static), by
-    device and framework: the rows of "Within each framework", and the pairs the summary quotes."""
+    device, framework and backend (``backend``): a pair differs in its graph mode alone, so Keras on
+    torch (dynamic) is never set against Keras on JAX or TensorFlow (static). The rows of "Within
+    each framework", and the pairs the answer quotes."""
     modes: dict[tuple, dict[str, list[Record]]] = {}
     for r in comparable(recs):
         if r.get("graph") in ("static", "dynamic"):
-            key = (device_label(r), r.get("framework", ""), str(axes(r)))
+            key = (device_label(r), r.get("framework", ""), backend(r), str(axes(r)))
             modes.setdefault(key, {}).setdefault(r["graph"], []).append(r)
     return [
         (min(m["dynamic"], key=lambda r: r["median_s"]), min(m["static"], key=lambda r: r["median_s"]))
@@ -252,8 +269,8 @@ def speedup_text(value: float) -> str:
 
 
 def within_frameworks(groups: dict[tuple, list[Record]]) -> list[str]:
-    """Each framework's dynamic and static modes side by side (torch eager vs torch.compile,
-    TF eager vs tf.function, JAX op by op vs jit, Keras on torch vs on JAX): ``mode_pairs``."""
+    """Each framework's dynamic and static modes side by side on one backend (torch eager vs
+    torch.compile, TF eager vs tf.function, JAX op by op vs jit): ``mode_pairs``."""
     rows = []
     for (workload, setting), recs in groups.items():
         label = f"{workload} ({', '.join(setting)})" if setting else workload
@@ -293,6 +310,8 @@ def within_frameworks(groups: dict[tuple, list[Record]]) -> list[str]:
         "1: the static graph is faster once compiled); break-even is the step count from a cold start after "
         "which the static mode has spent no more time in total and stays so (the last crossing), `same speed` "
         "where the steady steps are within 5% and `unresolved` where the run cannot tell them apart. Cells that "
-        "ran beside other CPU load (`contended`) are left out."
+        "ran beside other CPU load (`contended`) are left out. A pair differs in its graph mode alone: a "
+        "framework whose dynamic and static cells run on different backends (Keras: eager on torch, compiled "
+        "on JAX or TensorFlow) has no row; its workload tables set them side by side."
     )
     return ["### Within each framework", "", intro, "", _table(rows, headers), ""]

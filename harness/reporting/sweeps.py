@@ -144,7 +144,7 @@ def sweep_section(recs: Sequence[Record], plot_dir: Path | None, colors: plots.C
             f"judged at each {field} by the ratio of the two series' cells there (time of one over the other, "
             f"harness.stats.verdicts: {_pairing(cells)}; each pair on its own, not family-wise), its interval at "
             f"{level}: a value counts where the pair is separated (the interval excludes 1 and reaches past "
-            f"1 ± 5%), values where the pair is `{SAME}` or `{UNRESOLVED}` are skipped"
+            f"[0.952, 1.05]), values where the pair is `{SAME}` or `{UNRESOLVED}` are skipped"
         )
         found = crossovers(series)
         if found:

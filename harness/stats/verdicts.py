@@ -21,8 +21,8 @@ of cell c in generation k) and what its group's model says:
 - **Between groups of one run, and between runs**: nothing pairs the processes, so Welch's t on
   the two sides' process levels (unpaired, unequal variances). Between runs (``change``) the
   same three outcomes, each with the smallest change the comparison could have detected at 80%
-  power. Until 2026-11-28 it said "no change" where the interval held 1 and that smallest change
-  was under 10%: a claim from power after the fact, which an interval within 1 +- 5% now makes
+  power. It never says "no change" where the interval holds 1 and that smallest change is under
+  10%: that is a claim from power after the fact, which an interval within the same-speed band makes
   (or does not) by itself.
 - **Three outcomes**: *same speed* (the whole interval within 1 +- ``SETTLE_MARGIN``, whether or
   not it excludes 1: an equivalence test, as Schuirmann's two one-sided tests, at the stricter
@@ -37,9 +37,10 @@ of cell c in generation k) and what its group's model says:
   ``n (n - 1) / 2`` pairs (the leader is picked from the data, so its ``n - 1`` comparisons
   alone would not hold the family's rate).
 - **One look**: a time budget adds generations by time alone, reading no verdict
-  (harness.running.budget.VERDICT_LEVEL), so each verdict is read once at its level. Until
-  2026-11-27 a budget added them to unsettled groups and looked again, at Pocock's level per look
-  (``pocock_level``; harness.calibrate's ``--looks`` judges that protocol).
+  (harness.running.budget.VERDICT_LEVEL), so each verdict is read once at its level. The looks
+  protocol it replaced added them to unsettled groups and looked again, at Pocock's level per look
+  (``pocock_level``; harness.calibrate's ``--looks`` judges that protocol; its records are schema 1,
+  harness.records).
 - **Pure**: a verdict is a function of its two records and the level alone, so every table,
   picture and sentence of a report that quotes a pair reads the same verdict; the report model
   (harness.reporting.model) keeps the ones it computed so that each is computed once.
@@ -86,7 +87,7 @@ FEW_BLOCKS = f"fewer than {MIN_BLOCKS} blocks in a process"
 FEW_GENERATIONS = f"fewer than {MIN_GENERATIONS} generations"
 MISSING_GENERATION = "a cell lacks a generation of its group"
 #: ... or judged it, and its interval neither excludes 1 nor lies within 1 +- SETTLE_MARGIN.
-WIDE = "interval spans 1 and reaches past 1 +- 5%"
+WIDE = "interval spans 1 and reaches past the same-speed band"
 #: ... or the pair alone separates, but not once the group's comparisons are counted (``family``).
 FAMILY = "not separated once the group's comparisons are counted (Holm)"
 #: ... or it is faster than the leader by its processes' levels, slower by its mean step.
@@ -275,10 +276,13 @@ class Family:
     leader: Record
     rivals: list[tuple[Record, PairVerdict]]
     comparisons: int
+    #: False where the leader's timing cannot be trusted (its physics check failed): no fastest then.
+    claimable: bool = True
 
     @property
     def fastest(self) -> bool:
-        return bool(self.rivals) and all(v.outcome == SLOWER for _, v in self.rivals) and self.lead >= 1 + SETTLE_MARGIN
+        ahead = all(v.outcome == SLOWER for _, v in self.rivals) and self.lead >= 1 + SETTLE_MARGIN
+        return bool(self.rivals) and ahead and self.claimable
 
     @property
     def lead(self) -> float:
