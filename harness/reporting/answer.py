@@ -19,6 +19,7 @@ from harness.reporting.cells import name, strategy, top, what
 from harness.reporting.formatting import sig
 from harness.reporting.hardware import physics_violations
 from harness.reporting.model import Block, Model
+from harness.reporting.static_dynamic import KERNEL_LIBRARIES
 from harness.stats.verdicts import SAME, SAME_BAND, SETTLE_MARGIN, SLOWER, Family
 
 #: Peak host memory of the adapters of one workload differing by more than this is worth a line.
@@ -36,6 +37,21 @@ def _ms(rec: Record) -> str:
 def _names(recs: Sequence[Record]) -> str:
     items = [name(r) for r in recs]
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def peak_left_out(m: Model, found: object) -> list[str]:
+    """The kernel libraries this run's cells ran that a peak's ``matmul_gflops_by`` (``found``) did
+    not time: an older run's peak, understated where those libraries are faster."""
+    if not isinstance(found, dict):
+        return []
+    ran = {lib for r in m.recs for lib in KERNEL_LIBRARIES if lib in (r.get("versions") or {})}
+    return sorted(ran - set(found))
+
+
+def understated(m: Model) -> bool:
+    """Whether any device's peak of the run left out a library its cells ran (``peak_left_out``)."""
+    peaks = [p for env in m.envs.values() if env for p in (env.get("peaks") or {}).values() if isinstance(p, dict)]
+    return any(peak_left_out(m, p.get("matmul_gflops_by")) for p in peaks)
 
 
 def physics_failed(m: Model) -> set[int]:
@@ -57,7 +73,7 @@ def where_of(key: tuple, fam: Family, devices: int = 1) -> str:
     return what(key) + (f" on {key[1]}" if devices > 1 else "")
 
 
-def workload_line(key: tuple, fam: Family, failed: set[int], devices: int = 1) -> str:
+def workload_line(key: tuple, fam: Family, failed: set[int], devices: int = 1, low_peak: bool = False) -> str:
     """One workload's answer: its fastest (with why it is or is not claimed) and the adapters at its top."""
     lead, where = fam.leader, where_of(key, fam, devices)
     if fam.fastest and id(lead) not in failed:
@@ -68,7 +84,11 @@ def workload_line(key: tuple, fam: Family, failed: set[int], devices: int = 1) -
         )
     text = f"**{where}**: {name(lead)} leads at {_ms(lead)}"
     if id(lead) in failed or not fam.claimable:
-        return text + ", but its physics check failed (details: How close to the hardware): no fastest is claimed."
+        against = " against a peak that did not time every library the cells ran (above)" if low_peak else ""
+        return (
+            text
+            + f", but its physics check failed{against} (details: How close to the hardware): no fastest is claimed."
+        )
     if fam.rivals and all(v.outcome == SLOWER for _, v in fam.rivals):
         second, v = fam.rivals[0]
         return (
@@ -141,7 +161,7 @@ def render(m: Model) -> Block:
     failed = physics_failed(m)
     devices = len({key[1] for key in m.families})
     ordered = sorted(m.families.items(), key=lambda kv: str(kv[0]))
-    lines = [workload_line(key, fam, failed, devices) for key, fam in ordered]
+    lines = [workload_line(key, fam, failed, devices, understated(m)) for key, fam in ordered]
     frameworks = summary.framework_sentences(m.recs)
     if frameworks:
         lines.append(

@@ -167,8 +167,7 @@ def machine_line(m: model.Model) -> list[str]:
             found = peak.get("matmul_gflops_by")
             by = ", ".join(f"{lib} {sig(v)}" for lib, v in sorted(found.items())) if isinstance(found, dict) else ""
             text += f"; {device} float32 matmul peak {sig(peak['matmul_gflops'])} GFLOP/s" + (f" ({by})" if by else "")
-            ran = {lib for r in m.recs for lib in static_dynamic.KERNEL_LIBRARIES if lib in (r.get("versions") or {})}
-            left_out = sorted(ran - set(found or {})) if isinstance(found, dict) else []
+            left_out = answer.peak_left_out(m, found)
             if left_out:  # an older run's peak timed fewer libraries than its cells ran
                 text += (
                     f", understated: this run's cells ran {' and '.join(left_out)} kernels that the peak did not "
