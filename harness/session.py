@@ -171,7 +171,7 @@ class Session:
         command = ["python -m harness", *sys.argv[1:]]
         info = env.capture(threads, command, [m for a in self.adapters.values() for m in a.cls.requires])
         info["precision"] = cells[0]["precision"] if cells else "fp32"
-        if getattr(self, "calibration", None) is not None:  # a rebuilt report quotes it too
+        if self.calibration is not None:  # a rebuilt report quotes it too
             info["calibration"] = str(self.calibration)
         info["environments"] = environments.describe()  # one per CUDA major on a GPU variant
         phases = info["phases_s"] = {"start-up and plan": processes.age_s()}

@@ -24,10 +24,11 @@ of cell c in generation k) and what its group's model says:
   power. It never says "no change" where the interval holds 1 and that smallest change is under
   10%: that is a claim from power after the fact, which an interval within the same-speed band makes
   (or does not) by itself.
-- **Three outcomes**: *same speed* (the whole interval within 1 +- ``SETTLE_MARGIN``, whether or
+- **Three outcomes**: *same speed* (the whole interval within ``SAME_BAND``, [1 / (1 +
+  ``SETTLE_MARGIN``), 1 + ``SETTLE_MARGIN``], symmetric in the ratio, whether or
   not it excludes 1: an equivalence test, as Schuirmann's two one-sided tests, at the stricter
   level of the full interval), *separated* (``faster`` / ``slower``: the interval excludes 1 and
-  reaches past 1 +- ``SETTLE_MARGIN``) and *unresolved* (anything else, with its reason). A pair
+  reaches past ``SAME_BAND``) and *unresolved* (anything else, with its reason). A pair
   is ``settled`` when separated or the same speed. Same speed comes first because identical
   code in fresh processes measures about 1% apart often enough, persisting across generations,
   that calibration with twins separated it above the nominal rate (docs/measurement.md); a
@@ -86,7 +87,7 @@ ONE_PROCESS = "one process per cell"
 FEW_BLOCKS = f"fewer than {MIN_BLOCKS} blocks in a process"
 FEW_GENERATIONS = f"fewer than {MIN_GENERATIONS} generations"
 MISSING_GENERATION = "a cell lacks a generation of its group"
-#: ... or judged it, and its interval neither excludes 1 nor lies within 1 +- SETTLE_MARGIN.
+#: ... or judged it, and its interval neither excludes 1 nor lies within SAME_BAND.
 WIDE = "interval spans 1 and reaches past the same-speed band"
 #: ... or the pair alone separates, but not once the group's comparisons are counted (``family``).
 FAMILY = "not separated once the group's comparisons are counted (Holm)"
@@ -261,7 +262,7 @@ def judged(a: Record, b: Record) -> bool:
 
 def settled(a: Record, b: Record, level: float | None = None) -> bool:
     """Whether a pair's verdict needs no more generations: separated, or the same speed (its
-    interval within 1 +- SETTLE_MARGIN: it cannot hide a meaningful difference)."""
+    interval within SAME_BAND: it cannot hide a meaningful difference)."""
     return pair_verdict(a, b, level).settled
 
 
@@ -310,7 +311,7 @@ def family_pair(a: Record, b: Record, level: float) -> PairVerdict:
 def family(cells: list[Record], level: float | None = None) -> Family:
     """The group's verdicts against its leader (the smallest ``median_s``), family-wise (module
     docstring): Holm over all ``n (n - 1) / 2`` pairs; a rival is the same speed where its own
-    interval lies within 1 +- SETTLE_MARGIN, else slower where its pair with the leader is
+    interval lies within SAME_BAND, else slower where its pair with the leader is
     rejected, else unresolved (with FAMILY as the reason where the pair alone would separate)."""
     order = sorted(cells, key=lambda r: r["median_s"])
     lead = order[0]
@@ -332,7 +333,7 @@ def family(cells: list[Record], level: float | None = None) -> Family:
 
 def change(a: Record, b: Record, level: float | None = None) -> RunChange:
     """One cell in run A (``a``) and in run B (``b``): Welch's t on their process levels, worded by
-    ``outcome_of`` as every verdict is (same speed within 1 +- SETTLE_MARGIN first)."""
+    ``outcome_of`` as every verdict is (same speed within SAME_BAND first)."""
     level = level_of(a, b) if level is None else level
     la, lb = list(levels_of(a).values()), list(levels_of(b).values())
     if len(la) < 2 or len(lb) < 2:
