@@ -31,7 +31,7 @@ from adapters import AdapterInfo, discover
 from harness import env, processes, records
 from harness.checks import backends, doctor, fidelity
 from harness.install import environments, variant
-from harness.measuring import floors, peak, timing
+from harness.measuring import contention, floors, peak, timing
 from harness.reporting import report
 from harness.reporting.hardware import physics_violations
 from harness.run_folder import PLAN, fail, in_use, lock, run_id_error, storage_failure, unwritable, write_failed
@@ -173,6 +173,8 @@ class Session:
         info["precision"] = cells[0]["precision"] if cells else "fp32"
         if self.calibration is not None:  # a rebuilt report quotes it too
             info["calibration"] = str(self.calibration)
+        info["load_at_start"] = load = load_at_start()
+        print(load_note(load), flush=True)
         info["environments"] = environments.describe()  # one per CUDA major on a GPU variant
         phases = info["phases_s"] = {"start-up and plan": processes.age_s()}
         print("asking each framework for its build (doctor) ...", flush=True)
@@ -377,6 +379,33 @@ def executor_of(args: argparse.Namespace, run_dir: Path, adapters: Adapters) -> 
         share_nodes=args.share_nodes,
     )
     return executors.executor(args.executor, run_dir, adapters, slurm, args.ray_address, args.ray_cpus_per_cell)
+
+
+#: Seconds the bench watches the machine's load before it starts (``load_at_start``).
+LOAD_WINDOW_S = 1.0
+
+
+def load_at_start(window_s: float = LOAD_WINDOW_S) -> dict[str, float]:
+    """What other processes kept busy while the bench looked, before it started anything:
+    ``other_cores`` (cores, from /proc/stat) and ``steal`` (the hypervisor's share)."""
+    load = contention.MachineLoad()
+    load.start([])
+    time.sleep(window_s)
+    load.stop()
+    return {"other_cores": round(load.other_cores, 2), "steal": round(load.steal, 3)}
+
+
+def load_note(load: Mapping[str, float]) -> str:
+    """The start's load in words, and what it costs where it is high: a cell that runs beside more
+    than CONTENDED_CORES other cores is marked contended and ranked in no verdict."""
+    said = f"machine load at the start: {load['other_cores']:.2f} other cores busy"
+    said += f", hypervisor steal {load['steal']:.1%}" if load.get("steal") else ""
+    if load["other_cores"] > records.CONTENDED_CORES:
+        said += (
+            f"; above {records.CONTENDED_CORES:g}, a cell measured like this is marked contended and ranked in no "
+            "verdict: the turns wait for quiet, and a machine that never quiets leaves its cells unranked"
+        )
+    return said
 
 
 def warm_up_note(seconds: float, budget_s: float | None) -> str:

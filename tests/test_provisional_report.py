@@ -70,3 +70,24 @@ def test_the_progress_line_counts_what_the_run_may_still_start(most, expected):
     assert f"[{progress.count()}]" == expected
     progress.budget = budget.Budget(1800.0)
     assert "; budget left " in progress.count()
+
+
+def test_the_run_says_at_its_start_how_busy_the_machine_is_and_what_that_costs():
+    """Issue 71: a user whose machine is never idle learns it at the start, and on the first screen."""
+    from harness import session
+
+    quiet = session.load_note({"other_cores": 0.05, "steal": 0.0})
+    assert quiet == "machine load at the start: 0.05 other cores busy"
+    busy = session.load_note({"other_cores": 1.4, "steal": 0.02})
+    assert busy.startswith("machine load at the start: 1.40 other cores busy, hypervisor steal 2.0%")
+    assert "marked contended and ranked in no verdict" in busy
+    found = session.load_at_start(0.05)
+    assert set(found) == {"other_cores", "steal"} and found["other_cores"] >= 0
+
+
+def test_the_first_screen_quotes_the_load_at_the_start(tmp_path):
+    run = _run(tmp_path, [r for a in ("torch-eager", "jax-jit") for r in as_rounds(record(a))[:1]])
+    (run / records.ENV).write_text(json.dumps({"cpu": "Test CPU", "load_at_start": {"other_cores": 1.2, "steal": 0}}))
+    report.write(run)
+    machine = next(line for line in (run / "report.md").read_text().splitlines() if line.startswith("Machine: "))
+    assert "at the start other processes kept 1.20 cores busy" in machine

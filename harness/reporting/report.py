@@ -177,6 +177,9 @@ def machine_line(m: model.Model) -> list[str]:
         for device, counts in sorted(floors.items()):
             libs = ", ".join(f"{lib} {n}" for lib, n in sorted(counts.items(), key=lambda kv: -kv[1]))
             text += f"; kernel floors on {device} from the fastest library per kernel ({libs} kernels)"
+        load = env.get("load_at_start")
+        if load:  # how busy the machine was before the run started anything
+            text += f"; at the start other processes kept {load['other_cores']:.2f} cores busy"
         out += [text + ". Times measured on another machine are not comparable with these.", ""]
     named = [(name, env) for name, env in m.envs.items() if env]
     for name, env in named[1:]:  # a report over several runs: say where their machines differ
