@@ -46,7 +46,7 @@ MODEL ?=
 CALIBRATION ?=
 BENCH_ARGS = $(if $(MODEL),--model $(MODEL)) $(if $(CALIBRATION),--calibration $(CALIBRATION)) --framework $(FRAMEWORK) --device $(DEVICE) --workload $(BENCH_WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(BUDGET),--budget $(BUDGET)) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(if $(filter 1 yes true,$(PROFILE_OPS)),--profile-ops) $(ARGS)
 
-.PHONY: install bench export test test-fast lint list report sweep compare rerun fidelity doctor lock lock-check lock-diff env calibrate clean-venv gpu-check
+.PHONY: install bench crossover export test test-fast lint list report sweep compare rerun fidelity doctor lock lock-check lock-diff env calibrate clean-venv gpu-check
 
 # A GPU variant's locks install from the registry alone, whatever this machine's pip configuration
 # offers (a local torch-2.13.0+cpu wheel satisfies torch==2.13.0); the cpu variant uses it. Each
@@ -172,6 +172,12 @@ SWEEP ?= batch_size=16,32,64,128,256,512,1024
 
 sweep: $(STAMP)
 	$(PY) -m harness sweep --framework $(FRAMEWORK) --device $(DEVICE) --workload $(if $(filter all,$(WORKLOAD)),mlp,$(WORKLOAD)) --profile $(PROFILE) --data $(DATA) --sweep $(SWEEP) $(ARGS)
+
+# CPU against GPU along the mlp's width and the batch, taking turns in one run: where the GPU starts
+# to win (harness crossover: torch-eager, 16 cells, 12 minutes; docs/commands.md). FRAMEWORK,
+# SWEEP and BUDGET given here replace its defaults; a CPU-only machine is told so and nothing runs.
+crossover: $(STAMP)
+	$(PY) -m harness crossover $(if $(filter command line,$(origin FRAMEWORK)),--framework $(FRAMEWORK)) $(if $(filter command line,$(origin SWEEP)),--sweep '$(SWEEP)') $(if $(filter command line,$(origin BUDGET)),--budget $(BUDGET)) $(ARGS)
 
 compare: $(STAMP)
 	$(PY) -m harness compare $(A) $(B) $(ARGS)

@@ -1,4 +1,5 @@
-"""Command line: ``python -m harness {list,bench,sweep,fidelity,export,report,check,doctor,compare,calibrate}``.
+"""Command line: ``python -m harness COMMAND``: list, bench, sweep, crossover, fidelity, export, report,
+check, doctor, compare, calibrate.
 
 Parsing only: each command is one call (a bench run is harness.session)."""
 
@@ -16,6 +17,7 @@ from adapters import PluginError, discover
 from adapters.base import PRECISIONS
 from harness import env, export, processes, records, run_folder, session
 from harness.checks import conformance, doctor, fidelity
+from harness.install import variant
 from harness.measuring import timing
 from harness.reporting import calibration_note, compare, report
 from harness.running import clusters, devices, executors
@@ -24,6 +26,14 @@ from workloads import STRATEGIES, WORKLOADS
 
 DEFAULT_OUT = Path("reports")
 DEFAULT_SWEEP = "batch_size=16,32,64,128,256,512,1024"
+#: ``crossover``'s defaults: the mlp from narrower than the seed's to wider than a 16-core CPU keeps
+#: up with, and its batch likewise, on one framework (FRAMEWORK= adds others). On one H200 (16 cores
+#: beside it), 32 cells of two adapters spent 3.4 minutes before their first generation (kernel
+#: floors 2.8 of them, cached for the machine's later runs) and 5.3 on one generation
+#: (evidence/gpu-crossover-h200-20261128): these 16 cells and 12 minutes allow for three.
+CROSSOVER_SWEEP = "hidden=64,256,1024,4096;batch_size=16,128,1024,8192"
+CROSSOVER_FRAMEWORK = "torch-eager"
+CROSSOVER_BUDGET = "12m"
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -56,6 +66,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.workload = args.model
         args.framework = "keras" if args.framework == "all" else args.framework
     return session.bench(args)
+
+
+def cmd_crossover(args: argparse.Namespace) -> int:
+    """``sweep`` on the CPU and the GPU taking turns; refused, before anything runs, without a GPU."""
+    if variant.detect().driver is None:
+        return run_folder.fail(
+            "crossover: this machine has no NVIDIA GPU (nvidia-smi finds no driver), and the crossover times "
+            "every cell on the CPU and on a GPU, taking turns. On a CPU-only machine `make sweep` sweeps the "
+            "CPU alone; run `make crossover` on a GPU machine for where the GPU starts to win"
+        )
+    return cmd_bench(args)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -154,7 +175,11 @@ CALIBRATION_HELP = (
 
 def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> None:
     b.add_argument("--calibration", type=Path, default=None, metavar="PATH", help=CALIBRATION_HELP)
-    b.add_argument("--framework", default="all", help="all, an adapter, a framework family, or a comma list")
+    b.add_argument(
+        "--framework",
+        default=defaults.get("framework", "all"),
+        help="all, an adapter, a framework family, or a comma list",
+    )
     b.add_argument(
         "--workload",
         default=defaults["workload"],
@@ -165,7 +190,9 @@ def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> No
         help="a Keras 3 model file (docs/your-keras-model.md): the run's workload, on every Keras adapter "
         "unless --framework narrows it",
     )
-    b.add_argument("--device", default="auto", help=f"one or a comma list of: {', '.join(DEVICES)}")
+    b.add_argument(
+        "--device", default=defaults.get("device", "auto"), help=f"one or a comma list of: {', '.join(DEVICES)}"
+    )
     b.add_argument("--profile", default="quick", choices=sorted(timing.PROFILES))
     b.add_argument(
         "--rounds",
@@ -196,7 +223,11 @@ def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> No
         "instead of skipping those cells",
     )
     b.add_argument(
-        "--sweep", default=defaults["sweep"], metavar="FIELD=V1,V2,...", help="run every cell for each value"
+        "--sweep",
+        default=defaults["sweep"],
+        metavar="FIELD=V1,V2,...",
+        help="run every cell for each value; several axes separated by ';' (each varied alone); a list field "
+        "(the mlp's hidden) takes one number for all its entries",
     )
     b.add_argument(
         "--set",
@@ -215,7 +246,7 @@ def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> No
     b.add_argument(
         "--budget",
         type=_duration,
-        default=None,
+        default=defaults.get("budget"),  # a string default goes through _duration
         metavar="TIME",
         help="time for the whole run, e.g. 15m: rounds after the first stop when it is spent, and what is left "
         "goes to more generations, the groups with the fewest first (default: the profile's fixed rounds)",
@@ -296,6 +327,24 @@ def parser() -> argparse.ArgumentParser:
         sub.add_parser("sweep", help=f"bench over the values of one spec field (default --sweep {DEFAULT_SWEEP})"),
         sweep_defaults,
     )
+
+    crossover_defaults = {
+        "workload": "mlp",
+        "data": "resident",
+        "strategy": "exact",
+        "sweep": CROSSOVER_SWEEP,
+        "framework": CROSSOVER_FRAMEWORK,
+        "device": "cpu,cuda",
+        "budget": CROSSOVER_BUDGET,
+    }
+    crossover = sub.add_parser(
+        "crossover",
+        help="CPU against GPU, taking turns in one run, along the mlp's width and the batch: where the GPU "
+        f"starts to win (default --sweep {CROSSOVER_SWEEP!r}, --framework {CROSSOVER_FRAMEWORK}, "
+        f"--budget {CROSSOVER_BUDGET}); needs a GPU",
+    )
+    _bench_arguments(crossover, crossover_defaults)
+    crossover.set_defaults(func=cmd_crossover)
 
     fidelity_defaults = {
         "workload": fidelity.WORKLOAD,

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from harness.records import Record
 from harness.reporting import overview, plots, summary
 from harness.reporting.cells import name, strategy, top, what
+from harness.reporting.crossover import crossover_lines
 from harness.reporting.formatting import sig
 from harness.reporting.hardware import physics_violations
 from harness.reporting.model import Block, Model
@@ -179,13 +180,19 @@ def render(m: Model) -> Block:
             "Peak host memory differs by half again or more (framework imports included; details: Memory): "
             + "; ".join(mem)
         )
-    cpu_gpu = summary.device_sentences(m.recs)
-    if cpu_gpu:
-        lines += cpu_gpu
-    elif not any(r.get("device") == "cuda" for r in m.recs):
-        lines.append("CPU against GPU: not measured, this run has no GPU cells (`make bench DEVICE=all` on a GPU).")
+    crossing = crossover_lines(m.recs)
+    if crossing:
+        lines.append("CPU against GPU along the sweep, where the GPU starts to win:")
+        lines += [f"  - {c}" for c in crossing]
+    cpu_gpu = summary.device_sentences([r for r in m.recs if not r.get("sweep")])
+    lines += cpu_gpu
+    if not cpu_gpu and not crossing and not any(r.get("device") == "cuda" for r in m.recs):
+        lines.append(
+            "CPU against GPU: not measured, this run has no GPU cells (`make crossover` on a GPU machine: "
+            "where the GPU starts to win)."
+        )
     lines += summary.contention_sentences(m.recs)
-    out += [*(f"- {line}" for line in lines), ""]
+    out += [*(line if line.startswith("  - ") else f"- {line}" for line in lines), ""]  # nested: as given
     out += [
         f"Every cell's detail, the floors, the run's time, the settings and the full protocol: [{DETAILS}]({DETAILS}).",
         "",

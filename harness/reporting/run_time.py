@@ -35,6 +35,10 @@ def _label(rec: Record) -> str:
     return label + (f", {loop}" if loop else "") + (f", {data} data" if data != "resident" else "")
 
 
+def _device(rec: Record) -> str:
+    return str(rec.get("device") or rec["device_requested"])
+
+
 def _minutes(seconds: float) -> str:
     return sig(seconds / 60)
 
@@ -44,10 +48,13 @@ def generations(processes: list[Record]) -> dict[str, dict[int, dict[str, float]
     records of processes that took turns (``ready_s``); cells that ran alone are a generation of
     their own label's each, all of their wall time start-up and timing together (``startup`` 0)."""
     out: dict[str, dict[int, dict[str, float]]] = {}
+    # a setting on two devices is two groups, each with its own generations (harness.running.turns)
+    several = len({_device(r) for r in processes}) > 1
     for r in processes:
         if r.get("wall_s") is None:
             continue  # skipped before it started
-        gen = out.setdefault(_label(r), {}).setdefault(round_of(r), {"wall": 0.0, "startup": 0.0, "workers": 0})
+        label = _label(r) + (f" on {_device(r)}" if several else "")
+        gen = out.setdefault(label, {}).setdefault(round_of(r), {"wall": 0.0, "startup": 0.0, "workers": 0})
         gen["workers"] += 1
         if r.get("ready_s") is None:  # alone: its whole wall, one after another
             gen["wall"] += r["wall_s"]

@@ -11,6 +11,7 @@ from tabulate import tabulate
 from harness.records import Record, overrides_of
 from harness.reporting import plots
 from harness.reporting.cells import strategy
+from harness.reporting.crossover import device_crossovers
 from harness.reporting.formatting import DASH, device_label, sig, slug, verdict_text
 from harness.reporting.sections import level_text
 from harness.stats.verdicts import MIN_GENERATIONS, SAME, SLOWER, UNRESOLVED, levels_of, pair_verdict, same_group
@@ -88,9 +89,8 @@ def sweep_section(recs: Sequence[Record], plot_dir: Path | None, colors: plots.C
     their adapter's colour (``colors``, the report's palette), one line style per device."""
     swept = [r for r in recs if r.get("sweep") and r["status"] == "ok" and r.get("data", "resident") == "resident"]
     out: list[str] = []
-    for workload in sorted({r["workload"] for r in swept}):
-        cells = [r for r in swept if r["workload"] == workload]
-        field = cells[0]["sweep"]["field"]
+    for workload, field in sorted({(r["workload"], r["sweep"]["field"]) for r in swept}):
+        cells = [r for r in swept if r["workload"] == workload and r["sweep"]["field"] == field]
         series: dict[str, list[Record]] = {}
         varied = _varied_settings(cells, field)
         for r in sorted(cells, key=lambda r: r["sweep"]["value"]):
@@ -170,5 +170,8 @@ def sweep_section(recs: Sequence[Record], plot_dir: Path | None, colors: plots.C
             ]
         else:
             out += [f"No crossover: no pair of series changes order within the swept range, {rule}."]
+        gpu = [c.sentence() for c in device_crossovers(cells)]
+        if gpu:
+            out += ["", "CPU against GPU, each adapter's own pair at each value:", "", *(f"- {g}" for g in gpu)]
         out.append("")
     return out

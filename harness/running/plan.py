@@ -180,30 +180,31 @@ def plan(
     modes = select_data(data)
     if precision not in PRECISIONS:
         raise _bad("precision", precision, PRECISIONS)
-    field, values = parse_sweep(sweep) if sweep else (None, [None])
+    axes: list[tuple[str | None, list[Any]]] = [*parse_sweeps(sweep)] if sweep else [(None, [None])]
     environments = parse_envs(envs)
     overrides, pipeline = split_pipeline(overrides)
-    if field is not None:
-        check_sweep_field(field, workloads)
-    if pipeline or field in PIPELINE_FIELDS:
+    for field, _ in axes:
+        if field is not None:
+            check_sweep_field(field, workloads)
+    if pipeline or any(field in PIPELINE_FIELDS for field, _ in axes):
         check_pipeline_cells(workloads, modes)
     planned = []
-    for w in workloads:
+    for w, (field, values) in itertools.product(workloads, axes):
         for ovr, value in itertools.product(variants(w, overrides, strategies), values):
             pipe = dict(pipeline)
-            if field in PIPELINE_FIELDS:
-                pipe[field] = cast(int, value)  # parsed by parse_sweep
-            elif field is not None:
-                ovr = [*ovr, f"{field}={value}"]
             try:
-                planned.append((w, ovr, spec_of({"workload": w, "overrides": ovr}), value, pipe))
+                if field in PIPELINE_FIELDS:
+                    pipe[field] = cast(int, value)  # parsed by parse_sweep
+                elif field is not None:
+                    ovr = [*ovr, f"{field}={_swept_value(w, ovr, field, value)}"]
+                planned.append((w, ovr, spec_of({"workload": w, "overrides": ovr}), field, value, pipe))
             except SpecError as exc:
                 raise PlanError(str(exc)) from None
     if not planned:
         raise PlanError(f"no workload of {workload!r} has any of the strategies {', '.join(strategies)}")
     cells: list[Cell] = []
     runs_in = [(None, None), *environments.items()]  # this environment, then each named one
-    for (w, ovr, spec, value, pipe), mode, d, name, (env, python) in itertools.product(
+    for (w, ovr, spec, field, value, pipe), mode, d, name, (env, python) in itertools.product(
         planned, modes, devices, names, runs_in
     ):
         info = adapters[name]
@@ -360,6 +361,27 @@ def check_pipeline_cells(workloads: list[str], modes: list[str]) -> None:
             f"input pipeline settings apply to the image workloads ({', '.join(images)}); "
             f"{', '.join(plain)} feed pre-made batches"
         )
+
+
+def parse_sweeps(expr: str) -> list[tuple[str, list[str] | list[int]]]:
+    """One or more sweep axes, ``FIELD=V1,...;FIELD=V1,...``: each axis varies its field with every
+    other field at the spec's value (axes, not their product). A PlanError names a field given twice."""
+    axes = [parse_sweep(part) for part in expr.split(";") if part.strip()]
+    fields = [field for field, _ in axes]
+    twice = sorted({f for f in fields if fields.count(f) > 1})
+    if not axes or twice:
+        raise PlanError(f"--sweep {expr!r}: expected FIELD=V1,V2,... axes separated by ';', each field once")
+    return axes
+
+
+def _swept_value(workload: str, overrides: list[str], field: str, value: str) -> str:
+    """The override text of a swept value: a number as given, or for a field holding a list of
+    sizes (the mlp's ``hidden``) that number for every entry, so the depth stays the spec's and
+    ``hidden=1024`` makes every hidden layer 1024 wide."""
+    current = getattr(spec_of({"workload": workload, "overrides": overrides}), field)
+    if isinstance(current, tuple):
+        return ",".join([value] * len(current))
+    return value
 
 
 def parse_sweep(expr: str) -> tuple[str, list[str] | list[int]]:
