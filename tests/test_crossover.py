@@ -11,7 +11,7 @@ import pytest
 
 from harness import cli, records
 from harness.install import variant
-from harness.reporting import crossover, report, sweeps
+from harness.reporting import answer, crossover, report, sweeps, workload_tables
 from harness.running.plan import PlanError, parse_sweeps, plan
 from tests.fakes import as_rounds, fake_info, report_text
 from tests.test_summary_compare_sweep import ENV, timed
@@ -95,13 +95,7 @@ def test_a_single_device_or_a_single_value_gives_no_crossover():
 def test_a_two_axis_crossover_run_reports_each_axis_and_states_the_crossover_first(tmp_path):
     recs = series("torch-eager", "batch_size", [1, 5, 20, 80], [2, 2.5, 3, 4])
     recs += series("torch-eager", "hidden", [1, 1.2, 9, 60], [2, 2, 2.5, 3], values=(64, 256, 1024, 4096))
-    run = tmp_path / "run"
-    run.mkdir()
-    for r in recs:
-        for p in as_rounds(r):
-            records.append(run / records.RESULTS, p)
-    (run / records.ENV).write_text(json.dumps(ENV))
-    report.write(run)
+    run = _written(tmp_path, recs)
     first = (run / "report.md").read_text()
     assert "- CPU against GPU along the sweep, where the GPU starts to win:\n" in first
     assert "\n  - torch-eager on mlp: the GPU is faster from batch_size=256 on" in first
@@ -173,3 +167,51 @@ def test_crossover_defaults_plan_cpu_and_gpu_cells_of_both_axes(monkeypatch, tmp
     assert "hidden=4096,4096" in out and "batch_size=8192" in out
     args = cli.parser().parse_args(["crossover"])
     assert (args.framework, args.device, args.workload, args.budget) == ("torch-eager", "cpu,cuda", "mlp", 720)
+
+
+def test_a_gpu_run_says_which_step_its_verdicts_rank_and_prints_the_pipelined_one_first(tmp_path):
+    recs = series("jax-jit", "batch_size", [1, 5, 20, 80], [2, 2.5, 3, 4])
+    for r in recs:
+        r["pipelined_s"] = r["median_s"] * (0.25 if r["device"] == "cuda" else 1.0)
+    (line,) = answer.pipelined_lines(recs)
+    assert line.startswith("On the GPU the verdicts rank the synced step")
+    assert "over the run's 4 GPU cells" in line
+    cpu_only = [r for r in recs if r["device"] == "cpu"]
+    assert answer.pipelined_lines(cpu_only) == []
+    first = workload_tables.workload_table(recs[:2], compact=True)  # one value: a CPU cell and a GPU cell
+    assert "pipelined (ms/step)" in first.splitlines()[0]
+    assert "pipelined" not in workload_tables.workload_table(cpu_only[:1], compact=True)
+
+
+def test_memory_sets_adapters_against_each_other_never_one_against_itself():
+    small = series("jax-jit", "hidden", [1, 2], [1, 2], values=(64, 4096))
+    for r, mib in zip(small, (600, 700, 1700, 1800), strict=True):  # cpu 64, cuda 64, cpu 4096, cuda 4096
+        r["host_peak_rss_bytes"] = mib * 2**20
+    assert answer.memory_lines(small) == [], "jax-jit at 700 MiB against itself at 1,800 is no finding"
+    other = series("torch-eager", "hidden", [1, 2], [1, 2], values=(64, 4096))
+    for r in other:
+        r["host_peak_rss_bytes"] = 500 * 2**20
+    assert answer.memory_lines(small + other) == [
+        "mlp on cpu: jax-jit 1,700 MiB against torch-eager 500 MiB",
+        "mlp on cuda: jax-jit 1,800 MiB against torch-eager 500 MiB",
+    ]
+
+
+def test_a_sweep_of_many_settings_lists_only_those_with_a_fastest_and_counts_the_rest(tmp_path):
+    recs = series("torch-eager", "batch_size", [1, 2, 4, 8], [2, 2, 2, 2])
+    recs += series("jax-jit", "batch_size", [1, 2, 4, 8], [2, 2, 2, 1], values=(16, 256, 1024, 4096))
+    first = report_text(_written(tmp_path, recs)).split("## The answer", 1)[1].split("\n## ", 1)[0]
+    bullets = [line for line in first.splitlines() if line.startswith("- **mlp")]
+    assert len(bullets) == 1 and "on cuda**: jax-jit is the fastest" in bullets[0], bullets
+    assert "- 7 more of the run's 8 workloads and settings have no fastest named" in first
+
+
+def _written(tmp_path, recs):
+    run = tmp_path / "run"
+    run.mkdir()
+    for r in recs:
+        for p in as_rounds(r):
+            records.append(run / records.RESULTS, p)
+    (run / records.ENV).write_text(json.dumps(ENV))
+    report.write(run)
+    return run

@@ -1,4 +1,5 @@
-"""The device's measured limits: a large float32 matmul (GFLOP/s) and a large copy (GB/s).
+"""The device's measured limits: a large float32 matmul (GFLOP/s), a large copy (GB/s) and, on a
+GPU, the host-to-device copy (GB/s, from pinned and from pageable host memory: ``H2D_FIELDS``).
 
 Run once per device per run, in its own process (``python -m harness.measuring.peak DEVICE OUT [PRECISION]``)
 so the parent imports no framework. On CPU the best of NumPy's BLAS, PyTorch (oneDNN/MKL), JAX
@@ -34,6 +35,8 @@ from harness.measuring import floors
 from harness.measuring.cpu_features import cpu_native_bf16
 
 MATMUL_N = 2048
+#: A GPU's host-to-device copy rates (GB/s, bytes moved once): from pinned and from pageable memory.
+H2D_FIELDS = ("h2d_gbs", "h2d_pageable_gbs")
 COPY_BYTES = 256 * 2**20
 REPEATS = 5
 #: Repeat for at least this long: a shared VM's capacity drifts by tens of percent within
@@ -184,13 +187,20 @@ def _measure_cuda_built_in(tf32: bool = False, bf16: bool = False) -> dict[str, 
             if bf16:  # the bfloat16 matmul, or float32 where that is faster (emulated bf16)
                 ha, hb = a.bfloat16(), b.bfloat16()
                 seconds = min(seconds, _best(lambda: ha @ hb, sync))
+            host = torch.ones(COPY_BYTES // 4)
+            pinned = host.pin_memory()
             return {
                 "matmul_gflops": flops / seconds / 1e9,
                 "matmul_gflops_by": "torch",
                 "copy_gbs": 2 * COPY_BYTES / _best(lambda: dst.copy_(src), sync) / 1e9,
+                # host to device, bytes moved once: from page-locked memory (asynchronous, the
+                # fastest a loader's pinned batches get) and from ordinary pageable memory
+                "h2d_gbs": COPY_BYTES / _best(lambda: dst.copy_(pinned, non_blocking=True), sync) / 1e9,
+                "h2d_pageable_gbs": COPY_BYTES / _best(lambda: dst.copy_(host), sync) / 1e9,
             }
     import jax
     import jax.numpy as jnp
+    import numpy as np
 
     jax.config.update("jax_default_matmul_precision", "tensorfloat32" if tf32 else "highest")
     dev = jax.devices("cuda")[0]
@@ -198,6 +208,7 @@ def _measure_cuda_built_in(tf32: bool = False, bf16: bool = False) -> dict[str, 
     matmul = jax.jit(lambda x, y: x @ y)
     copy = jax.jit(lambda x: x + 0)
     src = jax.device_put(jnp.ones(COPY_BYTES // 4, jnp.float32), dev)
+    host = np.ones(COPY_BYTES // 4, np.float32)
     seconds = _best(lambda: matmul(a, b), jax.block_until_ready)
     if bf16:
         seconds = min(seconds, _jax_matmul_s("cuda", "bfloat16"))
@@ -205,6 +216,8 @@ def _measure_cuda_built_in(tf32: bool = False, bf16: bool = False) -> dict[str, 
         "matmul_gflops": flops / seconds / 1e9,
         "matmul_gflops_by": "jax",
         "copy_gbs": 2 * COPY_BYTES / _best(lambda: copy(src), jax.block_until_ready) / 1e9,
+        # host to device from a NumPy array (pageable: JAX pins no host memory of its own)
+        "h2d_pageable_gbs": COPY_BYTES / _best(lambda: jax.device_put(host, dev), jax.block_until_ready) / 1e9,
     }
 
 
@@ -219,10 +232,10 @@ def best_of(start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
             out[device] = first if "error" not in first else last
             continue
         merged = dict(first)
-        for field in ("matmul_gflops", "copy_gbs"):
-            merged[f"{field}_start"], merged[f"{field}_end"] = first[field], last[field]
+        for field in ("matmul_gflops", "copy_gbs", *(f for f in H2D_FIELDS if f in first or f in last)):
+            merged[f"{field}_start"], merged[f"{field}_end"] = first.get(field), last.get(field)
             # None: not measured (a plugin's device has no copy figure)
-            merged[field] = max((v for v in (first[field], last[field]) if v is not None), default=None)
+            merged[field] = max((v for v in (first.get(field), last.get(field)) if v is not None), default=None)
         if last["matmul_gflops"] > first["matmul_gflops"]:
             merged["matmul_gflops_by"] = last["matmul_gflops_by"]
         out[device] = merged

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from harness.records import Record
 from harness.reporting import overview, plots, summary
-from harness.reporting.cells import name, strategy, top, what
+from harness.reporting.cells import name, overlap, strategy, top, what
 from harness.reporting.crossover import crossover_lines
 from harness.reporting.formatting import sig
 from harness.reporting.hardware import physics_violations
@@ -25,6 +25,8 @@ from harness.stats.verdicts import SAME, SAME_BAND, SETTLE_MARGIN, SLOWER, Famil
 
 #: Peak host memory of the adapters of one workload differing by more than this is worth a line.
 MEMORY_SPREAD = 1.5
+#: More workloads and settings than this (a sweep's values) get a line each only where a fastest is named.
+MAX_WORKLOAD_LINES = 6
 #: The details page beside report.md (harness.reporting.report).
 DETAILS = "details.md"
 #: The overview picture's file name in the report's folder.
@@ -104,22 +106,47 @@ def workload_line(key: tuple, fam: Family, failed: set[int], devices: int = 1, l
 
 
 def memory_lines(recs: Sequence[Record]) -> list[str]:
-    """Per workload where the adapters' peak host memory differs by more than MEMORY_SPREAD."""
+    """Per workload (and device, where the run has several) where the adapters' peak host memory
+    differs by more than MEMORY_SPREAD: each adapter at its largest over the workload's settings
+    (a sweep's widths), so one adapter is never set against itself."""
     out = []
-    by_workload: dict[str, list[Record]] = {}
-    for r in recs:
-        if r["status"] == "ok" and r.get("host_peak_rss_bytes") and r.get("data", "resident") == "resident":
-            by_workload.setdefault(r["workload"], []).append(r)
-    for workload, cells in sorted(by_workload.items()):
+    ok = [
+        r
+        for r in recs
+        if r["status"] == "ok" and r.get("host_peak_rss_bytes") and r.get("data", "resident") == "resident"
+    ]
+    several = len({r.get("device") for r in ok}) > 1
+    largest: dict[tuple[str, str], dict[str, Record]] = {}
+    for r in ok:
+        where = (r["workload"], f" on {r.get('device')}" if several else "")
+        mine = largest.setdefault(where, {})
+        best = mine.get(name(r))
+        if best is None or r["host_peak_rss_bytes"] > best["host_peak_rss_bytes"]:
+            mine[name(r)] = r
+    for (workload, device), by_adapter in sorted(largest.items()):
+        cells = list(by_adapter.values())
         low = min(cells, key=lambda r: r["host_peak_rss_bytes"])
         high = max(cells, key=lambda r: r["host_peak_rss_bytes"])
-        spread = high["host_peak_rss_bytes"] / low["host_peak_rss_bytes"]
-        if spread > MEMORY_SPREAD:
+        if high["host_peak_rss_bytes"] / low["host_peak_rss_bytes"] > MEMORY_SPREAD:
             out.append(
-                f"{workload}: {name(high)} {sig(high['host_peak_rss_bytes'] / 2**20)} MiB against "
+                f"{workload}{device}: {name(high)} {sig(high['host_peak_rss_bytes'] / 2**20)} MiB against "
                 f"{name(low)} {sig(low['host_peak_rss_bytes'] / 2**20)} MiB"
             )
     return out
+
+
+def pipelined_lines(recs: Sequence[Record]) -> list[str]:
+    """On a GPU, which step the verdicts rank: the synced one (each step waits for the device),
+    while a training loop that never syncs gets the pipelined one, with the range of their ratio."""
+    gpu = [r for r in recs if r["status"] == "ok" and r.get("device") == "cuda" and r.get("pipelined_s")]
+    if not gpu:
+        return []
+    ratios = sorted(overlap(r) for r in gpu)
+    return [
+        "On the GPU the verdicts rank the synced step (each step waits for the device: launch and sync latency "
+        "included); a training loop that never syncs gets the pipelined step, the tables' `pipelined` column: "
+        f"{ratios[0]:.2f}x to {ratios[-1]:.2f}x of the synced time over the run's {len(gpu)} GPU cells."
+    ]
 
 
 def strategy_lines(m: Model) -> list[str]:
@@ -162,7 +189,15 @@ def render(m: Model) -> Block:
     failed = physics_failed(m)
     devices = len({key[1] for key in m.families})
     ordered = sorted(m.families.items(), key=lambda kv: str(kv[0]))
-    lines = [workload_line(key, fam, failed, devices, understated(m)) for key, fam in ordered]
+    named = [(k, f) for k, f in ordered if f.fastest and id(f.leader) not in failed]
+    if len(ordered) <= MAX_WORKLOAD_LINES or len(named) == len(ordered):
+        lines = [workload_line(key, fam, failed, devices, understated(m)) for key, fam in ordered]
+    else:  # a sweep's many settings: the ones with an answer, and how many have none
+        lines = [workload_line(key, fam, failed, devices, understated(m)) for key, fam in named]
+        lines.append(
+            f"{len(ordered) - len(named)} {'more ' if named else ''}of the run's {len(ordered)} workloads and "
+            "settings have no fastest named (unresolved, or within 5%, at the top): each one's table below says why."
+        )
     frameworks = summary.framework_sentences(m.recs)
     if frameworks:
         lines.append(
@@ -191,6 +226,7 @@ def render(m: Model) -> Block:
             "CPU against GPU: not measured, this run has no GPU cells (`make crossover` on a GPU machine: "
             "where the GPU starts to win)."
         )
+    lines += pipelined_lines(m.recs)
     lines += summary.contention_sentences(m.recs)
     out += [*(line if line.startswith("  - ") else f"- {line}" for line in lines), ""]  # nested: as given
     out += [

@@ -71,7 +71,8 @@ def hardware(recs: Sequence[Record], envs: dict[str, dict[str, Any]]) -> list[st
         best = f"{fastest / peak:.1%}" if peak else DASH
         rows.append([*row_label(r), sig(flops / 1e9), sig(gflops), pct, best])
     jit = [line for env in envs.values() for line in kernel_jit_lines(env.get("kernel_jit") or [])]
-    if not rows and not peaks and not jit:
+    placed = placement(recs, envs)
+    if not rows and not peaks and not jit and not placed:
         return []
     out = ["## How close to the hardware", ""]
     if peaks:
@@ -81,6 +82,7 @@ def hardware(recs: Sequence[Record], envs: dict[str, dict[str, Any]]) -> list[st
             tabulate(peaks, PEAK_HEADERS, tablefmt="github", disable_numparse=True),
             "",
         ]
+    out += placed
     if jit:
         out += ["Kernels compiled by the driver before timing (the build ships only PTX for this GPU):", "", *jit, ""]
     if rows:
@@ -138,7 +140,7 @@ def _peak_rows(machine: str, peaks: dict[str, Any]) -> list[list[str]]:
     for device, peak in peaks.items():
         where = f"{machine}: {device}" if machine else device
         if "error" in peak:
-            rows.append([where, f"not measured ({peak['error'].splitlines()[-1]})", *[DASH] * 5])
+            rows.append([where, f"not measured ({peak['error'].splitlines()[-1]})", *[DASH] * 6])
             continue
         by = peak["matmul_gflops_by"]
         source = ", ".join(f"{k} {sig(v)}" for k, v in by.items()) if isinstance(by, dict) else by
@@ -148,8 +150,43 @@ def _peak_rows(machine: str, peaks: dict[str, Any]) -> list[list[str]]:
         kind = PEAK_KIND.get(peak.get("precision", "fp32"), "float32")
         if peak.get("bf16_emulated"):  # harness.measuring.peak: an emulated bfloat16 matmul is not timed
             kind = f"float32 (bfloat16 not timed: emulated here, {peak['bf16_emulated']})"
-        rows.append([where, sig(peak["matmul_gflops"]), kind, source, start, end, sig(peak["copy_gbs"])])
+        h2d = ", ".join(
+            f"{sig(peak[f])} {what}"
+            for f, what in (("h2d_gbs", "pinned"), ("h2d_pageable_gbs", "pageable"))
+            if peak.get(f)
+        )
+        rows.append([where, sig(peak["matmul_gflops"]), kind, source, start, end, sig(peak["copy_gbs"]), h2d or DASH])
     return rows
+
+
+def placement(recs: Sequence[Record], envs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Each GPU cell's placement of one batch (``to_device_s``, ``batch_bytes``) as a rate beside the
+    device's measured host-to-device peak: how far an adapter's copy is from what the bus gives."""
+    env = next(iter(envs.values()), {}) if len(envs) == 1 else {}
+    peak = ((env.get("peaks") or {}).get("cuda") or {}) if env else {}
+    best = peak.get("h2d_gbs") or peak.get("h2d_pageable_gbs")
+    rows = []
+    for r in ordered(recs):
+        if r["status"] != "ok" or r.get("device") != "cuda" or not r.get("to_device_s") or not r.get("batch_bytes"):
+            continue
+        rate = r["batch_bytes"] / r["to_device_s"] / 1e9
+        share = f"{rate / best:.0%}" if best else DASH
+        rows.append([*row_label(r), sig(r["batch_bytes"] / 2**20), sig(r["to_device_s"] * 1e3), sig(rate), share])
+    if not rows:
+        return []
+    measured = (
+        f"the measured host-to-device peak, {sig(best)} GB/s ({'pinned' if peak.get('h2d_gbs') else 'pageable'} memory)"
+        if best
+        else "no host-to-device peak (a run from before it was measured, or several machines)"
+    )
+    headers = ["adapter", "workload", "strategy", "device", "batch (MiB)", "placed in (ms)", "GB/s", "of the peak"]
+    return [
+        "Placing one batch on the GPU (its `to_device_s`: outside the steady step where the data is resident) "
+        f"against {measured}:",
+        "",
+        tabulate(rows, headers, tablefmt="github", disable_numparse=True),
+        "",
+    ]
 
 
 #: The measured peaks' table columns.
@@ -161,6 +198,7 @@ PEAK_HEADERS = [
     "at the run's start",
     "at its end",
     "copy GB/s (read + write)",
+    "host to device GB/s",
 ]
 
 

@@ -167,6 +167,9 @@ def machine_line(m: model.Model) -> list[str]:
             found = peak.get("matmul_gflops_by")
             by = ", ".join(f"{lib} {sig(v)}" for lib, v in sorted(found.items())) if isinstance(found, dict) else ""
             text += f"; {device} float32 matmul peak {sig(peak['matmul_gflops'])} GFLOP/s" + (f" ({by})" if by else "")
+            h2d = peak.get("h2d_gbs") or peak.get("h2d_pageable_gbs")
+            if h2d:  # what placing a batch on the GPU can get (details: How close to the hardware)
+                text += f", host to device {sig(h2d)} GB/s"
             left_out = answer.peak_left_out(m, found)
             if left_out:  # an older run's peak timed fewer libraries than its cells ran
                 text += (

@@ -245,13 +245,15 @@ COMPACT = (_STEADY, _VS_FASTEST, _FIRST, _STATUS)
 def workload_table(recs: list[Record], fams: dict[tuple, Family] | None = None, compact: bool = False) -> str:
     """One workload's markdown: the main table (at most MAIN_MAX columns), then the details table
     in a collapsed ``<details>`` block whose summary names its columns; ``compact``: the first
-    page's table alone (the steady step, its ratio to the fastest, the first step, the status).
+    page's table alone (the steady step, its ratio to the fastest, the first step, the status;
+    the pipelined step where a cell ran on a GPU).
     ``fams``: the report's ``cells.families`` (a group's verdicts depend on its own cells only),
     else computed here."""
     key, main, details = layout(recs)
     rows, fastest, fams = ordered(recs), _fastest(recs), families(recs) if fams is None else fams
-    if compact:
-        return _table(rows, key + [c for c in main if c in COMPACT], fastest, fams)[1]
+    if compact:  # on a GPU the pipelined step too: there a loop that never syncs runs much faster
+        shown = (*COMPACT, _PIPELINED) if any(r.get("device") == "cuda" for r in recs) else COMPACT
+        return _table(rows, key + [c for c in main if c in shown], fastest, fams)[1]
     _, main_table = _table(rows, key + main, fastest, fams)
     headers, details_table = _table(rows, key + details, fastest, fams)
     summary = f"{DETAILS_LEAD} {', '.join(h for h in headers if h not in {c.header for c in key})}"
