@@ -49,6 +49,8 @@ def test_the_peaks_table_gives_the_host_to_device_rates_where_measured():
     assert cpu[-1] == "—"
     text = "\n".join(hardware.hardware([], ENV))
     assert "host to device GB/s" in text
+    cpu_only = {"peaks": {"cpu": {"matmul_gflops": 300.0, "matmul_gflops_by": "numpy", "copy_gbs": 20.0}}}
+    assert "host to device" not in "\n".join(hardware.hardware([], cpu_only)), "no column of dashes"
 
 
 def test_the_better_of_start_and_end_counts_for_the_host_to_device_copy_too():

@@ -76,10 +76,13 @@ def hardware(recs: Sequence[Record], envs: dict[str, dict[str, Any]]) -> list[st
         return []
     out = ["## How close to the hardware", ""]
     if peaks:
+        headers = PEAK_HEADERS
+        if all(row[-1] == DASH for row in peaks):  # no GPU: no host-to-device figure to give
+            headers, peaks = headers[:-1], [row[:-1] for row in peaks]
         out += [
             "Measured peaks (at the run's start and, where measured, at its end; the better of the two counts):",
             "",
-            tabulate(peaks, PEAK_HEADERS, tablefmt="github", disable_numparse=True),
+            tabulate(peaks, headers, tablefmt="github", disable_numparse=True),
             "",
         ]
     out += placed
