@@ -139,6 +139,10 @@ class Record(Cell, total=False):
     host_peak_rss_bytes: int
     device_peak_bytes: int | None
     gpu_util_mean: float | None
+    energy_per_step_j: float  #: the whole GPU's energy per synced step (NVML's counter), where it has one
+    turn_energy_j: list[float]  #: per kept turn, one process (harness.running.resident)
+    round_energy_j: list[float]  #: each process's, combined (harness.stats.cells.energy)
+    energy_ci_j: list[float]  #: its interval over processes, with enough of them
     to_device_s: float
     traces: int | None
     ops_profile: dict[str, Any]

@@ -3,6 +3,8 @@ the host-to-device peak beside each cell's placement of a batch, and the peaks' 
 
 from __future__ import annotations
 
+import pytest
+
 from harness.measuring import peak
 from harness.reporting import hardware
 from tests.fakes import record
@@ -81,3 +83,95 @@ def test_the_first_pages_machine_line_quotes_the_host_to_device_peak(tmp_path):
     first = (run / "report.md").read_text()
     assert "cuda float32 matmul peak 48,689 GFLOP/s, host to device 50 GB/s" in first
     assert "Placing one batch on the GPU" in (run / "details.md").read_text()
+
+
+class _Stepper:
+    """A stand-in for timing.Stepper: each step takes 2 ms and burns 0.5 J on the fake GPU."""
+
+    def __init__(self, gpu: _FakeNvml) -> None:
+        self.gpu, self.step, self.batches = gpu, 0, [0]
+
+    def count(self) -> int:
+        return 0
+
+    def one(self) -> tuple[float, float]:
+        self.step += 1
+        self.gpu.energy_mj += 500
+        return 0.002, 1.0
+
+    def block(self, steps: int, chained: bool) -> tuple[float, float]:
+        return 0.001, 1.0
+
+
+class _FakeNvml:
+    """The part of pynvml the sampler calls; ``counter`` False: a GPU without an energy counter."""
+
+    def __init__(self, counter: bool = True) -> None:
+        self.counter, self.energy_mj = counter, 1_000_000
+
+    def nvmlInit(self) -> None: ...
+
+    def nvmlShutdown(self) -> None: ...
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> str:
+        return "gpu0"
+
+    def nvmlDeviceGetName(self, handle: str) -> str:
+        return "Stand-in GPU"
+
+    def nvmlDeviceGetUtilizationRates(self, handle: str):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(gpu=50)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: str) -> int:
+        if not self.counter:
+            raise RuntimeError("NVMLError_NotSupported")
+        return self.energy_mj
+
+
+@pytest.mark.parametrize("counter", [True, False])
+def test_a_turn_reads_the_gpus_energy_counter_around_its_synced_steps(monkeypatch, counter):
+    import sys
+    from types import SimpleNamespace
+
+    from harness.measuring.gpu_util import UtilSampler
+    from harness.running import resident
+
+    fake = _FakeNvml(counter)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    sampler = UtilSampler(interval_s=10)
+    taken = resident.take_turn(_Stepper(fake), SimpleNamespace(pass_steps=1, chained=False), 4, sampler, piped=True)
+    assert taken["block_s"] == pytest.approx(0.002) and taken["piped_s"] == 0.001
+    if counter:
+        assert taken["energy_j"] == pytest.approx(0.5), "4 steps, 2 J in all: 0.5 J a step"
+    else:
+        assert "energy_j" not in taken, "no counter: no figure, never 0"
+    assert sampler.energy_mj() is None, "outside its turn the sampler reads nothing"
+
+
+def test_a_cells_energy_is_the_geometric_mean_of_its_processes_with_their_interval():
+    from harness.stats import cells
+
+    found = cells.energy([{"energy_per_step_j": e} for e in (0.4, 0.5, 0.45)])
+    assert found["energy_per_step_j"] == pytest.approx((0.4 * 0.5 * 0.45) ** (1 / 3))
+    low, high = found["energy_ci_j"]
+    assert low < found["energy_per_step_j"] < high
+    assert "energy_ci_j" not in cells.energy([{"energy_per_step_j": 0.4}, {"energy_per_step_j": 0.5}])
+    assert cells.energy([{"energy_per_step_j": 0.4}, {"energy_per_step_j": None}]) == {"energy_per_step_j": None}
+    assert cells.energy([{}, {}]) == {}, "no process tried: a CPU cell, or an older record"
+
+
+def test_the_memory_table_gives_energy_per_step_on_a_gpu_and_says_where_it_is_not_measured():
+    with_counter = record("jax-jit", device="cuda", median_ms=2.0, host_peak_rss_bytes=2**30,
+                          energy_per_step_j=0.8, energy_ci_j=[0.7, 0.9])  # fmt: skip
+    without = record("torch-eager", device="cuda", median_ms=2.0, host_peak_rss_bytes=2**30, energy_per_step_j=None)
+    older = record("torch-eager", device="cuda", median_ms=2.0, host_peak_rss_bytes=2**30)
+    cpu = record("torch-eager", median_ms=1.0, host_peak_rss_bytes=2**30)
+    assert hardware.energy_text(with_counter) == "0.8 [0.7, 0.9] J (400 W)"
+    assert hardware.energy_text(without).startswith("not measured (NVML gave no energy counter")
+    assert hardware.energy_text(older) == "not measured (a record from before energy was read)"
+    assert hardware.energy_text(cpu) == "—"
+    assert "GPU energy per step" in "\n".join(hardware.memory([with_counter, without, cpu]))
+    assert "energy" not in "\n".join(hardware.memory([cpu])), "a CPU run has no energy column"

@@ -1,5 +1,5 @@
 """GPU utilisation sampled with NVML (nvidia-ml-py) while the steady window runs, on the GPU
-the cell's framework calls device 0."""
+the cell's framework calls device 0, and its energy counter read around each turn's steps."""
 
 from __future__ import annotations
 
@@ -69,6 +69,17 @@ class UtilSampler:
             self._thread = None
             self.samples.append(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu)
             self._nvml.nvmlShutdown()
+            self._handle = None
+
+    def energy_mj(self) -> int | None:
+        """The GPU's energy counter (millijoules since the driver loaded; NVML's total energy,
+        Volta and later) while entered; None where NVML or the counter is unavailable."""
+        if self._handle is None or self._nvml is None:
+            return None
+        try:
+            return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
+        except Exception:  # noqa: BLE001 - NVMLError_NotSupported before Volta: energy not measured
+            return None
 
     @property
     def mean(self) -> float | None:

@@ -209,7 +209,26 @@ def _mib(value: Any) -> str:
     return "unavailable" if value is None else sig(value / 2**20)
 
 
+def energy_text(rec: Record) -> str:
+    """``0.41 [0.39, 0.43] J (380 W)``: a GPU cell's energy per synced step with its interval over
+    processes where it has one, and the mean power it implies over its steady step; ``not measured``,
+    saying why, on a GPU without an energy counter or in an older record; a dash on the CPU."""
+    if rec.get("device") != "cuda":
+        return DASH
+    if "energy_per_step_j" not in rec:
+        return "not measured (a record from before energy was read)"
+    joules = rec["energy_per_step_j"]
+    if not joules:
+        return "not measured (NVML gave no energy counter: Volta and later GPUs have one)"
+    ci = rec.get("energy_ci_j")
+    interval = f" [{sig(ci[0])}, {sig(ci[1])}]" if ci else ""
+    return f"{sig(joules)}{interval} J ({sig(joules / rec['median_s'])} W)"
+
+
 def memory(recs: Sequence[Record]) -> list[str]:
+    """``## Memory``: each cell's host and device peaks, GPU utilisation and, on a GPU, energy per step."""
+    ok = [r for r in ordered(recs) if r["status"] == "ok" and "host_peak_rss_bytes" in r]
+    gpu = any(r.get("device") == "cuda" for r in ok)
     rows = [
         [
             *row_label(r),
@@ -217,9 +236,9 @@ def memory(recs: Sequence[Record]) -> list[str]:
             _mib(r.get("host_peak_rss_bytes")),
             _mib(r.get("device_peak_bytes")),
             DASH if r.get("gpu_util_mean") is None else f"{r['gpu_util_mean']:.0f}%",
+            *([energy_text(r)] if gpu else []),
         ]
-        for r in ordered(recs)
-        if r["status"] == "ok" and "host_peak_rss_bytes" in r
+        for r in ok
     ]
     if not rows:
         return []
@@ -232,4 +251,12 @@ def memory(recs: Sequence[Record]) -> list[str]:
         "report none, so it reads unavailable, never 0. GPU utilisation is NVML's, sampled over the "
         "steady window."
     )
+    if gpu:
+        headers.append("GPU energy per step")
+        note += (
+            " Energy per step is the whole GPU's (NVML's total energy counter, read around each turn's synced "
+            "steps, idle moments between them included), each process's median over its kept turns, their "
+            "geometric mean with a t interval over processes as the steady step has; in brackets the mean "
+            "power over the steady step."
+        )
     return ["## Memory", "", note, "", tabulate(rows, headers, tablefmt="github", disable_numparse=True), ""]

@@ -167,9 +167,11 @@ def take_turn(
 ) -> dict[str, Any]:
     """One turn: ``steps`` synced steps, then (if ``piped``) a pipelined block of as many; a step or
     block during which the adapter compiled is kept apart. ``block_s`` is None when every synced
-    step compiled; ``piped_s`` is None when the block compiled, absent when none was taken."""
+    step compiled; ``piped_s`` is None when the block compiled, absent when none was taken;
+    ``energy_j``: the GPU's energy per synced step (NVML's counter), absent where it has none."""
     times, batches, recompiled = [], [], []
     with sampler or _Nothing():
+        energy_before = sampler.energy_mj() if sampler else None
         for _ in range(steps):
             before, batch = stepper.count(), stepper.step % len(stepper.batches)
             elapsed, value = stepper.one()
@@ -178,7 +180,10 @@ def take_turn(
             else:
                 times.append(elapsed)
                 batches.append(batch)
+        energy_after = sampler.energy_mj() if sampler else None
         block = {}
+        if energy_before is not None and energy_after is not None and steps:
+            block["energy_j"] = (energy_after - energy_before) / 1e3 / steps  # per synced step, whole GPU
         if piped:
             before = stepper.count()
             piped_s, value = stepper.block(steps, s.chained)
@@ -248,9 +253,13 @@ def record(
         "piped_first_process": True,
         "blocks_sized": "round 1",  # every process's blocks are as its cell's round-1 process sized them
     }
+    energy = [turns[t]["energy_j"] for t in ok if turns[t].get("energy_j") is not None]
     turned = {
         "turn_ids": ok,
         "turn_block_s": [turns[t]["block_s"] for t in ok],
+        # None: a GPU whose energy counter NVML could not read (before Volta, or no NVML)
+        **({"turn_energy_j": energy, "energy_per_step_j": float(np.median(energy))} if energy else {}),
+        **({"energy_per_step_j": None} if sampler is not None and not energy else {}),
         "turn_block_steps": steps,
         **{key: cell[key] for key in ("slowdown", "wait_s") if cell.get(key)},
         **extra,

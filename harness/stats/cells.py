@@ -178,6 +178,25 @@ PIPELINE_MEANS = (
 )
 
 
+def energy(runs: Sequence[Record], level: float = DEFAULT_LEVEL) -> dict[str, Any]:
+    """A GPU cell's energy per synced step (joules, the whole GPU's, NVML's counter) from its
+    processes, each its median over its kept turns: their geometric mean, as the steady step is
+    built, and with MIN_GENERATIONS processes or more a t interval over them (``energy_ci_j``).
+    None where a process could not read the counter (before Volta, or no NVML); nothing where no
+    process tried (a CPU cell, or a record from before energy was read)."""
+    if not any("energy_per_step_j" in r for r in runs):
+        return {}
+    found = [r.get("energy_per_step_j") for r in runs]
+    if any(e is None or e <= 0 for e in found):
+        return {"energy_per_step_j": None}
+    logs = [math.log(cast(float, e)) for e in found]
+    center = float(math.exp(np.mean(logs)))
+    out: dict[str, Any] = {"energy_per_step_j": center, "round_energy_j": found}
+    if len(logs) >= MIN_GENERATIONS:
+        out["energy_ci_j"] = list(cell_interval(logs, center, level))
+    return out
+
+
 def combine(runs: Sequence[Record], levels: tuple[dict[int, float], int | None] | None = None) -> Record:
     """A cell's record from its processes (rounds). A round that did not end ``ok`` decides the
     status (its record is returned, with the number of rounds that did). Otherwise: the cold
@@ -276,6 +295,7 @@ def combine(runs: Sequence[Record], levels: tuple[dict[int, float], int | None] 
     for field in ("gflops_max_step", "pipelined_gflops_max"):  # the fastest any process claimed
         claims = [r[field] for r in raw if r.get(field) is not None]
         record[field] = max(claims) if claims else None
+    record.update(energy(runs, record.get("verdict_level") or DEFAULT_LEVEL))
     # Pipelined blocks come from a cell's first process (harness.running.resident.PIPED_EVERY), and
     # are set against the synced blocks of the same processes.
     piped = [r for r in runs if r.get("pipelined_s") is not None]
