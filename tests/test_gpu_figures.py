@@ -175,3 +175,25 @@ def test_the_memory_table_gives_energy_per_step_on_a_gpu_and_says_where_it_is_no
     assert hardware.energy_text(cpu) == "—"
     assert "GPU energy per step" in "\n".join(hardware.memory([with_counter, without, cpu]))
     assert "energy" not in "\n".join(hardware.memory([cpu])), "a CPU run has no energy column"
+
+
+def test_torch_kernels_on_a_gpu_are_timed_on_the_device_clock_and_fall_back_with_a_word(capsys):
+    """The CUDA graph timer, on this CPU-only torch, cannot capture: it says so and times the
+    kernel back to back as the other libraries are timed (a real number, never a failure)."""
+    import numpy as np
+
+    from harness.measuring import floors
+
+    a = np.ones((64, 64), np.float32)
+    seconds = floors._device_best(lambda: a @ a, lambda r: r)
+    assert 0 < seconds < 1
+    assert "CUDA graph capture failed" in capsys.readouterr().err
+    chosen = []
+    made = (lambda kernel: lambda: chosen.append(kernel), lambda r: r)
+    for library, device in (("torch", "cuda"), ("torch", "cpu"), ("jax", "cuda")):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(floors, "kernels_of", lambda *_: made)
+            mp.setattr(floors, "_device_best", lambda fn, sync: 1.0)
+            mp.setattr(floors, "_best", lambda fn, sync: 2.0)
+            (value,) = floors.measure(library, device, [("matmul", 2, 2, 2)]).values()
+        assert value == (1.0 if (library, device) == ("torch", "cuda") else 2.0), (library, device)

@@ -10,8 +10,11 @@ kernel floor: the step's own matmuls and convolutions (``Workload.kernels``), ea
     On a device a plugin names (harness.running.devices) only the plugins' kernels are timed.
     Each kernel is timed after a warm-up, best of REPEATS runs of enough back-to-back calls to
     last MIN_TIME_S, synced on the last; a call's dispatch cost is included, so for the smallest
-    kernels the floor errs high. A step whose batches differ
-    (caption lengths) gets the mean over its batches, as its steady time is a mean over a pass.
+    kernels the floor errs high. PyTorch's kernels on a GPU are timed on the device's own clock
+    instead (``_device_best``: calls replayed from a CUDA graph between CUDA events), so there the
+    floor is the kernels' device time, and the dispatch floor below is all of the launch cost. A
+    step whose batches differ (caption lengths) gets the mean over its batches, as its steady time
+    is a mean over a pass.
 dispatch floor: the same step structure on tiny tensors (``Workload.tiny``), timed by the worker
     through the adapter itself (harness.running.worker): what the framework and adapter cost per step
     when there is no arithmetic to speak of.
@@ -73,6 +76,46 @@ def _best(fn: Callable[[], Any], sync: Callable[[Any], Any]) -> float:
         sync(out)
         best = min(best, (time.perf_counter() - t0) / calls)
     return best
+
+
+#: Calls of one kernel captured in one CUDA graph to time it on the GPU's own clock (PyTorch on cuda).
+GRAPH_CALLS = 20
+
+
+def _device_best(fn: Callable[[], Any], sync: Callable[[Any], Any]) -> float:
+    """Seconds per call of ``fn`` on the GPU's own clock, without the per-call launch from Python
+    (the dispatch floor measures that): GRAPH_CALLS calls captured in one CUDA graph
+    (``torch.cuda.graph``, after a warm-up on a side stream as PyTorch's documentation asks),
+    replayed between two CUDA events, best of REPEATS. Where capture fails (no CUDA, a kernel
+    that cannot be captured), the back-to-back timing of ``_best``, launches included, says so
+    on stderr and is used instead."""
+    import torch
+
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(GRAPH_CALLS):
+                fn()
+        graph.replay()
+        torch.cuda.synchronize()
+        best = float("inf")
+        for _ in range(REPEATS):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            best = min(best, start.elapsed_time(end) / 1e3 / GRAPH_CALLS)  # elapsed_time: ms
+        return best
+    except Exception as exc:  # noqa: BLE001 - any capture failure: time it as every other library does
+        print(f"floors: CUDA graph capture failed ({type(exc).__name__}: {exc}); timed with launches", file=sys.stderr)
+        return _best(fn, sync)
 
 
 def _numpy(device: str, precision: str) -> Callable[[tuple], Callable[[], Any] | None]:
@@ -262,10 +305,11 @@ def measure(library: str, device: str, kernels: list[tuple], precision: str = "f
     if made is None:
         return {_key(kernel): None for kernel in kernels}
     make, sync = made
+    timer = _device_best if (library, device) == ("torch", "cuda") else _best
     out = {}
     for kernel in kernels:
         fn = make(tuple(kernel))
-        out[_key(kernel)] = None if fn is None else _best(fn, sync)
+        out[_key(kernel)] = None if fn is None else timer(fn, sync)
     return out
 
 
