@@ -208,7 +208,7 @@ def _measure_cuda_built_in(tf32: bool = False, bf16: bool = False) -> dict[str, 
     matmul = jax.jit(lambda x, y: x @ y)
     copy = jax.jit(lambda x: x + 0)
     src = jax.device_put(jnp.ones(COPY_BYTES // 4, jnp.float32), dev)
-    host = np.ones(COPY_BYTES // 4, np.float32)
+    host_array = np.ones(COPY_BYTES // 4, np.float32)
     seconds = _best(lambda: matmul(a, b), jax.block_until_ready)
     if bf16:
         seconds = min(seconds, _jax_matmul_s("cuda", "bfloat16"))
@@ -217,7 +217,7 @@ def _measure_cuda_built_in(tf32: bool = False, bf16: bool = False) -> dict[str, 
         "matmul_gflops_by": "jax",
         "copy_gbs": 2 * COPY_BYTES / _best(lambda: copy(src), jax.block_until_ready) / 1e9,
         # host to device from a NumPy array (pageable: JAX pins no host memory of its own)
-        "h2d_pageable_gbs": COPY_BYTES / _best(lambda: jax.device_put(host, dev), jax.block_until_ready) / 1e9,
+        "h2d_pageable_gbs": COPY_BYTES / _best(lambda: jax.device_put(host_array, dev), jax.block_until_ready) / 1e9,
     }
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from tabulate import tabulate
+
 from harness.records import Record, overrides_of
 from harness.reporting.cells import strategy
 from harness.reporting.formatting import verdict_text
@@ -114,7 +116,7 @@ class DeviceCrossover:
 
 def _speedup(verdict: PairVerdict) -> str:
     """The GPU's speed-up with its interval, or the ratio alone where the pair is not judged."""
-    return f"GPU speed-up {verdict_text(verdict) if verdict.judged else f'{verdict.point:.2f}'}"
+    return f"GPU speed-up {_ratio(verdict)}"
 
 
 def _state(verdict: PairVerdict) -> str:
@@ -149,11 +151,31 @@ def device_crossovers(recs: Sequence[Record]) -> list[DeviceCrossover]:
         pipelined = tuple(
             (value, pair[CPU]["pipelined_s"] / pair[GPU]["pipelined_s"])
             for value, pair in sorted(by_value.items())
-            if all((pair.get(d) or {}).get("pipelined_s") for d in (CPU, GPU))
+            if CPU in pair and GPU in pair and pair[CPU].get("pipelined_s") and pair[GPU].get("pipelined_s")
         )
         if len(points) >= 2:
             found.append(DeviceCrossover(workload, field, series, points, pipelined))
     return found
+
+
+def speedup_table(found: Sequence[DeviceCrossover]) -> str:
+    """The GPU's speed-up (time on the CPU over time on the GPU) at each swept value, one row per
+    adapter with its verdict (the ratio alone where the pair is not judged), and a row of the
+    pipelined steps' ratios where they were timed: the numbers the crossover sentences quote."""
+    values = sorted({v for c in found for v, _ in c.points} | {v for c in found for v, _ in c.pipelined})
+    field = found[0].field if found else ""
+    rows = []
+    for c in found:
+        synced, piped = dict(c.points), dict(c.pipelined)
+        rows.append([c.series, *(_ratio(synced[v]) if v in synced else "—" for v in values)])
+        if piped:
+            rows.append([f"{c.series}, pipelined", *(f"{piped[v]:.2f}" if v in piped else "—" for v in values)])
+    headers = ["time on the CPU / on the GPU", *(f"{field}={v:g}" for v in values)]
+    return tabulate(rows, headers, tablefmt="github", disable_numparse=True)
+
+
+def _ratio(verdict: PairVerdict) -> str:
+    return verdict_text(verdict) if verdict.judged else f"{verdict.point:.2f}"
 
 
 def crossover_lines(recs: Sequence[Record]) -> list[str]:

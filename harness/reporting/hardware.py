@@ -169,9 +169,8 @@ def placement(recs: Sequence[Record], envs: Mapping[str, Mapping[str, Any]]) -> 
     peak = ((env.get("peaks") or {}).get("cuda") or {}) if env else {}
     best = peak.get("h2d_gbs") or peak.get("h2d_pageable_gbs")
     rows = []
-    for r in ordered(recs):
-        if r["status"] != "ok" or r.get("device") != "cuda" or not r.get("to_device_s") or not r.get("batch_bytes"):
-            continue
+    placed = [r for r in recs if r["status"] == "ok" and r.get("device") == "cuda" and r.get("to_device_s")]
+    for r in ordered([r for r in placed if r.get("batch_bytes")]):
         rate = r["batch_bytes"] / r["to_device_s"] / 1e9
         share = f"{rate / best:.0%}" if best else DASH
         rows.append([*row_label(r), sig(r["batch_bytes"] / 2**20), sig(r["to_device_s"] * 1e3), sig(rate), share])

@@ -36,7 +36,7 @@ def _label(rec: Record) -> str:
 
 
 def _device(rec: Record) -> str:
-    return str(rec.get("device") or rec["device_requested"])
+    return str(rec.get("device") or rec.get("device_requested") or "")
 
 
 def _minutes(seconds: float) -> str:
@@ -173,15 +173,15 @@ def _per_adapter(processes: list[Record]) -> list[str]:
     for r in processes:
         if r.get("ready_s") is None:
             continue
-        a = adapters.setdefault(r["adapter"], {"first": 0.0, "later": 0.0, "blocks": 0.0, "processes": 0})
+        a = adapters.setdefault(r["adapter"], {"first": 0.0, "later": 0.0, "turns_s": 0.0, "processes": 0})
         a["first" if round_of(r) == 1 else "later"] += r["ready_s"]
         a["processes"] += 1
         steps = r.get("turn_block_steps") or 0
-        a["blocks"] += steps * sum(r.get("turn_block_s") or []) + sum(r.get("pipelined_blocks_s") or [])
+        a["turns_s"] += steps * sum(r.get("turn_block_s") or []) + sum(r.get("pipelined_blocks_s") or [])
     if not adapters:
         return []
     rows = [
-        [name, str(int(a["processes"])), sig(a["first"]), sig(a["later"]), sig(a["blocks"])]
+        [name, str(int(a["processes"])), sig(a["first"]), sig(a["later"]), sig(a["turns_s"])]
         for name, a in sorted(adapters.items(), key=lambda kv: -(kv[1]["first"] + kv[1]["later"]))
     ]
     headers = [

@@ -11,7 +11,7 @@ from tabulate import tabulate
 from harness.records import Record, overrides_of
 from harness.reporting import plots
 from harness.reporting.cells import strategy
-from harness.reporting.crossover import device_crossovers
+from harness.reporting.crossover import device_crossovers, speedup_table
 from harness.reporting.formatting import DASH, device_label, sig, slug, verdict_text
 from harness.reporting.sections import level_text
 from harness.stats.verdicts import MIN_GENERATIONS, SAME, SLOWER, UNRESOLVED, levels_of, pair_verdict, same_group
@@ -170,8 +170,16 @@ def sweep_section(recs: Sequence[Record], plot_dir: Path | None, colors: plots.C
             ]
         else:
             out += [f"No crossover: no pair of series changes order within the swept range, {rule}."]
-        gpu = [c.sentence() for c in device_crossovers(cells)]
+        gpu = device_crossovers(cells)
         if gpu:
-            out += ["", "CPU against GPU, each adapter's own pair at each value:", "", *(f"- {g}" for g in gpu)]
+            out += [
+                "",
+                "CPU against GPU, each adapter's own pair at each value (synced steps, judged as above; the "
+                "pipelined steps' ratio alone):",
+                "",
+                speedup_table(gpu),
+                "",
+                *(f"- {c.sentence()}" for c in gpu),
+            ]
         out.append("")
     return out

@@ -181,7 +181,7 @@ def take_turn(
                 times.append(elapsed)
                 batches.append(batch)
         energy_after = sampler.energy_mj() if sampler else None
-        block = {}
+        block: dict[str, float | None] = {}
         if energy_before is not None and energy_after is not None and steps:
             block["energy_j"] = (energy_after - energy_before) / 1e3 / steps  # per synced step, whole GPU
         if piped:

@@ -213,10 +213,11 @@ def combine(runs: Sequence[Record], levels: tuple[dict[int, float], int | None] 
     if levels is None:
         levels = _levels({round_of(r): process_level(r) for r in runs})
     process_levels, blocks = levels
+    level = level_of(*runs)
     extra: dict[str, Any] = {
         "process_levels": process_levels,
         "blocks": blocks,
-        "verdict_level": level_of(*runs),
+        "verdict_level": level,
     }
     if sat_out := sum(r.get("sat_out_turns") or 0 for r in runs):  # a slow cell (harness.running.turns)
         extra["sat_out_turns"] = sat_out
@@ -277,7 +278,7 @@ def combine(runs: Sequence[Record], levels: tuple[dict[int, float], int | None] 
     # a cell's interval is printed from as many generations as a pair needs to be judged.
     if len(process_levels) >= MIN_GENERATIONS:
         record["ci_low_s"], record["ci_high_s"] = cell_interval(
-            list(process_levels.values()), mean, record.get("verdict_level") or DEFAULT_LEVEL
+            list(process_levels.values()), mean, level or DEFAULT_LEVEL
         )
         record["ci_kind"] = "processes"
     # An image pipeline's measures (harness.measuring.input_pipeline): each round's, averaged; waits pooled.
@@ -295,7 +296,7 @@ def combine(runs: Sequence[Record], levels: tuple[dict[int, float], int | None] 
     for field in ("gflops_max_step", "pipelined_gflops_max"):  # the fastest any process claimed
         claims = [r[field] for r in raw if r.get(field) is not None]
         record[field] = max(claims) if claims else None
-    record.update(energy(runs, record.get("verdict_level") or DEFAULT_LEVEL))
+    record.update(energy(runs, level or DEFAULT_LEVEL))
     # Pipelined blocks come from a cell's first process (harness.running.resident.PIPED_EVERY), and
     # are set against the synced blocks of the same processes.
     piped = [r for r in runs if r.get("pipelined_s") is not None]
