@@ -144,6 +144,7 @@ class Record(Cell, total=False):
     round_energy_j: list[float]  #: each process's, combined (harness.stats.cells.energy)
     energy_ci_j: list[float]  #: its interval over processes, with enough of them
     to_device_s: float
+    loss_last_step: int  #: the steps its process had trained when ``loss_last`` was read (resident workers)
     batch_bytes: int  #: one batch's bytes, as placed (``to_device_s`` is its placement)
     traces: int | None
     ops_profile: dict[str, Any]

@@ -144,6 +144,7 @@ def test_a_turn_reads_the_gpus_energy_counter_around_its_synced_steps(monkeypatc
     sampler = UtilSampler(interval_s=10)
     taken = resident.take_turn(_Stepper(fake), SimpleNamespace(pass_steps=1, chained=False), 4, sampler, piped=True)
     assert taken["block_s"] == pytest.approx(0.002) and taken["piped_s"] == 0.001
+    assert taken["trained_steps"] == 4, "what the turn's loss comes after"
     if counter:
         assert taken["energy_j"] == pytest.approx(0.5), "4 steps, 2 J in all: 0.5 J a step"
     else:

@@ -180,3 +180,14 @@ def test_a_peak_that_timed_fewer_libraries_than_the_cells_ran_says_it_is_underst
     first, _ = report.pages(model.load([DEFAULT_RUN]))
     machine = next(line for line in first.splitlines() if line.startswith("Machine: "))
     assert "understated: this run's cells ran jax and tensorflow kernels that the peak did not time" in machine
+
+
+def test_the_last_loss_says_how_many_steps_it_comes_after():
+    """Two processes whose cold windows differ in length end at different losses without any
+    numerical disagreement: the column says after how many steps each loss was read."""
+    from harness.reporting import workload_tables
+    from tests.fakes import record
+
+    rec = record("torch-eager", loss_last_step=412)
+    assert workload_tables._outcome(rec) == "2.300 → 1.100 after 412 steps"
+    assert workload_tables._outcome(record("torch-eager")) == "2.300 → 1.100", "older records: as before"

@@ -78,9 +78,12 @@ def _median_ci(rec: Record) -> str:
 
 
 def _outcome(rec: Record) -> str:
-    """Training: the loss at the first and last timed step. Decoding: tokens per caption."""
+    """Training: the loss at the first step and the last, with how many steps the process had
+    trained by then (cells whose processes ran longer cold windows end lower without computing
+    anything differently). Decoding: tokens per caption."""
     if _trains(rec):
-        return f"{rec['loss_first']:.3f} → {rec['loss_last']:.3f}"
+        after = f" after {rec['loss_last_step']} steps" if rec.get("loss_last_step") else ""
+        return f"{rec['loss_first']:.3f} → {rec['loss_last']:.3f}{after}"
     if rec.get("decode_len_mean") is None:
         return DASH
     return f"{sig(rec['decode_len_mean'])} per caption ({rec['decode_len_min']}..{rec['decode_len_max']})"

@@ -196,6 +196,7 @@ def take_turn(
         "recompiled": recompiled,
         "block_s": step_time(times, batches if s.pass_steps > 1 else None) if whole else None,
         "loss": value,
+        "trained_steps": stepper.step,  # every step so far, cold window included: what ``loss`` is after
     }
 
 
@@ -255,6 +256,9 @@ def record(
     }
     energy = [turns[t]["energy_j"] for t in ok if turns[t].get("energy_j") is not None]
     turned = {
+        # the steps the last loss comes after: processes whose cold windows differ in length end
+        # at different losses without computing anything differently
+        **({"loss_last_step": turns[max(turns)]["trained_steps"]} if turns else {}),
         "turn_ids": ok,
         "turn_block_s": [turns[t]["block_s"] for t in ok],
         # None: a GPU whose energy counter NVML could not read (before Volta, or no NVML)
