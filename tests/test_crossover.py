@@ -135,7 +135,7 @@ def test_axes_vary_one_field_each_and_a_list_field_takes_one_width_for_every_lay
 
 @pytest.mark.parametrize(
     ("expr", "named"),
-    [("hidden=64,128;hidden=256,512", "each field once"), ("hidden=1.5,64", "1.5"), ("hidden=64", "at least two")],
+    [("hidden=64,128;hidden=256,512", "hidden given twice"), ("hidden=1.5,64", "1.5"), ("hidden=64", "at least two")],
 )
 def test_bad_axes_are_refused_naming_the_value(expr, named):
     with pytest.raises(PlanError, match="--sweep|hidden") as caught:

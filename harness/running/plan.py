@@ -370,7 +370,8 @@ def parse_sweeps(expr: str) -> list[tuple[str, list[str] | list[int]]]:
     fields = [field for field, _ in axes]
     twice = sorted({f for f in fields if fields.count(f) > 1})
     if not axes or twice:
-        raise PlanError(f"--sweep {expr!r}: expected FIELD=V1,V2,... axes separated by ';', each field once")
+        again = f" ({', '.join(twice)} given twice)" if twice else ""
+        raise PlanError(f"--sweep {expr!r}: expected FIELD=V1,V2,... axes separated by ';', each field once{again}")
     return axes
 
 
