@@ -41,6 +41,7 @@ class Cell(_Worker, total=False):
     slowdown: float  #: a calibration twin's busy-wait factor (harness.calibrate)
     wait_s: float  #: a calibration twin's busy-wait per step in seconds (harness.calibrate)
     first_block_steps: int  #: a later generation's block size, round 1's (harness.running.turns.first_blocks)
+    gated: bool  #: started beside another: warms up only when the parent says (harness.running.resident)
     kind: str  #: ``idiomatic`` for a fidelity script's cell
     script: str  #: that script's module
     kernel_floor_s: float | None  #: the step's kernels at the device's measured peak (harness.measuring.floors)

@@ -302,6 +302,25 @@ def test_a_worker_whose_parent_dies_ends_itself(fault_adapters):
         r.close()
 
 
+@pytest.mark.workers
+def test_a_gated_worker_sets_up_then_warms_only_when_told(fault_adapters):
+    """A later generation's worker started beside another says ``set`` once imported and set up,
+    and runs its cold window only on ``warm``, so no warm-up runs beside another's import."""
+    import select
+
+    adapters = discover()
+    r = resident_handle.Resident(adapters["fault-ok"], {**_cell("fault-ok"), "round": 2, "gated": True})
+    try:
+        assert r.set_up(60)
+        waiting, _, _ = select.select([r.fileno()], [], [], 1.0)
+        assert waiting == [], "set up, it waits for warm instead of warming up"
+        assert r.warm(60) and r.cold_s > 0
+        assert r.turn(1, 30) > 0
+    finally:
+        r.kill()
+        r.close()
+
+
 def test_cells_take_turns_and_a_worker_lost_mid_turn_fails_alone(python, tmp_path):
     faults = "fault-ok,fault-kill-late,fault-hang-late,fault-garbage-late"
     proc = bench(python, tmp_path, "--framework", faults, *FAST[:-2], "--timeout", "10", "--rounds", "2")
@@ -1021,7 +1040,7 @@ def test_a_generation_that_times_floors_starts_its_workers_side_by_side_and_time
 
     calls = []
     ready, floor, turn = resident_handle.Resident.ready, resident_handle.Resident.floor, resident_handle.Resident.turn
-    monkeypatch.setattr(resident_handle.Resident, "ready", lambda self, t: calls.append("ready") or ready(self, t))
+    monkeypatch.setattr(resident_handle.Resident, "ready", lambda self, *a: calls.append("ready") or ready(self, *a))
     monkeypatch.setattr(resident_handle.Resident, "floor", lambda self, t: calls.append("floor") or floor(self, t))
     monkeypatch.setattr(resident_handle.Resident, "turn", lambda self, *a: calls.append("turn") or turn(self, *a))
     results = _twins_second_generation(tmp_path, 60.0, floors=True)

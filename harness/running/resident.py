@@ -12,11 +12,14 @@ set-up and compiles, untimed) before ``ready``, and times it on ``floor``, which
 before the turns, to one worker at a time while the others wait idle: the parent asks once per
 cell, in its group's last planned generation, so that the floors' compiles do not delay the
 generations the verdicts need. End of file on the command pipe (the parent died) ends the worker
-silently.
+silently. A cell planned ``gated`` (a later generation's worker, started beside another) says
+``set`` once it is imported and set up, and runs its cold window only on ``warm``: the parent warms
+one worker at a time while the others wait idle, since a warm-up beside another's import ran
+PyTorch's steps 40-80 times slower (their OpenMP threads wait on a busy core).
 
-Messages are JSON lines: commands ``{"cmd": "floor"}``, ``{"cmd": "turn", "turn": T}``,
-``{"cmd": "finish", "keep": [T, ...]}``; replies ``{"event": "ready", ...}``, ``{"event": "floor"}``,
-``{"event": "turn", "turn": T, "block_s": S, ...}``.
+Messages are JSON lines: commands ``{"cmd": "warm"}``, ``{"cmd": "floor"}``, ``{"cmd": "turn", "turn": T}``,
+``{"cmd": "finish", "keep": [T, ...]}``; replies ``{"event": "set"}``, ``{"event": "ready", ...}``,
+``{"event": "floor"}``, ``{"event": "turn", "turn": T, "block_s": S, ...}``.
 """
 
 from __future__ import annotations
@@ -130,6 +133,11 @@ def serve(cell: Cell, fd_in: int, fd_out: int) -> Record | None:
     slowdown, wait_s = float(cell.get("slowdown") or 0.0), float(cell.get("wait_s") or 0.0)
     step = slowed(s.step, s.adapter.sync, slowdown, wait_s) if slowdown or wait_s else s.step
     stepper = timing.Stepper(step, s.adapter.sync, s.inputs, compiles=cell_work.compile_count(s.adapter))
+    commands = _lines(fd_in)
+    if cell.get("gated"):  # imported and set up beside another worker: warm up when the parent says
+        reply.write(json.dumps({"event": "set"}) + "\n")
+        if next(commands, None) is None:
+            return None  # the parent went away
     load = MachineLoad(own_children=True)  # the cold window runs alone: all but this worker's family is other load
     load.start(_children())
     cold, values, settled = stepper.cold_window(profile)
@@ -147,7 +155,7 @@ def serve(cell: Cell, fd_in: int, fd_out: int) -> Record | None:
     turns: dict[int, dict[str, Any]] = {}
     first = round_of(cell) == 1  # later processes are there for the verdicts' synced blocks
     reply.write(json.dumps({"event": "ready", "cold_s": sum(cold), "block_steps": steps}) + "\n")
-    for msg in _lines(fd_in):
+    for msg in commands:
         if msg["cmd"] == "floor":
             if floor is not None:
                 extra.update(cell_work.time_floor(floor))

@@ -97,11 +97,13 @@ class Resident:
         """The reply pipe (for ``select``: readable once the worker said ``ready`` or ended)."""
         return self._rep
 
-    def ready(self, timeout_s: float) -> bool:
-        """Wait until the worker is set up and warm, at most ``timeout_s`` from its start; False
-        if it ended instead (a skip, a failure: its record is then ``record()``)."""
+    def ready(self, timeout_s: float, since: float | None = None) -> bool:
+        """Wait until the worker is set up and warm, at most ``timeout_s`` from its start (or from
+        ``since``, a ``perf_counter`` time: a gated worker's warm); False if it ended instead (a
+        skip, a failure: its record is then ``record()``)."""
         try:
-            msg = self._recv(max(self.t0 + timeout_s - time.perf_counter(), 0.0), timeout_s)
+            start = self.t0 if since is None else since
+            msg = self._recv(max(start + timeout_s - time.perf_counter(), 0.0), timeout_s)
         except Gone as exc:
             self.reason = str(exc)
             return False
@@ -109,6 +111,27 @@ class Resident:
         self.block_steps = int(msg.get("block_steps") or 1)
         self.ready_s = time.perf_counter() - self.t0
         return True
+
+    def set_up(self, timeout_s: float) -> bool:
+        """Wait until a ``gated`` worker is imported and set up (its ``set``), at most ``timeout_s``
+        from its start; False if it ended instead (its record is then ``record()``)."""
+        try:
+            self._recv(max(self.t0 + timeout_s - time.perf_counter(), 0.0), timeout_s)
+        except Gone as exc:
+            self.reason = str(exc)
+            return False
+        return True
+
+    def warm(self, timeout_s: float) -> bool:
+        """Let a set-up ``gated`` worker run its cold window, and wait until it is ``ready``, at
+        most ``timeout_s`` from now (its wait for the others' warm-ups is not its own)."""
+        since = time.perf_counter()
+        try:
+            self._send({"cmd": "warm"})
+        except Gone as exc:
+            self.reason = str(exc)
+            return False
+        return self.ready(timeout_s, since)
 
     def floor(self, timeout_s: float) -> None:
         """Time the dispatch floor the worker prepared in its start (if it was planned one): the

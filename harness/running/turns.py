@@ -39,9 +39,14 @@ scripts of ``fidelity`` and image input pipelines (their loader workers would ke
 other cells take their turns).
 
 Start-ups side by side (``starts_at_once``): a generation after the first starts two workers at a
-time on a machine of two cores or more, each next one as soon as one is ready. Nothing measured
-there is reported: its compiles come from the cache, its cold window is round 1's, a dispatch floor
-is only prepared there, and the turns (and floors) begin only once every worker is ready. A
+time on a machine of two cores or more; they import and set up together, then each warms up alone
+(its cold window, ``gated``: harness.running.resident) while the other waits idle, and the next
+two start once both are ready. (Until 2026-11-28 each next worker started as soon as one was
+ready, so one worker's cold window ran beside another's import: on the 2-core VM torch-eager's
+16-step rnn-caption warm-up took 22-40 s there against 0.5 s alone, its OpenMP threads waiting on
+a busy core; evidence/2026-11-28-cpu-default-30m.) Nothing measured there is reported: its
+compiles come from the cache, its cold window is round 1's, a dispatch floor is only prepared
+there, and the turns (and floors) begin only once every worker is ready. A
 worker of a later generation takes its cell's block size from round 1's record (``first_blocks``),
 where its probe ran alone: a probe beside another's start read the step slow and sized blocks of 5
 steps, whose steps measured 8-34% slower (median 13%, in 51 of 51 generations of
@@ -327,6 +332,23 @@ def run_generation(
         else:
             done(r.record())
 
+    def settle_gated() -> None:
+        """Side by side: the starting workers import and set up together; once all are set up,
+        each warms up alone while the others wait idle (module docstring)."""
+        waiting = []
+        for r in list(starting):
+            if r.set_up(sink.timeout_s):
+                waiting.append(r)
+            else:
+                starting.remove(r)
+                done(r.record())
+        for r in waiting:
+            starting.remove(r)
+            if r.warm(sink.timeout_s):
+                residents.append(r)
+            else:
+                done(r.record())
+
     began = time.monotonic()
     try:
         for cell in order:
@@ -344,11 +366,13 @@ def run_generation(
             if reason:
                 done(records.new_record(cell_k, "skipped", reason))
                 continue
+            if at_once > 1:
+                cell_k["gated"] = True
             starting.append(Resident(adapters[records.base_adapter(cell)], cell_k))
             while len(starting) >= at_once:
-                settle()
+                settle_gated() if at_once > 1 else settle()
         while starting:
-            settle()
+            settle_gated() if at_once > 1 else settle()
         starting_s = time.monotonic() - began
         # never longer than the start took: a machine busy with other work gets no quieter by waiting
         quiet_s = wait_quiet([r.proc.pid for r in residents], min(QUIET_WAIT_S, starting_s))
