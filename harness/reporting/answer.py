@@ -196,7 +196,8 @@ def render(m: Model) -> Block:
         lines = [workload_line(key, fam, failed, devices, understated(m)) for key, fam in named]
         lines.append(
             f"{len(ordered) - len(named)} {'more ' if named else ''}of the run's {len(ordered)} workloads and "
-            "settings have no fastest named (unresolved, or within 5%, at the top): each one's table below says why."
+            "settings have no fastest named (unresolved or within 5% at the top, or a failed physics check): each "
+            "one's table below says why."
         )
     frameworks = summary.framework_sentences(m.recs)
     if frameworks:
