@@ -41,8 +41,8 @@ other cells take their turns).
 Start-ups side by side (``starts_at_once``): a generation after the first starts two workers at a
 time on a machine of two cores or more; they import and set up together, then each warms up alone
 (its cold window, ``gated``: harness.running.resident) while the other waits idle, and the next
-two start once both are ready. (Until 2026-11-28 each next worker started as soon as one was
-ready, so one worker's cold window ran beside another's import: on the 2-core VM torch-eager's
+two start once both are ready. (Where each next worker started as soon as one was ready, one
+worker's cold window ran beside another's import: on the 2-core VM torch-eager's
 16-step rnn-caption warm-up took 22-40 s there against 0.5 s alone, its OpenMP threads waiting on
 a busy core; evidence/2026-11-28-cpu-default-30m.) Nothing measured there is reported: its
 compiles come from the cache, its cold window is round 1's, a dispatch floor is only prepared
