@@ -30,7 +30,8 @@ DEFAULT_SWEEP = "batch_size=16,32,64,128,256,512,1024"
 #: up with, and its batch likewise, on one framework (FRAMEWORK= adds others). On one H200 (16 cores
 #: beside it), 32 cells of two adapters spent 3.4 minutes before their first generation (kernel
 #: floors 2.8 of them, cached for the machine's later runs) and 5.3 on one generation
-#: (evidence/gpu-crossover-h200-20261128): these 16 cells and 12 minutes allow for three.
+#: (evidence/gpu-crossover-h200-20261128): by those costs, 16 cells and 12 minutes should allow
+#: three generations (an estimate: not yet timed on a GPU).
 CROSSOVER_SWEEP = "hidden=64,256,1024,4096;batch_size=16,128,1024,8192"
 CROSSOVER_FRAMEWORK = "torch-eager"
 CROSSOVER_BUDGET = "12m"
