@@ -21,6 +21,7 @@ import pytest
 
 from adapters import discover
 from adapters._kit_common import SHARED_COMPILE_CACHE
+from harness import env as machine_env
 from harness.checks import conformance
 from harness.install import variant
 from harness.measuring import limits_cache
@@ -46,6 +47,8 @@ if limits_cache.ENV not in os.environ:
 if SHARED_COMPILE_CACHE not in os.environ:
     os.environ[SHARED_COMPILE_CACHE] = tempfile.mkdtemp(prefix="dlcompare-compile-cache-")
     atexit.register(shutil.rmtree, os.environ[SHARED_COMPILE_CACHE], True)
+# (Under pytest-xdist both folders are made once: the controller loads this file before it starts
+# the test processes, which inherit its environment.)
 ADAPTERS = discover()
 VARIANTS = conformance.all_variants()
 TRAIN_VARIANTS = [v for v in VARIANTS if conformance.is_training(conformance.spec_of(v))]
@@ -134,6 +137,15 @@ def _conformance(adapter: str, device: str) -> dict:
 
 def check_cell(adapter: str, workload: str, device: str = "cpu", overrides: tuple[str, ...] = ()) -> dict:
     return conformance.check_cell(ADAPTERS[adapter], (workload, tuple(overrides)), device)
+
+
+@pytest.fixture(autouse=True)
+def _fingerprint_of_this_machine():
+    """The machine's fingerprint is cached per process (harness.env.fingerprint); a test that plays
+    another machine (a stand-in nvidia-smi on PATH) must not leave its fingerprint to the tests
+    after it, whichever file they are in."""
+    yield
+    machine_env.fingerprint.cache_clear()
 
 
 @pytest.fixture(params=list(ADAPTERS), ids=str)
