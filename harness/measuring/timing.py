@@ -59,10 +59,11 @@ class Profile:
 
 
 #: The test suite's runs are tiny and assert no timing (tests/conftest.py sets DLCOMPARE_QUICK_TURNS):
-#: their quick generations take turns for a quarter of the time, still at least MIN_TURNS kept turns
-#: (harness.running.turns). Read at import, so the parent and its workers agree and every record's
-#: ``protocol`` says what ran. Users never set it.
-QUICK_TURN_S = 0.5 if os.environ.get("DLCOMPARE_QUICK_TURNS") else 2.0
+#: their quick generations take turns for a quarter of the time, still at least MIN_TURNS kept turns,
+#: and wait for a quiet machine briefly (harness.running.turns). Read at import, so the parent and its
+#: workers agree and every record's ``protocol`` says what ran. Users never set it.
+QUICK_TURNS = bool(os.environ.get("DLCOMPARE_QUICK_TURNS"))
+QUICK_TURN_S = 0.5 if QUICK_TURNS else 2.0
 
 # quick: 3 rounds, since a verdict between two cells rests on their processes: at 2, a pair whose
 # own spread exceeds its group's has 1 degree of freedom. The calibration on the 2-core AMD EPYC VM
