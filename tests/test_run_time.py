@@ -89,6 +89,11 @@ def test_a_generation_started_side_by_side_counts_its_start_from_first_start_to_
     text = "\n".join(run_time.section(floored))
     assert "Later generations started them two at a time" in text, "since 2026-11-27 floors start side by side too"
     assert "then each floor is timed, one worker at a time (counted with the turns)" in text
+    assert "each next one as soon as one was ready" in text
+    gated = [*procs[:2], *({**r, "gated": True} for r in floored[2:])]  # warm-ups one at a time
+    text = "\n".join(run_time.section(gated))
+    assert "then warming up one after the other, and the next two once both were ready" in text
+    assert "as soon as one was ready" not in text
 
 
 def test_the_runs_own_start_and_close_and_its_whole_length_come_from_its_phases():

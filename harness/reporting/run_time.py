@@ -153,7 +153,14 @@ def section(processes: list[Record], envs: Mapping[str, Mapping[str, Any]] | Non
         )
         + (
             f"Later generations{'' if floors_after_start else ' that timed no floor'} started them two at a time, "
-            "each next one as soon as one was ready (their start counts from the first start to the last ready). "
+            + (
+                # gated workers (harness.running.resident): no warm-up beside another's import
+                "the two importing and setting up together, then warming up one after the other, and the next "
+                "two once both were ready "
+                if any(r.get("gated") for r in processes)
+                else "each next one as soon as one was ready "
+            )
+            + "(their start counts from the first start to the last ready). "
             if any((r.get("starts_at_once") or 1) > 1 for r in processes)
             else ""
         )

@@ -44,7 +44,7 @@ time on a machine of two cores or more; they import and set up together, then ea
 two start once both are ready. (Where each next worker started as soon as one was ready, one
 worker's cold window ran beside another's import: on the 2-core VM torch-eager's
 16-step rnn-caption warm-up took 22-40 s there against 0.5 s alone, its OpenMP threads waiting on
-a busy core; evidence/2026-11-28-cpu-default-30m.) Nothing measured there is reported: its
+a busy core, in the AMD default run of 2026-11-28: docs/results.md.) Nothing measured there is reported: its
 compiles come from the cache, its cold window is round 1's, a dispatch floor is only prepared
 there, and the turns (and floors) begin only once every worker is ready. A
 worker of a later generation takes its cell's block size from round 1's record (``first_blocks``),
