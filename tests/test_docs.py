@@ -125,6 +125,24 @@ def test_the_readme_opens_with_the_two_commands_and_links_every_page():
     assert "## Calibration" in readme and "docs/measurement.md#calibration" in readme
 
 
+def test_the_readmes_example_report_is_a_committed_reports_own_lines():
+    """README's "What a report looks like" is copied from a committed example, not retyped: every
+    line of it stands, as it is, in one report.md under evidence/ (regenerated, the example goes
+    stale here first)."""
+    section = TEXTS["README.md"].partition("## What a report looks like")[2]
+    block = re.search(r"^```text\n(.*?)^```", section, re.M | re.S).group(1)
+    lines = [line for line in block.splitlines() if line.strip()]
+    assert len(lines) > 10, "the README shows a report's first lines"
+    missing = {
+        p.parent.name: [line for line in lines if line not in set(p.read_text().splitlines())]
+        for p in (REPO / "evidence").glob("*/report.md")
+    }
+    nearest = min(missing, key=lambda name: len(missing[name]))
+    assert not missing[nearest], (
+        f"no committed report holds the README's example; {nearest} lacks {missing[nearest][:2]}"
+    )
+
+
 def test_every_page_links_back_to_the_readme_or_is_the_guide():
     for page, text in TEXTS.items():
         if page.startswith("docs/") and page not in ("docs/adding-an-adapter.md", "docs/faults.md"):
