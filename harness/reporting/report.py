@@ -7,6 +7,7 @@ tables, plots and sections that back them follow."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -39,12 +40,16 @@ from harness.reporting.sections import banner, failures, input_pipeline, level_t
 from harness.reporting.sweeps import sweep_section
 from harness.reporting.tables import env_table, machines_table, settings_table
 from harness.reporting.workload_tables import table_title, workload_table
+from harness.running import estimates
 from harness.stats.verdicts import SAME, SETTLE_MARGIN, Family, PairVerdict
 
 
-def generations_note(group: Sequence[Record]) -> list[str]:
+def generations_note(group: Sequence[Record], *, going: bool = False, processes: Sequence[Record] = ()) -> list[str]:
     """A line where the workload's cells ran in fewer generations (fresh processes each) than the
-    run planned (a time budget that ran out, or cells that failed in some): what its verdicts rest on."""
+    run planned (a time budget that ran out, or cells that failed in some): what its verdicts rest on,
+    and, where the budget ran out, about how much more time the missing generations needed
+    (harness.running.estimates, from the run's ``processes``). ``going``: the run is still going (a
+    provisional page), so its later generations are to come."""
     ok = [r for r in group if r["status"] == "ok" and r.get("group_generations")]
     if not ok:
         return []
@@ -54,8 +59,16 @@ def generations_note(group: Sequence[Record]) -> list[str]:
         return []
     # a budget's records say so (``budget_s``; None where the looks protocol kept no size: harness.records)
     budgeted = "budget_s" in ok[0]
-    why = "the run's time budget ran out before the next one" if budgeted else "see Status"
+    if going:
+        why = "so far: the run is still going"
+    else:
+        why = "the run's time budget ran out before the next one" if budgeted else "see Status"
     said = f"Generations: {ran} of the {planned} planned ({why})"
+    ids = {r["cell_id"] for r in ok}
+    more_s = estimates.missing_s([r for r in processes if r.get("cell_id") in ids], planned)
+    if budgeted and not going and more_s > 0:
+        missing = f"{ran + 1}" if planned == ran + 1 else f"s {ran + 1} to {planned}"
+        said += f"; about {math.ceil(more_s / 60)} more minutes of budget would have run generation{missing}"
     said += "; with fewer than 3, every pair stays `unresolved`" if ran < 3 else ""
     if not any(r.get("dispatch_floor_s") or r.get("dispatch_floor_error") for r in ok):
         said += "; no dispatch floor was timed (they come with a group's last planned generation)"
@@ -213,7 +226,8 @@ def workloads_block(m: model.Model) -> model.Block:
     colors = plots.palette(m.recs)
     for (workload, key), group in m.sections.items():
         title = table_title(group[0])
-        first += [title, "", *generations_note(group), *pairs_note(group, m.families)]
+        note = generations_note(group, going=bool(m.provisional), processes=m.processes)
+        first += [title, "", *note, *pairs_note(group, m.families)]
         first += parity.note(workload, m.parity)
         first += [workload_table(group, m.families, compact=True), ""]
         details += [f"{title}: every column", "", workload_table(group, m.families), ""]
