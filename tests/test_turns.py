@@ -582,7 +582,7 @@ def test_a_workload_cut_short_says_about_how_much_more_time_its_planned_generati
     ]
     (line, _) = report.generations_note(cells, processes=processes)
     # its next generation as its first ran (the longest wall, 150 s), twice: 5 minutes
-    assert "; about 5 more minutes of budget would have run generations 2 to 3;" in line
+    assert "; about 5 more minutes of budget would have run generations 2 and 3;" in line
     second = [{**r, "round": 2, "wall_s": 100.0} for r in processes]  # its latest generation is its estimate
     two = [{**c, "group_generations": [1, 2]} for c in cells]
     (line, _) = report.generations_note(two, processes=processes + second)

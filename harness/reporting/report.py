@@ -64,11 +64,12 @@ def generations_note(group: Sequence[Record], *, going: bool = False, processes:
     else:
         why = "the run's time budget ran out before the next one" if budgeted else "see Status"
     said = f"Generations: {ran} of the {planned} planned ({why})"
-    ids = {r["cell_id"] for r in ok}
+    ids = {r.get("cell_id") for r in ok}
     more_s = estimates.missing_s([r for r in processes if r.get("cell_id") in ids], planned)
     if budgeted and not going and more_s > 0:
-        missing = f"{ran + 1}" if planned == ran + 1 else f"s {ran + 1} to {planned}"
-        said += f"; about {math.ceil(more_s / 60)} more minutes of budget would have run generation{missing}"
+        missing = {1: f" {planned}", 2: f"s {ran + 1} and {planned}"}.get(planned - ran, f"s {ran + 1} to {planned}")
+        minutes = math.ceil(more_s / 60)
+        said += f"; about {minutes} more minute{'s' * (minutes != 1)} of budget would have run generation{missing}"
     said += "; with fewer than 3, every pair stays `unresolved`" if ran < 3 else ""
     if not any(r.get("dispatch_floor_s") or r.get("dispatch_floor_error") for r in ok):
         said += "; no dispatch floor was timed (they come with a group's last planned generation)"
