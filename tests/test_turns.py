@@ -16,10 +16,11 @@ from adapters import discover
 from harness import cli, records
 from harness.measuring.contention import MachineLoad
 from harness.running import budget as policy
-from harness.running import estimates, resident, resident_handle, turns
+from harness.running import resident, resident_handle, turns
 from harness.running.plan import parse_twins, twins
 from harness.running.plan import plan as plan_cells
 from harness.running.sink import RoundSink
+from harness.stats import generation_costs as costs
 from harness.stats import verdicts
 from harness.stats.cells import combine_all
 from tests.conftest import FIXTURE_RUNS, REPO
@@ -465,7 +466,7 @@ def test_a_budget_counts_from_the_command_and_starts_a_round_only_if_it_fits(tmp
         {"cell_id": "a|mlp|cpu", "round": 1, "wall_s": 40.0, "dispatch_floor_wall_s": 6.0},
         {"cell_id": "b|mlp|cpu", "round": 1, "wall_s": 25.0, "dispatch_floor_wall_s": 4.0},
     ]
-    assert estimates.next_generation_s(first) == 30.0, "a generation less the floors it measured (once per cell)"
+    assert costs.next_generation_s(first) == 30.0, "a generation less the floors it measured (once per cell)"
 
 
 def test_floors_still_to_time_are_estimated_from_each_cells_first_setup_and_cold_window(tmp_path):
@@ -570,7 +571,7 @@ def test_a_workload_cut_short_by_the_budget_says_so_at_its_section():
 
 def test_a_workload_cut_short_says_about_how_much_more_time_its_planned_generations_needed():
     """Issue 71: on a slow machine the report says what more time would buy, from the estimate the
-    budget itself starts generations by (harness.running.estimates.next_generation_s)."""
+    budget itself starts generations by (harness.running.costs.next_generation_s)."""
     from harness.reporting import report
 
     cells = [
@@ -716,10 +717,7 @@ def test_a_second_generation_starts_only_where_a_third_fits_beside_it(monkeypatc
     # 210 s left: generations 2 and 3 both fit
     enough = _generations_run(monkeypatch, tmp_path / "b", 3, policy.Budget(310.0, t0=time.monotonic()))
     assert enough[:3] == [(1, False), (2, False), (3, False)]
-    assert (
-        estimates.committed_s(100.0, 2) == 200.0
-        and estimates.committed_s(100.0, 3) == estimates.committed_s(100.0, 4) == 100.0
-    )
+    assert costs.committed_s(100.0, 2) == 200.0 and costs.committed_s(100.0, 3) == costs.committed_s(100.0, 4) == 100.0
 
 
 def test_a_later_generation_is_estimated_without_the_first_processes_pipelined_blocks():
@@ -727,7 +725,7 @@ def test_a_later_generation_is_estimated_without_the_first_processes_pipelined_b
         {"cell_id": "a|mlp|cpu", "round": 1, "wall_s": 40.0, "pipelined_blocks_s": [1.0, 2.0]},
         {"cell_id": "b|mlp|cpu", "round": 1, "wall_s": 25.0, "pipelined_blocks_s": [0.5, 0.5]},
     ]
-    assert estimates.next_generation_s(first) == 36.0
+    assert costs.next_generation_s(first) == 36.0
 
 
 def _startup(adapter: str, group: str, k: int, cold: list[float], step: float, wall: float = 100.0) -> dict:
@@ -756,21 +754,21 @@ def test_a_warm_start_is_counted_on_where_the_run_measured_what_it_saves_for_tha
         _startup("eager", "mlp", 1, [2.0, 1.0], 1.0),
         _startup("eager", "mlp", 2, [2.5, 1.0], 1.0),  # slower warm than cold: nothing saved, not less
     ]
-    shares = estimates.warm_shares(measured)
+    shares = costs.warm_shares(measured)
     assert shares == {"jit": pytest.approx(0.75), "eager": 0.0}
-    assert estimates.compile_excess_s(_startup("jit", "rnn", 1, [30.0, 2.0, 2.0, 2.0], 2.0)) == pytest.approx(28.0)
+    assert costs.compile_excess_s(_startup("jit", "rnn", 1, [30.0, 2.0, 2.0, 2.0], 2.0)) == pytest.approx(28.0)
     rnn = [
         _startup("jit", "rnn", 1, [30.0, 2.0, 2.0, 2.0], 2.0, wall=300.0),
         _startup("eager", "rnn", 1, [12.0, 2.0], 2.0, wall=250.0),
         _startup("new", "rnn", 1, [50.0, 2.0], 2.0, wall=200.0),  # no warm start measured: counted cold
     ]
-    assert estimates.next_generation_s(rnn) == 300.0, "without shares: the cold generation as it ran"
-    assert estimates.next_generation_s(rnn, shares) == pytest.approx(300.0 - 0.75 * 28.0)
+    assert costs.next_generation_s(rnn) == 300.0, "without shares: the cold generation as it ran"
+    assert costs.next_generation_s(rnn, shares) == pytest.approx(300.0 - 0.75 * 28.0)
     warm_already = [{**r, "round": 2, "warm_compiles": True} for r in rnn]
-    assert estimates.next_generation_s(warm_already, shares) == 300.0, "a warm generation is its own estimate"
+    assert costs.next_generation_s(warm_already, shares) == 300.0, "a warm generation is its own estimate"
     failed = {**_startup("jit", "cnn", 1, [9.0, 1.0], 1.0), "status": "failed"}
-    assert estimates.compile_excess_s(failed) == 0.0
-    assert "jit" not in estimates.warm_shares([failed, _startup("jit", "cnn", 2, [1.0], 1.0)])
+    assert costs.compile_excess_s(failed) == 0.0
+    assert "jit" not in costs.warm_shares([failed, _startup("jit", "cnn", 2, [1.0], 1.0)])
 
 
 def test_the_warm_estimate_is_closer_to_the_later_generations_the_default_run_measured():
@@ -780,10 +778,10 @@ def test_the_warm_estimate_is_closer_to_the_later_generations_the_default_run_me
     recs = records.load(FIXTURE_RUNS / "2026-11-26-cpu-default-30m-b/results.jsonl")
     for group in ("mlp", "cnn"):
         mine = [r for r in recs if r["workload"] == group]
-        others = estimates.warm_shares([r for r in recs if r["workload"] != group])
+        others = costs.warm_shares([r for r in recs if r["workload"] != group])
         first = [r for r in mine if records.round_of(r) == 1]
-        took = estimates.next_generation_s([r for r in mine if records.round_of(r) == 2])
-        cold, warm = estimates.next_generation_s(first), estimates.next_generation_s(first, others)
+        took = costs.next_generation_s([r for r in mine if records.round_of(r) == 2])
+        cold, warm = costs.next_generation_s(first), costs.next_generation_s(first, others)
         assert abs(warm - took) < abs(cold - took) and warm < cold, (group, cold, warm, took)
 
 
@@ -994,18 +992,18 @@ def test_a_later_generation_is_estimated_with_the_start_that_side_by_side_starts
         {**_startup("jit", "mlp", 2, [1.0], 1.0), "ready_s": 20.0, "starts_at_once": 2, "starting_s": 30.0},
         {**_startup("eager", "mlp", 2, [1.0], 1.0), "ready_s": 18.0, "starts_at_once": 2, "starting_s": 30.0},
     ]
-    assert estimates.start_factor(other) == pytest.approx(30.0 / 50.0)
-    assert estimates.start_factor(other[:2]) == 1.0, "no side-by-side start measured"
+    assert costs.start_factor(other) == pytest.approx(30.0 / 50.0)
+    assert costs.start_factor(other[:2]) == 1.0, "no side-by-side start measured"
     rnn = [
         {**_startup("jit", "rnn", 1, [21.0, 1.0], 1.0, wall=300.0), "ready_s": 60.0},
         {**_startup("eager", "rnn", 1, [2.0, 1.0], 1.0, wall=250.0), "ready_s": 40.0},
     ]
     shares = {"jit": 1.0}  # its 20 s of compiles are all saved warm
-    assert estimates.serial_start_s(rnn, shares) == pytest.approx(80.0)
-    assert estimates.next_generation_s(rnn, shares) == pytest.approx(280.0)
-    assert estimates.next_generation_s(rnn, shares, 0.6) == pytest.approx(280.0 - 0.4 * 80.0)
+    assert costs.serial_start_s(rnn, shares) == pytest.approx(80.0)
+    assert costs.next_generation_s(rnn, shares) == pytest.approx(280.0)
+    assert costs.next_generation_s(rnn, shares, 0.6) == pytest.approx(280.0 - 0.4 * 80.0)
     side = [{**r, "round": 2, "warm_compiles": True, "starts_at_once": 2, "starting_s": 50.0} for r in rnn]
-    assert estimates.next_generation_s(side, shares, 0.6) == 300.0, "a side-by-side generation is its own estimate"
+    assert costs.next_generation_s(side, shares, 0.6) == 300.0, "a side-by-side generation is its own estimate"
 
 
 def test_a_generations_floors_are_taken_off_its_estimate_as_much_as_they_lengthened_it():
@@ -1017,14 +1015,14 @@ def test_a_generations_floors_are_taken_off_its_estimate_as_much_as_they_lengthe
         {**side, "ready_s": 50.0, "dispatch_floor_wall_s": 32.0, "dispatch_floor_timed_s": 2.0},
         {**side, "ready_s": 30.0, "dispatch_floor_wall_s": 11.0, "dispatch_floor_timed_s": 1.0},
     ]
-    assert estimates.floors_wall_s(gen) == pytest.approx(3.0 + 40.0 * 50.0 / 80.0)
+    assert costs.floors_wall_s(gen) == pytest.approx(3.0 + 40.0 * 50.0 / 80.0)
     old = [
         {"adapter": "a", "round": 3, "ready_s": 50.0, "starting_s": 80.0, "dispatch_floor_wall_s": 30.0},
         {"adapter": "b", "round": 3, "ready_s": 30.0},
     ]
-    assert estimates.floors_wall_s(old) == pytest.approx(30.0)
-    assert estimates.next_generation_s([{**r, "wall_s": 200.0} for r in gen]) == pytest.approx(200.0 - 28.0)
-    assert estimates.serial_start_s(old, {}) == pytest.approx(50.0), "a floor's preparation is no start to repeat"
+    assert costs.floors_wall_s(old) == pytest.approx(30.0)
+    assert costs.next_generation_s([{**r, "wall_s": 200.0} for r in gen]) == pytest.approx(200.0 - 28.0)
+    assert costs.serial_start_s(old, {}) == pytest.approx(50.0), "a floor's preparation is no start to repeat"
 
 
 def test_a_further_generation_is_estimated_from_the_latest_one_it_repeats_as_it_ran():
@@ -1037,12 +1035,12 @@ def test_a_further_generation_is_estimated_from_the_latest_one_it_repeats_as_it_
         {**side, "round": 2, "wall_s": 180.0, "ready_s": 90.0},
         {**side, "round": 3, "wall_s": 350.0, "ready_s": 200.0, "dispatch_floor_wall_s": 60.0},
     ]
-    assert not estimates.repeats_as_is(gens[:1]) and estimates.repeats_as_is(gens[1:2])
-    assert not estimates.repeats_as_is(gens[2:])
-    assert estimates.next_generation_s(gens) == 180.0
-    assert estimates.next_generation_s([gens[0], gens[2]]) == pytest.approx(350.0 - 60.0 * 50.0 / 200.0)
-    assert not estimates.repeats_as_is([{**gens[1], "dispatch_floor_error": "RuntimeError: x"}])
-    assert not estimates.repeats_as_is([gens[1], {**gens[1], "warm_compiles": False}]), "a cold worker compiles again"
+    assert not costs.repeats_as_is(gens[:1]) and costs.repeats_as_is(gens[1:2])
+    assert not costs.repeats_as_is(gens[2:])
+    assert costs.next_generation_s(gens) == 180.0
+    assert costs.next_generation_s([gens[0], gens[2]]) == pytest.approx(350.0 - 60.0 * 50.0 / 200.0)
+    assert not costs.repeats_as_is([{**gens[1], "dispatch_floor_error": "RuntimeError: x"}])
+    assert not costs.repeats_as_is([gens[1], {**gens[1], "warm_compiles": False}]), "a cold worker compiles again"
 
 
 def test_the_estimate_from_a_repeated_generation_is_closer_to_the_4th_the_default_run_measured():
@@ -1051,12 +1049,12 @@ def test_the_estimate_from_a_repeated_generation_is_closer_to_the_4th_the_defaul
     timed the floors) alone, and for rnn-caption (200 s) within 5% where the old one was 14% over
     (a recorded run, no clock read here)."""
     recs = records.load(FIXTURE_RUNS / "2026-11-27-cpu-default-30m-e/results.jsonl")
-    shares, factor = estimates.warm_shares(recs), estimates.start_factor(recs)
+    shares, factor = costs.warm_shares(recs), costs.start_factor(recs)
     for workload in ("mlp", "cnn", "rnn-caption"):
         mine = [r for r in recs if r["workload"] == workload]
         took = max(r["wall_s"] for r in mine if records.round_of(r) == 4)
-        new = estimates.next_generation_s([r for r in mine if records.round_of(r) <= 3], shares, factor)
-        old = estimates.next_generation_s([r for r in mine if records.round_of(r) == 3], shares, factor)
+        new = costs.next_generation_s([r for r in mine if records.round_of(r) <= 3], shares, factor)
+        old = costs.next_generation_s([r for r in mine if records.round_of(r) == 3], shares, factor)
         assert abs(new - took) <= abs(old - took) + 0.5, (workload, new, old, took)
         if workload == "rnn-caption":
             assert abs(new / took - 1) < 0.05 < old / took - 1, (new, old, took)

@@ -40,7 +40,7 @@ from harness.reporting.sections import banner, failures, input_pipeline, level_t
 from harness.reporting.sweeps import sweep_section
 from harness.reporting.tables import env_table, machines_table, settings_table
 from harness.reporting.workload_tables import table_title, workload_table
-from harness.running import estimates
+from harness.stats import generation_costs
 from harness.stats.verdicts import SAME, SETTLE_MARGIN, Family, PairVerdict
 
 
@@ -48,7 +48,7 @@ def generations_note(group: Sequence[Record], *, going: bool = False, processes:
     """A line where the workload's cells ran in fewer generations (fresh processes each) than the
     run planned (a time budget that ran out, or cells that failed in some): what its verdicts rest on,
     and, where the budget ran out, about how much more time the missing generations needed
-    (harness.running.estimates, from the run's ``processes``). ``going``: the run is still going (a
+    (harness.stats.generation_costs, from the run's ``processes``). ``going``: the run is still going (a
     provisional page), so its later generations are to come."""
     ok = [r for r in group if r["status"] == "ok" and r.get("group_generations")]
     if not ok:
@@ -65,7 +65,7 @@ def generations_note(group: Sequence[Record], *, going: bool = False, processes:
         why = "the run's time budget ran out before the next one" if budgeted else "see Status"
     said = f"Generations: {ran} of the {planned} planned ({why})"
     ids = {r.get("cell_id") for r in ok}
-    more_s = estimates.missing_s([r for r in processes if r.get("cell_id") in ids], planned)
+    more_s = generation_costs.missing_s([r for r in processes if r.get("cell_id") in ids], planned)
     if budgeted and not going and more_s > 0:
         missing = {1: f" {planned}", 2: f"s {ran + 1} and {planned}"}.get(planned - ran, f"s {ran + 1} to {planned}")
         minutes = math.ceil(more_s / 60)

@@ -29,9 +29,9 @@ from harness import processes, records
 from harness.measuring import timing
 from harness.records import Cell, Record, round_of
 from harness.running import runner, turns
-from harness.running.estimates import committed_s, next_generation_s, start_factor, warm_shares
 from harness.running.sink import RoundSink
 from harness.running.turns import Turns, group_of, servable
+from harness.stats.generation_costs import committed_s, next_generation_s, start_factor, warm_shares
 
 #: With a budget, the share of what is left that a generation's turns may take (the rest is
 #: start-up: imports, set-up, compiles), down to a quarter of the profile's turn seconds.
