@@ -571,7 +571,7 @@ def test_a_workload_cut_short_by_the_budget_says_so_at_its_section():
 
 def test_a_workload_cut_short_says_about_how_much_more_time_its_planned_generations_needed():
     """Issue 71: on a slow machine the report says what more time would buy, from the estimate the
-    budget itself starts generations by (harness.running.costs.next_generation_s)."""
+    budget itself starts generations by (harness.stats.generation_costs.next_generation_s)."""
     from harness.reporting import report
 
     cells = [
@@ -593,6 +593,13 @@ def test_a_workload_cut_short_says_about_how_much_more_time_its_planned_generati
     assert "more minutes" not in line, "a run still going has not run out of time"
     unbudgeted = [{k: v for k, v in c.items() if k != "budget_s"} for c in cells]
     assert "more minutes" not in report.generations_note(unbudgeted, processes=processes)[0]
+    # as the budget does, it counts what a warm start saved in another group of the run: jit's warm
+    # start saved 0.75 of its cold compiles on cnn, so rnn's next generation is 300 - 0.75 * 114 s
+    rnn = [{**_startup("jit", "rnn", 1, [120.0, 2.0, 2.0, 2.0], 2.0, wall=300.0), "rounds": 3}]
+    cnn = [_startup("jit", "cnn", 1, [30.0, 2.0, 2.0, 2.0], 2.0), _startup("jit", "cnn", 2, [9.0, 2.0, 2.0, 2.0], 2.0)]
+    cell = [{**rnn[0], "group_generations": [1], "budget_s": 900.0}]
+    assert "; about 10 more minutes" in report.generations_note(cell, processes=rnn)[0]
+    assert "; about 8 more minutes" in report.generations_note(cell, processes=rnn + cnn)[0]
 
 
 def _generations_run(

@@ -64,9 +64,13 @@ def generations_note(group: Sequence[Record], *, going: bool = False, processes:
     else:
         why = "the run's time budget ran out before the next one" if budgeted else "see Status"
     said = f"Generations: {ran} of the {planned} planned ({why})"
-    ids = {r.get("cell_id") for r in ok}
-    more_s = generation_costs.missing_s([r for r in processes if r.get("cell_id") in ids], planned)
-    if budgeted and not going and more_s > 0:
+    # the budget's own estimate, from the whole run: other groups' warm starts say what a warm start saves
+    more_s = (
+        generation_costs.missing_s(processes, planned, {r.get("cell_id") for r in ok})
+        if budgeted and not going
+        else 0.0
+    )
+    if more_s > 0:
         missing = {1: f" {planned}", 2: f"s {ran + 1} and {planned}"}.get(planned - ran, f"s {ran + 1} to {planned}")
         minutes = math.ceil(more_s / 60)
         said += f"; about {minutes} more minute{'s' * (minutes != 1)} of budget would have run generation{missing}"

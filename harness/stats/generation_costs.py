@@ -5,7 +5,7 @@ say how much more time a workload cut short would have needed. Pure functions of
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from harness import records
 from harness.records import Record, round_of
@@ -96,12 +96,8 @@ def start_factor(recs: Sequence[Record], shares: Mapping[str, float] | None = No
     generation started one at a time (``serial_start_s``), over every group of the run that ran
     both, at most 1; 1 where none did (a later generation is then estimated one at a time)."""
     shares = warm_shares(recs) if shares is None else shares
-    groups: dict[str, list[Record]] = {}
-    for r in recs:
-        if r.get("status") == "ok" and r.get("group"):
-            groups.setdefault(str(r["group"]), []).append(r)
     side, alone = 0.0, 0.0
-    for mine in groups.values():
+    for mine in _groups(recs).values():
         first = [r for r in mine if round_of(r) == 1 and (r.get("starts_at_once") or 1) == 1]
         later = {round_of(r): r["starting_s"] for r in mine if (r.get("starts_at_once") or 1) > 1 and "starting_s" in r}
         if first and later:
@@ -146,20 +142,28 @@ def committed_s(cost: float, k: int) -> float:
     return cost * max(1, verdicts.MIN_GENERATIONS - k + 1)
 
 
-def missing_s(recs: Sequence[Record], planned: int) -> float:
-    """What the generations up to ``planned`` that each group of ``recs`` (a run's process records)
-    did not run should have taken, summed over its groups: each group's next generation
-    (``next_generation_s``, with the run's warm shares and start factor) times the generations it
-    lacks. 0 where every group ran them, or where nothing is recorded to estimate from."""
+def missing_s(recs: Sequence[Record], planned: int, cell_ids: Collection[str | None] | None = None) -> float:
+    """What the generations up to ``planned`` that the groups holding ``cell_ids`` (every group
+    where None) did not run should have taken, summed over those groups: each group's next
+    generation (``next_generation_s``, with the warm shares and start factor of the whole run,
+    ``recs``: a run's process records, as the budget reads them) times the generations it lacks. 0
+    where every such group ran them, or where nothing is recorded to estimate from."""
     shares = warm_shares(recs)
     factor = start_factor(recs, shares)
-    groups: dict[str, list[Record]] = {}
-    for r in recs:
-        if r.get("status") == "ok" and r.get("group"):
-            groups.setdefault(str(r["group"]), []).append(r)
     total = 0.0
-    for mine in groups.values():
+    for mine in _groups(recs).values():
+        if cell_ids is not None and not any(r.get("cell_id") in cell_ids for r in mine):
+            continue
         lacking = planned - max(round_of(r) for r in mine)
         if lacking > 0:
             total += lacking * next_generation_s(mine, shares, factor)
     return total
+
+
+def _groups(recs: Sequence[Record]) -> dict[str, list[Record]]:
+    """The ``ok`` records of ``recs`` by their group (the cells that took turns together)."""
+    groups: dict[str, list[Record]] = {}
+    for r in recs:
+        if r.get("status") == "ok" and r.get("group"):
+            groups.setdefault(str(r["group"]), []).append(r)
+    return groups
