@@ -141,6 +141,19 @@ def section(processes: list[Record], envs: Mapping[str, Mapping[str, Any]] | Non
     ]
     # a floor timed inside its worker's start took no seconds after it (harness.records, schema 1)
     floors_after_start = any(r.get("dispatch_floor_timed_s") for r in processes)
+    side_by_side = ""
+    if any((r.get("starts_at_once") or 1) > 1 for r in processes):
+        # gated workers (harness.running.resident) warm up one at a time, never beside another's import
+        how = (
+            "the two importing and setting up together, then warming up one after the other, and the next two "
+            "once both were ready"
+            if any(r.get("gated") for r in processes)
+            else "each next one as soon as one was ready"
+        )
+        side_by_side = (
+            f"Later generations{'' if floors_after_start else ' that timed no floor'} started them two at a time, "
+            f"{how} (their start counts from the first start to the last ready). "
+        )
     out = [
         "## Where the run's time went",
         "",
@@ -151,19 +164,7 @@ def section(processes: list[Record], envs: Mapping[str, Mapping[str, Any]] | Non
             if floors_after_start
             else "(import, set-up, cold window, a dispatch floor where one is timed), then they take turns. "
         )
-        + (
-            f"Later generations{'' if floors_after_start else ' that timed no floor'} started them two at a time, "
-            + (
-                # gated workers (harness.running.resident): no warm-up beside another's import
-                "the two importing and setting up together, then warming up one after the other, and the next "
-                "two once both were ready "
-                if any(r.get("gated") for r in processes)
-                else "each next one as soon as one was ready "
-            )
-            + "(their start counts from the first start to the last ready). "
-            if any((r.get("starts_at_once") or 1) > 1 for r in processes)
-            else ""
-        )
+        + side_by_side
         + "The run's own start and close (doctor, device peaks, kernel floors, the report) are not counted here"
         + (", but in the table below it." if own else "."),
         "",
