@@ -90,6 +90,9 @@ class Record(Cell, total=False):
     cold_settled: bool | None
     cold_other_cores: float  #: other CPU load while the cold window ran (cores; resident workers)
     cold_contended: bool  #: that load was past the contention threshold (harness.measuring.contention)
+    cold_cpu_cores: float  #: cores the cold window used: the worker's and its helpers' CPU s over its wall s
+    warmed_beside: bool  #: its cold window ran beside another light worker's (harness.running.turns.light_cells)
+    floor_prepare_s: float  #: seconds its start spent preparing its dispatch floor (in ``ready_s``)
     pipelined_s: float
     synced_block_s: float
     turn_block_s: list[float]

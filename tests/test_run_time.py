@@ -24,6 +24,13 @@ def _row(lines: list[str], first: str) -> list[str]:
     return [c.strip() for c in line.strip("|").split("|")]
 
 
+def _starts_table(lines: list[str]) -> list[str]:
+    """The lines of the section from its table of each generation's start on, to the next caption."""
+    at = next(i for i, line in enumerate(lines) if line.startswith("Each generation's start"))
+    end = next(i for i in range(at + 3, len(lines)) if not lines[i].startswith("|"))
+    return lines[at:end]
+
+
 def test_a_generation_is_its_workers_start_ups_then_turns_and_cells_alone_count_whole():
     procs = [
         # mlp generation 1: workers start for 30 s and 60 s one after another; the first lives 150 s
@@ -39,10 +46,10 @@ def test_a_generation_is_its_workers_start_ups_then_turns_and_cells_alone_count_
     ]
     gens = run_time.generations(procs)
     assert gens["mlp"] == {
-        1: {"wall": 150.0, "startup": 90.0, "workers": 2},
-        2: {"wall": 90.0, "startup": 30.0, "workers": 2},
+        1: {"wall": 150.0, "startup": 90.0, "workers": 2, "floors": 0.0, "beside": 0},
+        2: {"wall": 90.0, "startup": 30.0, "workers": 2, "floors": 0.0, "beside": 0},
     }
-    assert gens["cnn, loader data"] == {1: {"wall": 60.0, "startup": 0.0, "workers": 2}}
+    assert gens["cnn, loader data"] == {1: {"wall": 60.0, "startup": 0.0, "workers": 2, "floors": 0.0, "beside": 0}}
     lines = run_time.section(procs)
     assert lines[0] == "## Where the run's time went"
     # mlp: 240 s = 4 min, 120 s starting, 120 s of turns; generation 1 2.5 min, the later one 1.5
@@ -80,7 +87,7 @@ def test_a_generation_started_side_by_side_counts_its_start_from_first_start_to_
     ]
     gens = run_time.generations(procs)
     assert gens["mlp"][1]["startup"] == 90.0, "one at a time: the sum of its start-ups"
-    assert gens["mlp"][2] == {"wall": 90.0, "startup": 20.0, "workers": 2}, "not 12 + 18"
+    assert gens["mlp"][2] == {"wall": 90.0, "startup": 20.0, "workers": 2, "floors": 0.0, "beside": 0}, "not 12 + 18"
     text = "\n".join(run_time.section(procs))
     assert "Later generations that timed no floor started them two at a time" in text
     assert "one started beside another shared the CPU with it" in text
@@ -94,6 +101,39 @@ def test_a_generation_started_side_by_side_counts_its_start_from_first_start_to_
     text = "\n".join(run_time.section(gated))
     assert "then warming up one after the other, and the next two once both were ready" in text
     assert "as soon as one was ready" not in text
+
+
+def test_each_later_generations_start_is_set_against_the_first_and_floors_are_told_apart():
+    """The table of starts: generation 1's seconds, then each later generation's with its share of
+    them; a generation that prepared dispatch floors says how long that took, and its share leaves
+    it out; workers that warmed up side by side are counted in the caption."""
+    side = {"starts_at_once": 2, "gated": True}
+    procs = [
+        _proc("a", "mlp", 1, 30.0, 150.0),
+        _proc("b", "mlp", 1, 70.0, 115.0),
+        _proc("a", "mlp", 2, 30.0, 90.0, starting_s=40.0, **side),
+        _proc("b", "mlp", 2, 35.0, 80.0, starting_s=40.0, **side),
+        _proc("a", "mlp", 3, 50.0, 90.0, starting_s=70.0, floor_prepare_s=20.0, **side),
+        _proc("b", "mlp", 3, 60.0, 80.0, starting_s=70.0, floor_prepare_s=5.0, **side),
+        _proc("a", "mlp", 4, 30.0, 90.0, starting_s=30.0, warmed_beside=True, **side),
+        _proc("b", "mlp", 4, 30.0, 80.0, starting_s=30.0, warmed_beside=True, **side),
+        _proc("a", "cnn", 1, 10.0, 50.0),  # one generation: no row
+    ]
+    lines = _starts_table(run_time.section(procs))
+    # generation 1: 100 s; 2: 40 s (40%); 3: 70 s, 25 of them floors: 45 s (45%); 4: 30 s (30%)
+    assert _row(lines, "mlp") == [
+        "mlp", "100", "40, 40%", "70, 25 of it preparing floors: 45% without", "30, 30%"
+    ]  # fmt: skip
+    assert not any(line.startswith("| cnn ") for line in lines)
+    text = "\n".join(run_time.section(procs))
+    assert "two workers at a time; 2 of their workers warmed up side by side with another" in text
+    assert "its share leaves it out" in text
+    assert "(or side by side, where both warm-ups use about one core)" in text
+    plain = [r for r in procs if r["round"] < 3]  # no floors, no pair: neither is said
+    text = "\n".join(run_time.section(plain))
+    assert "its share leaves it out" not in text and "side by side" not in text
+    assert _row(_starts_table(run_time.section(plain)), "mlp")[2] == "40, 40%"
+    assert "Each generation's start" not in "\n".join(run_time.section(procs[:2]))
 
 
 def test_the_runs_own_start_and_close_and_its_whole_length_come_from_its_phases():

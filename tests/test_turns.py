@@ -1108,3 +1108,48 @@ def test_after_round_one_the_cheapest_groups_further_generations_come_first(tmp_
         (2, "rnn"),
         (3, "rnn"),
     ]
+
+
+def test_light_cells_are_those_whose_latest_warm_up_alone_used_about_one_core():
+    """``light_cells`` reads each cell's latest warm-up that ran alone; one beside another shared
+    the cores and never reclassifies its cell; records without the figure say nothing."""
+    from tests.fakes import record
+
+    a1 = record("a", cell_id="a", round=1, cold_cpu_cores=1.6)  # a cold compile on both cores
+    a2 = record("a", cell_id="a", round=2, cold_cpu_cores=1.2)  # from the cache, alone: light
+    b1 = record("b", cell_id="b", round=1, cold_cpu_cores=1.0)
+    b2 = record("b", cell_id="b", round=2, cold_cpu_cores=2.0, warmed_beside=True)  # not read
+    c1 = record("c", cell_id="c", round=1, cold_cpu_cores=1.0)
+    c3 = record("c", cell_id="c", round=3, cold_cpu_cores=1.9)  # OpenMP steps, alone: heavy again
+    old = record("d", cell_id="d", round=1)  # before the figure was kept
+    assert turns.light_cells([a1, b1, c1, old]) == {"b", "c"}
+    assert turns.light_cells([a1, a2, b1, b2, c1, c3, old]) == {"a", "b"}
+    assert turns.light_cells([{**a1, "cold_cpu_cores": turns.LIGHT_CORES}]) == {"a"}, "the bound counts"
+    # the pairs' order: each cell's latest cold window, whichever way it ran
+    windows = [{**a1, "cold_times_s": [9.0, 1.0]}, {**a2, "cold_times_s": [2.0]}, {**b2, "cold_times_s": [20.0]}]
+    assert turns.latest_cold_s([*windows, old]) == {"a": 2.0, "b": 20.0}
+
+
+@pytest.mark.workers
+def test_two_light_cells_warm_up_side_by_side_and_a_heavy_one_alone(fault_adapters, tmp_path):
+    """Real workers, generation 2: fault-ok and its twin, light in round 1, start together and warm
+    up side by side (``warmed_beside``); with the twin heavy, each warms up alone. Every worker
+    records the cores its cold window used."""
+    from tests.fakes import record
+
+    ids = [_cell("fault-ok")["cell_id"], _cell("fault-ok")["cell_id"] + "|twin"]
+
+    def generation(cores: tuple[float, float], folder: str) -> dict[str, dict]:
+        before = [
+            record("fault-ok", cell_id=i, round=1, run_id="t", cold_cpu_cores=c)
+            for i, c in zip(ids, cores, strict=True)
+        ]
+        (tmp_path / folder).mkdir()
+        results = _twins_second_generation(tmp_path / folder, 60.0, False, before=before)
+        return {r["cell_id"]: r for r in records.load(results) if r["round"] == 2}
+
+    light = generation((1.0, 1.1), "light")
+    assert all(r["status"] == "ok" and r["warmed_beside"] is True for r in light.values())
+    assert all(isinstance(r["cold_cpu_cores"], float) and r["cold_cpu_cores"] >= 0 for r in light.values())
+    mixed = generation((1.0, 2.0), "mixed")
+    assert all(r["status"] == "ok" and r["warmed_beside"] is False for r in mixed.values())

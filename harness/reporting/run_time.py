@@ -44,9 +44,11 @@ def _minutes(seconds: float) -> str:
 
 
 def generations(processes: list[Record]) -> dict[str, dict[int, dict[str, float]]]:
-    """Group label -> generation -> its ``wall`` and ``startup`` seconds and ``workers``, from the
-    records of processes that took turns (``ready_s``); cells that ran alone are a generation of
-    their own label's each, all of their wall time start-up and timing together (``startup`` 0)."""
+    """Group label -> generation -> its ``wall`` and ``startup`` seconds, ``workers``, the seconds
+    its workers spent preparing dispatch floors (``floors``, part of ``startup``) and how many warmed
+    up beside another (``beside``), from the records of processes that took turns (``ready_s``);
+    cells that ran alone are a generation of their own label's each, all of their wall time
+    start-up and timing together (``startup`` 0)."""
     out: dict[str, dict[int, dict[str, float]]] = {}
     # a setting on two devices is two groups, each with its own generations (harness.running.turns)
     several = len({_device(r) for r in processes}) > 1
@@ -54,8 +56,12 @@ def generations(processes: list[Record]) -> dict[str, dict[int, dict[str, float]
         if r.get("wall_s") is None:
             continue  # skipped before it started
         label = _label(r) + (f" on {_device(r)}" if several else "")
-        gen = out.setdefault(label, {}).setdefault(round_of(r), {"wall": 0.0, "startup": 0.0, "workers": 0})
+        gen = out.setdefault(label, {}).setdefault(
+            round_of(r), {"wall": 0.0, "startup": 0.0, "workers": 0, "floors": 0.0, "beside": 0}
+        )
         gen["workers"] += 1
+        gen["floors"] += r.get("floor_prepare_s") or 0.0
+        gen["beside"] += bool(r.get("warmed_beside"))
         if r.get("ready_s") is None:  # alone: its whole wall, one after another
             gen["wall"] += r["wall_s"]
             continue
@@ -145,8 +151,13 @@ def section(processes: list[Record], envs: Mapping[str, Mapping[str, Any]] | Non
     if any((r.get("starts_at_once") or 1) > 1 for r in processes):
         # gated workers (harness.running.resident) warm up one at a time, never beside another's import
         how = (
-            "the two importing and setting up together, then warming up one after the other, and the next two "
-            "once both were ready"
+            "the two importing and setting up together, then warming up one after the other"
+            + (
+                " (or side by side, where both warm-ups use about one core)"
+                if any(r.get("warmed_beside") for r in processes)
+                else ""
+            )
+            + ", and the next two once both were ready"
             if any(r.get("gated") for r in processes)
             else "each next one as soon as one was ready"
         )
@@ -170,9 +181,53 @@ def section(processes: list[Record], envs: Mapping[str, Mapping[str, Any]] | Non
         "",
         tabulate(rows, headers, tablefmt="github", disable_numparse=True),
         "",
+        *_starts(found, any((r.get("starts_at_once") or 1) > 1 for r in processes)),
         *own,
     ]
     return out + _per_adapter(processes)
+
+
+def _starts(found: Mapping[str, Mapping[int, Mapping[str, float]]], two_at_once: bool) -> list[str]:
+    """Each workload's later generations' starts against its generation 1's (a generation's start
+    less the dispatch floors it prepared, which it says beside); nothing without a later one."""
+    later = {label: gens for label, gens in found.items() if len(gens) > 1 and gens[min(gens)]["startup"] > 0}
+    if not later:
+        return []
+    ks = sorted({k for gens in later.values() for k in gens if k != min(gens)})
+    rows = []
+    for label, gens in later.items():
+        first = gens[min(gens)]["startup"]
+        row = [label, sig(first)]
+        for k in ks:
+            g = gens.get(k)
+            if g is None:
+                row.append(DASH)
+                continue
+            share = f"{(g['startup'] - g['floors']) / first:.0%}"
+            floors = f", {sig(g['floors'])} of it preparing floors: {share} without" if g["floors"] else f", {share}"
+            row.append(f"{sig(g['startup'])}{floors}")
+        rows.append(row)
+    beside = sum(g["beside"] for gens in later.values() for g in gens.values())
+    pairs = (
+        f"; {beside} of their workers warmed up side by side with another, both warm-ups using about one core"
+        if beside
+        else ""
+    )
+    headers = ["workload", "generation 1's start, s", *[f"generation {k}'s, s and share" for k in ks]]
+    return [
+        "Each generation's start (its first worker started to its last one ready, in seconds) against "
+        "generation 1's, whose workers compile cold, one at a time. Later generations start from the "
+        f"compiler cache where the framework has one{', two workers at a time' if two_at_once else ''}{pairs}."
+        + (
+            " A generation that prepared dispatch floors (a second, tiny instance of each adapter, set up and "
+            "compiled for the floor) says how long that took; its share leaves it out."
+            if any(g["floors"] for gens in later.values() for g in gens.values())
+            else ""
+        ),
+        "",
+        tabulate(rows, headers, tablefmt="github", disable_numparse=True),
+        "",
+    ]
 
 
 def _per_adapter(processes: list[Record]) -> list[str]:

@@ -15,11 +15,15 @@ generations the verdicts need. End of file on the command pipe (the parent died)
 silently. A cell planned ``gated`` (a later generation's worker, started beside another) says
 ``set`` once it is imported and set up, and runs its cold window only on ``warm``: the parent warms
 one worker at a time while the others wait idle, since a warm-up beside another's import ran
-PyTorch's steps 40-80 times slower (their OpenMP threads wait on a busy core).
+PyTorch's steps 40-80 times slower (their OpenMP threads wait on a busy core); two whose warm-ups
+use about one core (``{"cmd": "warm", "beside": true}``: harness.running.turns.light_cells) warm
+up side by side. Every worker records the cores its cold window used (``cold_cpu_cores``: its own
+and its helpers' CPU seconds over the window's wall time), whether it warmed up beside another
+(``warmed_beside``), and how long preparing its dispatch floor took (``floor_prepare_s``).
 
-Messages are JSON lines: commands ``{"cmd": "warm"}``, ``{"cmd": "floor"}``, ``{"cmd": "turn", "turn": T}``,
-``{"cmd": "finish", "keep": [T, ...]}``; replies ``{"event": "set"}``, ``{"event": "ready", ...}``,
-``{"event": "floor"}``, ``{"event": "turn", "turn": T, "block_s": S, ...}``.
+Messages are JSON lines: commands ``{"cmd": "warm", "beside": B}``, ``{"cmd": "floor"}``,
+``{"cmd": "turn", "turn": T}``, ``{"cmd": "finish", "keep": [T, ...]}``; replies ``{"event": "set"}``,
+``{"event": "ready", ...}``, ``{"event": "floor"}``, ``{"event": "turn", "turn": T, "block_s": S, ...}``.
 """
 
 from __future__ import annotations
@@ -134,18 +138,27 @@ def serve(cell: Cell, fd_in: int, fd_out: int) -> Record | None:
     step = slowed(s.step, s.adapter.sync, slowdown, wait_s) if slowdown or wait_s else s.step
     stepper = timing.Stepper(step, s.adapter.sync, s.inputs, compiles=cell_work.compile_count(s.adapter))
     commands = _lines(fd_in)
+    beside = False
     if cell.get("gated"):  # imported and set up beside another worker: warm up when the parent says
         reply.write(json.dumps({"event": "set"}) + "\n")
-        if next(commands, None) is None:
+        warm = next(commands, None)
+        if warm is None:
             return None  # the parent went away
+        beside = bool(warm.get("beside"))
     load = MachineLoad(own_children=True)  # the cold window runs alone: all but this worker's family is other load
     load.start(_children())
+    cpu_before, t0 = tree_cpu_s(), time.perf_counter()
     cold, values, settled = stepper.cold_window(profile)
+    cores = (tree_cpu_s() - cpu_before) / max(time.perf_counter() - t0, 1e-9)
     load.stop(_children())
     # a later generation's blocks are round 1's size, sized alone (harness.running.turns.first_blocks)
     steps = int(cell.get("first_block_steps") or block_steps(sizing_step(stepper, s.pass_steps, cold), s.pass_steps))
-    extra = {"cold_other_cores": load.other_cores, "cold_contended": load.contended}
+    extra: dict[str, Any] = {"cold_other_cores": load.other_cores, "cold_contended": load.contended}
+    extra.update({"cold_cpu_cores": cores, "warmed_beside": beside})
+    t0 = time.perf_counter()
     prepared = cell_work.prepare_floor(cell, s.spec, s.device) if cell.get("dispatch_floor") else {}
+    if cell.get("dispatch_floor"):
+        extra["floor_prepare_s"] = time.perf_counter() - t0
     floor: cell_work.Floor | None = None
     if isinstance(prepared, dict):  # nothing to time: none planned, none for this spec, or why it failed
         extra.update(prepared)
@@ -219,6 +232,19 @@ class _Nothing:
 def _children() -> list[int]:
     """This worker's live descendants (Inductor's compile pool, a loader's workers)."""
     return [p.pid for p in psutil.Process().children(recursive=True)]
+
+
+def tree_cpu_s() -> float:
+    """CPU seconds this worker and its live descendants have used (user and system, all threads)."""
+    total = 0.0
+    for proc in [psutil.Process(), *psutil.Process().children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:  # a helper that ended meanwhile
+            continue
+        total += t.user + t.system
+    own = psutil.Process().cpu_times()
+    return total + own.children_user + own.children_system  # helpers that ended and were waited for
 
 
 def record(

@@ -126,12 +126,17 @@ class Resident:
         """Let a set-up ``gated`` worker run its cold window, and wait until it is ``ready``, at
         most ``timeout_s`` from now (its wait for the others' warm-ups is not its own)."""
         since = time.perf_counter()
+        return self.send_warm() and self.ready(timeout_s, since)
+
+    def send_warm(self, beside: bool = False) -> bool:
+        """Let a set-up ``gated`` worker run its cold window (``beside``: another warms up at the
+        same time); ``ready`` waits for it. False if it ended instead."""
         try:
-            self._send({"cmd": "warm"})
+            self._send({"cmd": "warm", "beside": beside})
         except Gone as exc:
             self.reason = str(exc)
             return False
-        return self.ready(timeout_s, since)
+        return True
 
     def floor(self, timeout_s: float) -> None:
         """Time the dispatch floor the worker prepared in its start (if it was planned one): the

@@ -41,7 +41,13 @@ other cells take their turns).
 Start-ups side by side (``starts_at_once``): a generation after the first starts two workers at a
 time on a machine of two cores or more; they import and set up together, then each warms up alone
 (its cold window, ``gated``: harness.running.resident) while the other waits idle, and the next
-two start once both are ready. (Where each next worker started as soon as one was ready, one
+two start once both are ready. Two *light* cells (``light_cells``: a warm-up that, the last time it
+ran alone, used about one core: TensorFlow's tracing, JAX's op-by-op dispatch) start together and
+warm up side by side, each on a core of its own; the light cells start first, the longest
+warm-ups (``latest_cold_s``) first, so that they pair with each other and a pair lasts about as
+long as each of its warm-ups. A cell that prepares its dispatch floor in this generation warms up alone, so
+that the floors' preparation (``floor_prepare_s``) adds to the start whole and can be told apart.
+(Where each next worker started as soon as one was ready, one
 worker's cold window ran beside another's import: on the 2-core VM torch-eager's
 16-step rnn-caption warm-up took 22-40 s there against 0.5 s alone, its OpenMP threads waiting on
 a busy core, in the AMD default run of 2026-11-28: docs/results.md.) Nothing measured there is reported: its
@@ -107,6 +113,13 @@ MAX_DROPPED_SHARE = 1.0
 WORKER_BYTES = 1.5 * 2**30
 #: GPU memory one resident worker may take: a CUDA context (~0.5 GiB) and the default workloads.
 GPU_WORKER_BYTES = 2 * 2**30
+#: A cell whose warm-up (cold window) used at most this many cores, its own and its helpers' CPU
+#: seconds over its wall time, warms up beside another such cell in a later generation
+#: (``light_cells``): one Python thread (tracing, op-by-op dispatch) and some slack. On the 2-core
+#: Xeon VM rnn-caption's tf-function and jax-eager warm-ups used 1.03 and 1.17 cores alone and took
+#: 22.5 s side by side against 41 s one after the other; torch-eager's and keras-torch's (OpenMP,
+#: 1.9-2.0 cores) took 4.8 s side by side against 0.95 s.
+LIGHT_CORES = 1.3
 #: Without a reply to a turn in this many seconds (or the cell's timeout, if shorter), a worker is hung.
 TURN_TIMEOUT_S = 120.0
 #: A worker whose block (its fewest steps or whole passes, as its warm-up turn took it) lasts this
@@ -144,6 +157,30 @@ def first_blocks(done: Sequence[Record], k: int) -> dict[str, int]:
     if k == 1:
         return {}
     return {r["cell_id"]: int(r["turn_block_steps"]) for r in done if r.get("round") == 1 and r.get("turn_block_steps")}
+
+
+def light_cells(done: Sequence[Record]) -> set[str]:
+    """Cells whose latest warm-up that ran alone (``warmed_beside`` false) used at most LIGHT_CORES
+    cores (``cold_cpu_cores``): their warm-ups may run side by side in a later generation (module
+    docstring). A warm-up beside another never reclassifies its cell: it shared the cores."""
+    latest: dict[str, tuple[int, float]] = {}
+    for r in done:
+        cores = r.get("cold_cpu_cores")
+        if cores is None or r.get("warmed_beside"):
+            continue
+        k = records.round_of(r)
+        if r["cell_id"] not in latest or k >= latest[r["cell_id"]][0]:
+            latest[r["cell_id"]] = (k, float(cores))
+    return {cell for cell, (_, cores) in latest.items() if cores <= LIGHT_CORES}
+
+
+def latest_cold_s(done: Sequence[Record]) -> dict[str, float]:
+    """Cell id -> the seconds of its latest process's cold window (its warm-up)."""
+    latest: dict[str, tuple[int, float]] = {}
+    for r in done:
+        if r.get("cold_times_s") and (r["cell_id"] not in latest or records.round_of(r) >= latest[r["cell_id"]][0]):
+            latest[r["cell_id"]] = (records.round_of(r), float(sum(r["cold_times_s"])))
+    return {cell: seconds for cell, (_, seconds) in latest.items()}
 
 
 def cache_root(results: Path) -> Path:
@@ -324,6 +361,12 @@ def run_generation(
     measured = floored(done_before) if floors else set()
     sized = first_blocks(done_before, k)
     at_once = starts_at_once(k)
+    # cells whose warm-up may run beside another's: light, and no floor to prepare (which counts apart)
+    light = light_cells(done_before) if at_once > 1 else set()
+    pairable = {c["cell_id"] for c in order if c["cell_id"] in light and not (floors and c["cell_id"] not in measured)}
+    # the light ones start (and pair) first, the longest warm-ups together: each pair lasts its longer one's
+    took = latest_cold_s(done_before)
+    order.sort(key=lambda c: (c["cell_id"] not in pairable, -took.get(c["cell_id"], 0.0)))
     starting: list[Resident] = []
 
     def settle() -> None:
@@ -345,6 +388,16 @@ def run_generation(
             else:
                 starting.remove(r)
                 done(r.record())
+        if len(waiting) > 1 and all(r.cell["cell_id"] in pairable for r in waiting):
+            since = time.perf_counter()  # light warm-ups side by side: each on a core of its own
+            sent = [r for r in waiting if r.send_warm(beside=True)]
+            for r in waiting:
+                starting.remove(r)
+                if r in sent and r.ready(sink.timeout_s, since):
+                    residents.append(r)
+                else:
+                    done(r.record())
+            return
         for r in waiting:
             starting.remove(r)
             if r.warm(sink.timeout_s):
