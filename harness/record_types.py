@@ -92,7 +92,8 @@ class Record(Cell, total=False):
     cold_contended: bool  #: that load was past the contention threshold (harness.measuring.contention)
     cold_cpu_cores: float  #: cores the cold window used: the worker's and its helpers' CPU s over its wall s
     warmed_beside: bool  #: its cold window ran beside another light worker's (harness.running.turns.light_cells)
-    floor_prepare_s: float  #: seconds its start spent preparing its dispatch floor (in ``ready_s``)
+    floor_prepare_s: float  #: seconds preparing its dispatch floor: after the turns, else in its start (``ready_s``)
+    floor_after_turns: bool  #: its dispatch floor was prepared and timed after the turns, not in its start
     pipelined_s: float
     synced_block_s: float
     turn_block_s: list[float]

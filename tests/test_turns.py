@@ -1030,6 +1030,17 @@ def test_a_generations_floors_are_taken_off_its_estimate_as_much_as_they_lengthe
     assert costs.floors_wall_s(old) == pytest.approx(30.0)
     assert costs.next_generation_s([{**r, "wall_s": 200.0} for r in gen]) == pytest.approx(200.0 - 28.0)
     assert costs.serial_start_s(old, {}) == pytest.approx(50.0), "a floor's preparation is no start to repeat"
+    # prepared and timed after the turns: all of it added to the wall, none of it to the start
+    after = [
+        {**r, "floor_after_turns": True, "floor_prepare_s": r["dispatch_floor_wall_s"] - r["dispatch_floor_timed_s"]}
+        for r in gen
+    ]
+    assert costs.floors_wall_s(after) == pytest.approx(43.0)
+    failed = {**side, "ready_s": 20.0, "floor_after_turns": True, "floor_prepare_s": 7.0, "dispatch_floor_error": "x"}
+    assert costs.floors_wall_s([failed]) == pytest.approx(7.0), "a preparation that failed took its time too"
+    assert costs.serial_start_s([{**r, "adapter": "a", "warm_compiles": True} for r in after], {}) == pytest.approx(
+        80.0
+    )
 
 
 def test_a_further_generation_is_estimated_from_the_latest_one_it_repeats_as_it_ran():
@@ -1068,12 +1079,12 @@ def test_the_estimate_from_a_repeated_generation_is_closer_to_the_4th_the_defaul
 
 
 @pytest.mark.workers
-def test_a_generation_that_times_floors_starts_its_workers_side_by_side_and_times_each_floor_once_all_are_ready(
+def test_a_generation_that_times_floors_starts_its_workers_side_by_side_and_times_each_floor_after_the_turns(
     fault_adapters, tmp_path, monkeypatch
 ):
-    """Real workers, generation 2 with floors: started two at a time (each prepares its tiny
-    instance in its start), then each floor timed on its own once every worker is ready, before
-    the first turn; the records hold the floor and what its timing took."""
+    """Real workers, generation 2 with floors: started two at a time, their turns, then each floor
+    prepared and timed on its own, after the last turn; the records hold the floor, what its
+    preparation and timing took, and that it came after the turns."""
 
     calls = []
     ready, floor, turn = resident_handle.Resident.ready, resident_handle.Resident.floor, resident_handle.Resident.turn
@@ -1081,11 +1092,14 @@ def test_a_generation_that_times_floors_starts_its_workers_side_by_side_and_time
     monkeypatch.setattr(resident_handle.Resident, "floor", lambda self, t: calls.append("floor") or floor(self, t))
     monkeypatch.setattr(resident_handle.Resident, "turn", lambda self, *a: calls.append("turn") or turn(self, *a))
     results = _twins_second_generation(tmp_path, 60.0, floors=True)
-    assert calls[:4] == ["ready", "ready", "floor", "floor"] and set(calls[4:]) == {"turn"}, calls
+    assert calls[:2] == ["ready", "ready"] and calls[-2:] == ["floor", "floor"], calls
+    assert set(calls[2:-2]) == {"turn"}, calls
     recs = records.load(results)
     assert len(recs) == 2 and all(r["status"] == "ok" and r["starts_at_once"] == 2 for r in recs)
-    assert all(r["dispatch_floor_s"] > 0 for r in recs)
+    assert all(r["dispatch_floor_s"] > 0 and r["floor_after_turns"] is True for r in recs)
     assert all(0 < r["dispatch_floor_timed_s"] <= r["dispatch_floor_wall_s"] for r in recs)
+    assert all(r["dispatch_floor_wall_s"] == pytest.approx(r["floor_prepare_s"] + r["dispatch_floor_timed_s"], abs=0.05)
+               for r in recs)  # fmt: skip
 
 
 def test_after_round_one_the_cheapest_groups_further_generations_come_first(tmp_path):

@@ -3,8 +3,9 @@ turns, per workload group and per adapter, read from every process's record (the
 ``processes``, harness.reporting.model).
 
 A generation (harness.running.turns) starts its workers one at a time, each alone (import,
-set-up, cold window, and a dispatch floor's set-up where one is planned: the record's ``ready_s``;
-a floor whose ``dispatch_floor_timed_s`` is 0 was timed there too), then times the floors and takes turns; its
+set-up, cold window: the record's ``ready_s``; in records without ``floor_after_turns``, a planned
+dispatch floor's set-up too, and a floor whose ``dispatch_floor_timed_s`` is 0 was timed there),
+then takes turns and times the floors (before the turns, in such records); its
 wall time is its longest-lived worker's (``wall_s``, the first started lives through all of it).
 So a generation's start-ups are the sum of its workers' ``ready_s`` (or, where its workers
 started two at a time, ``starting_s``: its first start to its last ready) and the rest of its
@@ -60,7 +61,8 @@ def generations(processes: list[Record]) -> dict[str, dict[int, dict[str, float]
             round_of(r), {"wall": 0.0, "startup": 0.0, "workers": 0, "floors": 0.0, "beside": 0}
         )
         gen["workers"] += 1
-        gen["floors"] += r.get("floor_prepare_s") or 0.0
+        if not r.get("floor_after_turns"):  # prepared in its start (harness.running.turns)
+            gen["floors"] += r.get("floor_prepare_s") or 0.0
         gen["beside"] += bool(r.get("warmed_beside"))
         if r.get("ready_s") is None:  # alone: its whole wall, one after another
             gen["wall"] += r["wall_s"]
@@ -147,6 +149,7 @@ def section(processes: list[Record], envs: Mapping[str, Mapping[str, Any]] | Non
     ]
     # a floor timed inside its worker's start took no seconds after it (harness.records, schema 1)
     floors_after_start = any(r.get("dispatch_floor_timed_s") for r in processes)
+    floors_after_turns = any(r.get("floor_after_turns") for r in processes)
     side_by_side = ""
     if any((r.get("starts_at_once") or 1) > 1 for r in processes):
         # gated workers (harness.running.resident) warm up one at a time, never beside another's import
@@ -170,7 +173,10 @@ def section(processes: list[Record], envs: Mapping[str, Mapping[str, Any]] | Non
         "",
         "Minutes of the run's generations (harness.running.turns): each starts its workers one at a time, alone "
         + (
-            "(import, set-up, cold window, a dispatch floor's set-up where one is planned), then each floor is "
+            "(import, set-up, cold window), then they take turns, then each dispatch floor is set up and timed, one "
+            "worker at a time while the others wait (counted with the turns). "
+            if floors_after_turns
+            else "(import, set-up, cold window, a dispatch floor's set-up where one is planned), then each floor is "
             "timed, one worker at a time (counted with the turns), then they take turns. "
             if floors_after_start
             else "(import, set-up, cold window, a dispatch floor where one is timed), then they take turns. "

@@ -8,9 +8,9 @@ cell's first process, every PIPED_EVERY-th turn, one pipelined block (issued bac
 sync), and replies with the synced block's step time. ``finish`` names the turns to keep (the parent
 leaves out turns taken under contention); the record is built from those alone. A cell planned with
 ``dispatch_floor`` prepares its dispatch floor's tiny instance (harness.running.cell_work.prepare_floor:
-set-up and compiles, untimed) before ``ready``, and times it on ``floor``, which the parent sends
-before the turns, to one worker at a time while the others wait idle: the parent asks once per
-cell, in its group's last planned generation, so that the floors' compiles do not delay the
+set-up and compiles) and times it on ``floor``, which the parent sends after the turns, to one
+worker at a time while the others wait idle: the parent asks once per cell, in its group's last
+planned generation, so that the floors' compiles do not delay the
 generations the verdicts need. End of file on the command pipe (the parent died) ends the worker
 silently. A cell planned ``gated`` (a later generation's worker, started beside another) says
 ``set`` once it is imported and set up, and runs its cold window only on ``warm``: the parent warms
@@ -155,24 +155,14 @@ def serve(cell: Cell, fd_in: int, fd_out: int) -> Record | None:
     steps = int(cell.get("first_block_steps") or block_steps(sizing_step(stepper, s.pass_steps, cold), s.pass_steps))
     extra: dict[str, Any] = {"cold_other_cores": load.other_cores, "cold_contended": load.contended}
     extra.update({"cold_cpu_cores": cores, "warmed_beside": beside})
-    t0 = time.perf_counter()
-    prepared = cell_work.prepare_floor(cell, s.spec, s.device) if cell.get("dispatch_floor") else {}
-    if cell.get("dispatch_floor"):
-        extra["floor_prepare_s"] = time.perf_counter() - t0
-    floor: cell_work.Floor | None = None
-    if isinstance(prepared, dict):  # nothing to time: none planned, none for this spec, or why it failed
-        extra.update(prepared)
-    else:
-        floor = prepared
     sampler = UtilSampler(interval_s=0.01) if s.device == "cuda" else None
     turns: dict[int, dict[str, Any]] = {}
     first = round_of(cell) == 1  # later processes are there for the verdicts' synced blocks
     reply.write(json.dumps({"event": "ready", "cold_s": sum(cold), "block_steps": steps}) + "\n")
     for msg in commands:
         if msg["cmd"] == "floor":
-            if floor is not None:
-                extra.update(cell_work.time_floor(floor))
-                floor = None  # the tiny instance is not kept through the turns
+            if cell.get("dispatch_floor") and "floor_prepare_s" not in extra:
+                extra.update(floor_after_turns(cell, s))
             reply.write(json.dumps({"event": "floor"}) + "\n")
         elif msg["cmd"] == "turn":
             piped = first and msg["turn"] % PIPED_EVERY == 0
@@ -181,6 +171,16 @@ def serve(cell: Cell, fd_in: int, fd_out: int) -> Record | None:
         elif msg["cmd"] == "finish":
             return record(cell, s, profile, sampler, cold, values, settled, turns, msg["keep"], steps, extra)
     return None
+
+
+def floor_after_turns(cell: Cell, s: cell_work.Started) -> dict[str, Any]:
+    """The cell's dispatch floor, prepared (a second, tiny instance set up and compiled:
+    ``floor_prepare_s``) and timed now, after the turns, while the other workers wait idle; what
+    failed, where it did."""
+    t0 = time.perf_counter()
+    prepared = cell_work.prepare_floor(cell, s.spec, s.device)
+    found: dict[str, Any] = {"floor_prepare_s": time.perf_counter() - t0, "floor_after_turns": True}
+    return {**found, **(prepared if isinstance(prepared, dict) else cell_work.time_floor(prepared))}
 
 
 def take_turn(

@@ -139,8 +139,8 @@ class Resident:
         return True
 
     def floor(self, timeout_s: float) -> None:
-        """Time the dispatch floor the worker prepared in its start (if it was planned one): the
-        others wait idle meanwhile. Raises Gone."""
+        """Prepare and time the worker's dispatch floor (if it was planned one), at most
+        ``timeout_s``: the others wait idle meanwhile. Raises Gone."""
         self._send({"cmd": "floor"})
         self._recv(timeout_s)
 

@@ -29,9 +29,11 @@ Dispatch floors (harness.running.cell_work.dispatch_floor, a second tiny instanc
 are timed once per cell, by its worker in its group's last planned generation, where the budget
 holds them beside it and the planned generations of the groups still to run: those generations are
 what the verdicts need, and in round 1 the floors took over a quarter of a slow group's start-up.
-The worker sets the tiny instance up and compiles it in its start (``prepare_floor``, untimed, beside
-another worker's start where starts are side by side); once every worker is ready, each times its
-floor in turn (a shuffled order) while the others wait idle.
+Once the turns are over, each worker in turn (a shuffled order) sets the tiny instance up, compiles
+it (``prepare_floor``: ``floor_prepare_s``) and times it while the others wait idle: the turns
+never wait for a floor. (Where a worker prepared its floor in its start, warming up alone: records
+with ``floor_prepare_s`` but not ``floor_after_turns``, a later generation's start with floors took
+53-61% of generation 1's, against 32-49% without, in evidence/2026-11-28-xeon-cpu-default-30m-b.)
 
 Which generation runs next, and what a time budget buys, is harness.running.budget's. Cells that
 cannot take turns run alone as before (harness.running.runner.run_cell): the idiomatic
@@ -45,14 +47,13 @@ two start once both are ready. Two *light* cells (``light_cells``: a warm-up tha
 ran alone, used about one core: TensorFlow's tracing, JAX's op-by-op dispatch) start together and
 warm up side by side, each on a core of its own; the light cells start first, the longest
 warm-ups (``latest_cold_s``) first, so that they pair with each other and a pair lasts about as
-long as each of its warm-ups. A cell that prepares its dispatch floor in this generation warms up alone, so
-that the floors' preparation (``floor_prepare_s``) adds to the start whole and can be told apart.
+long as each of its warm-ups.
 (Where each next worker started as soon as one was ready, one
 worker's cold window ran beside another's import: on the 2-core VM torch-eager's
 16-step rnn-caption warm-up took 22-40 s there against 0.5 s alone, its OpenMP threads waiting on
 a busy core, in the AMD default run of 2026-11-28: docs/results.md.) Nothing measured there is reported: its
-compiles come from the cache, its cold window is round 1's, a dispatch floor is only prepared
-there, and the turns (and floors) begin only once every worker is ready. A
+compiles come from the cache, its cold window is round 1's, and the turns begin only once every
+worker is ready. A
 worker of a later generation takes its cell's block size from round 1's record (``first_blocks``),
 where its probe ran alone: a probe beside another's start read the step slow and sized blocks of 5
 steps, whose steps measured 8-34% slower (median 13%, in 51 of 51 generations of
@@ -62,10 +63,10 @@ break-even) still starts one at a time, alone.
 (Floors timed inside the start, which then went one worker at a time, took 148 of the 263 s of
 start of the default run's rnn-caption third generation: records of schema 1 with
 ``dispatch_floor_timed_s`` 0, harness.records.)
-A generation's records say how long its start took in all (``starting_s``, the floors' timing
-not in it) and how many started at once (``starts_at_once``). Once every worker is ready, the
+A generation's records say how long its start took in all (``starting_s``, the floors not in
+it) and how many started at once (``starts_at_once``). Once every worker is ready, the
 generation waits for the machine to be quiet (``wait_quiet``, at most QUIET_WAIT_S and as long as
-its start took; ``quiet_wait_s`` on its records) before its floors and turns.
+its start took; ``quiet_wait_s`` on its records) before its turns.
 
 Compiler caches (``compile_cache``): each cell gets a compiler cache of its own for the run
 (XLA's persistent cache, Inductor's caches), empty when its first process starts, so that process
@@ -328,8 +329,8 @@ def run_generation(
 ) -> int:
     """Generation ``k`` of one group (module docstring): every cell's worker started and warmed
     up in turn, then turns, then each record (with ``extra`` fields) handed to ``sink``; with
-    ``floors``, each cell whose dispatch floor no earlier record holds prepares it in its start
-    and times it, one worker at a time, before the turns.
+    ``floors``, each cell whose dispatch floor no earlier record holds prepares and times it,
+    one worker at a time, after the turns.
     A cell that is skipped, fails or hangs gets its record; the others go on. Returns the next
     free turn number. Every worker is ended on the way out, also on an interruption."""
     residents: list[Resident] = []
@@ -361,9 +362,8 @@ def run_generation(
     measured = floored(done_before) if floors else set()
     sized = first_blocks(done_before, k)
     at_once = starts_at_once(k)
-    # cells whose warm-up may run beside another's: light, and no floor to prepare (which counts apart)
-    light = light_cells(done_before) if at_once > 1 else set()
-    pairable = {c["cell_id"] for c in order if c["cell_id"] in light and not (floors and c["cell_id"] not in measured)}
+    # cells whose warm-ups may run side by side
+    pairable = light_cells(done_before) if at_once > 1 else set()
     # the light ones start (and pair) first, the longest warm-ups together: each pair lasts its longer one's
     took = latest_cold_s(done_before)
     order.sort(key=lambda c: (c["cell_id"] not in pairable, -took.get(c["cell_id"], 0.0)))
@@ -432,13 +432,6 @@ def run_generation(
         starting_s = time.monotonic() - began
         # never longer than the start took: a machine busy with other work gets no quieter by waiting
         quiet_s = wait_quiet([r.proc.pid for r in residents], min(QUIET_WAIT_S, starting_s))
-        for r in rng.sample(residents, len(residents)):  # each floor alone, the others idle
-            if r.cell.get("dispatch_floor"):
-                try:
-                    r.floor(min(sink.timeout_s, TURN_TIMEOUT_S))
-                except Gone as exc:
-                    residents.remove(r)
-                    done(r.record(f"{exc} while timing its dispatch floor"))
         kept: list[int]
         loads: list[MachineLoad]
         turn, kept, dropped, loads = first_turn, [], 0, []
@@ -475,6 +468,13 @@ def run_generation(
             "starts_at_once": at_once,
             "quiet_wait_s": quiet_s,
         }
+        for r in rng.sample(residents, len(residents)):  # each floor alone, the others idle
+            if r.cell.get("dispatch_floor"):
+                try:  # its tiny instance is set up, compiled and timed: minutes where JAX and TF trace
+                    r.floor(sink.timeout_s)
+                except Gone as exc:
+                    residents.remove(r)
+                    done(r.record(f"{exc} while preparing or timing its dispatch floor"))
         for r in residents:
             r.ask_finish(kept)
         deadline = time.monotonic() + sink.timeout_s

@@ -62,16 +62,26 @@ def repeats_as_is(gen: Sequence[Record]) -> bool:
 
 def _floor_prepared_s(rec: Record) -> float:
     """Seconds of a record's dispatch floor spent in its worker's start: its preparation, or the whole
-    floor where it was timed there too (``dispatch_floor_timed_s`` 0: schema 1, harness.records)."""
+    floor where it was timed there too (``dispatch_floor_timed_s`` 0: schema 1, harness.records);
+    none where it was prepared after the turns (``floor_after_turns``)."""
+    if rec.get("floor_after_turns"):
+        return 0.0
     return (rec.get("dispatch_floor_wall_s") or 0.0) - (rec.get("dispatch_floor_timed_s") or 0.0)
 
 
+def _floor_after_start_s(rec: Record) -> float:
+    """Seconds of a record's dispatch floor outside its worker's start, one worker at a time while the
+    others waited: its timing, and its preparation where that came after the turns (a failed one too)."""
+    timed = rec.get("dispatch_floor_timed_s") or 0.0
+    return timed + (rec.get("floor_prepare_s") or 0.0) if rec.get("floor_after_turns") else timed
+
+
 def floors_wall_s(gen: Sequence[Record]) -> float:
-    """What a generation's dispatch floors added to its wall: their timing, one worker at a time
-    once all were ready (``dispatch_floor_timed_s``), and their preparation within the workers'
-    start, as its share of their start-up seconds (``ready_s``) of what the start took
-    (``starting_s``): side by side, the preparations overlapped other starts."""
-    timed = sum(r.get("dispatch_floor_timed_s") or 0.0 for r in gen)
+    """What a generation's dispatch floors added to its wall: what they took one worker at a time
+    (``_floor_after_start_s``), and their preparation within the workers' start, as its share of
+    their start-up seconds (``ready_s``) of what the start took (``starting_s``): side by side, the
+    preparations overlapped other starts."""
+    timed = sum(_floor_after_start_s(r) for r in gen)
     prepared = sum(_floor_prepared_s(r) for r in gen)
     ready = sum(r.get("ready_s") or 0.0 for r in gen)
     starting = max((r.get("starting_s") or 0.0 for r in gen), default=0.0)
