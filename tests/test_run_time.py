@@ -113,8 +113,13 @@ def test_each_later_generations_start_is_set_against_the_first_and_floors_are_to
         _proc("b", "mlp", 1, 70.0, 115.0),
         _proc("a", "mlp", 2, 30.0, 90.0, starting_s=40.0, **side),
         _proc("b", "mlp", 2, 35.0, 80.0, starting_s=40.0, **side),
-        _proc("a", "mlp", 3, 50.0, 90.0, starting_s=70.0, floor_prepare_s=20.0, **side),
-        _proc("b", "mlp", 3, 60.0, 80.0, starting_s=70.0, floor_prepare_s=5.0, **side),
+        # each warmed up and prepared its floor while the other waited: 20 and 5 s of it the floors'
+        _proc(
+            "a", "mlp", 3, 50.0, 90.0, starting_s=70.0, dispatch_floor_wall_s=21.0, dispatch_floor_timed_s=1.0, **side
+        ),
+        _proc(
+            "b", "mlp", 3, 60.0, 80.0, starting_s=70.0, dispatch_floor_wall_s=6.0, dispatch_floor_timed_s=1.0, **side
+        ),
         _proc("a", "mlp", 4, 30.0, 90.0, starting_s=30.0, warmed_beside=True, **side),
         _proc("b", "mlp", 4, 30.0, 80.0, starting_s=30.0, warmed_beside=True, **side),
         _proc("a", "cnn", 1, 10.0, 50.0),  # one generation: no row
@@ -133,6 +138,9 @@ def test_each_later_generations_start_is_set_against_the_first_and_floors_are_to
     text = "\n".join(run_time.section(plain))
     assert "its share leaves it out" not in text and "side by side" not in text
     assert _row(_starts_table(run_time.section(plain)), "mlp")[2] == "40, 40%"
+    # prepared and timed after the turns: no part of the start
+    after = [{**r, "floor_after_turns": True, "floor_prepare_s": 20.0} if r["round"] == 3 else r for r in procs]
+    assert _row(_starts_table(run_time.section(after)), "mlp")[3] == "70, 70%"
     assert "Each generation's start" not in "\n".join(run_time.section(procs[:2]))
 
 

@@ -27,6 +27,7 @@ from tabulate import tabulate
 from harness.records import Record, round_of, setting_overrides
 from harness.reporting.cells import strategy, what
 from harness.reporting.formatting import DASH, sig
+from harness.stats import generation_costs as costs
 
 
 def _label(rec: Record) -> str:
@@ -51,6 +52,7 @@ def generations(processes: list[Record]) -> dict[str, dict[int, dict[str, float]
     cells that ran alone are a generation of their own label's each, all of their wall time
     start-up and timing together (``startup`` 0)."""
     out: dict[str, dict[int, dict[str, float]]] = {}
+    by_gen: dict[tuple[str, int], list[Record]] = {}
     # a setting on two devices is two groups, each with its own generations (harness.running.turns)
     several = len({_device(r) for r in processes}) > 1
     for r in processes:
@@ -61,8 +63,7 @@ def generations(processes: list[Record]) -> dict[str, dict[int, dict[str, float]
             round_of(r), {"wall": 0.0, "startup": 0.0, "workers": 0, "floors": 0.0, "beside": 0}
         )
         gen["workers"] += 1
-        if not r.get("floor_after_turns"):  # prepared in its start (harness.running.turns)
-            gen["floors"] += r.get("floor_prepare_s") or 0.0
+        by_gen.setdefault((label, round_of(r)), []).append(r)
         gen["beside"] += bool(r.get("warmed_beside"))
         if r.get("ready_s") is None:  # alone: its whole wall, one after another
             gen["wall"] += r["wall_s"]
@@ -74,6 +75,9 @@ def generations(processes: list[Record]) -> dict[str, dict[int, dict[str, float]
     for gens in out.values():
         for gen in gens.values():
             gen["startup"] = gen.pop("side_by_side", gen["startup"])
+    for label, gens in out.items():  # a floor prepared in a worker's start (harness.running.turns)
+        for k, gen in gens.items():
+            gen["floors"] = costs.floors_in_start_s([r for r in by_gen[label, k] if r.get("ready_s") is not None])
     return out
 
 

@@ -33,7 +33,7 @@ Once the turns are over, each worker in turn (a shuffled order) sets the tiny in
 it (``prepare_floor``: ``floor_prepare_s``) and times it while the others wait idle: the turns
 never wait for a floor. (Where a worker prepared its floor in its start, warming up alone: records
 with ``floor_prepare_s`` but not ``floor_after_turns``, a later generation's start with floors took
-53-61% of generation 1's, against 32-49% without, in evidence/2026-11-28-xeon-cpu-default-30m-b.)
+53-61% of generation 1's, against 32-54% without, in evidence/2026-11-28-xeon-cpu-default-30m-b.)
 
 Which generation runs next, and what a time budget buys, is harness.running.budget's. Cells that
 cannot take turns run alone as before (harness.running.runner.run_cell): the idiomatic

@@ -60,7 +60,7 @@ def repeats_as_is(gen: Sequence[Record]) -> bool:
     )
 
 
-def _floor_prepared_s(rec: Record) -> float:
+def floor_in_start_s(rec: Record) -> float:
     """Seconds of a record's dispatch floor spent in its worker's start: its preparation, or the whole
     floor where it was timed there too (``dispatch_floor_timed_s`` 0: schema 1, harness.records);
     none where it was prepared after the turns (``floor_after_turns``)."""
@@ -78,14 +78,22 @@ def _floor_after_start_s(rec: Record) -> float:
 
 def floors_wall_s(gen: Sequence[Record]) -> float:
     """What a generation's dispatch floors added to its wall: what they took one worker at a time
-    (``_floor_after_start_s``), and their preparation within the workers' start, as its share of
-    their start-up seconds (``ready_s``) of what the start took (``starting_s``): side by side, the
-    preparations overlapped other starts."""
-    timed = sum(_floor_after_start_s(r) for r in gen)
-    prepared = sum(_floor_prepared_s(r) for r in gen)
+    (``_floor_after_start_s``) and what they added to its start (``floors_in_start_s``)."""
+    return sum(_floor_after_start_s(r) for r in gen) + floors_in_start_s(gen)
+
+
+def floors_in_start_s(gen: Sequence[Record]) -> float:
+    """What a generation's dispatch floors prepared in its workers' start (``floor_in_start_s``)
+    added to that start: all of it where each worker warmed up while the others waited (``gated``:
+    harness.running.resident) or they started one at a time; where they started side by side
+    ungated, its share of their start-up seconds (``ready_s``) of what the start took
+    (``starting_s``), since the preparations overlapped other starts."""
+    prepared = sum(floor_in_start_s(r) for r in gen)
     ready = sum(r.get("ready_s") or 0.0 for r in gen)
     starting = max((r.get("starting_s") or 0.0 for r in gen), default=0.0)
-    return timed + (prepared * min(starting / ready, 1.0) if ready > 0 and starting > 0 else prepared)
+    if any(r.get("gated") for r in gen) or not (ready > 0 and starting > 0):
+        return prepared
+    return prepared * min(starting / ready, 1.0)
 
 
 def serial_start_s(gen: Sequence[Record], shares: Mapping[str, float]) -> float:
@@ -94,7 +102,7 @@ def serial_start_s(gen: Sequence[Record], shares: Mapping[str, float]) -> float:
     (``shares``): the start a later generation of the same cells would take one at a time."""
     total = 0.0
     for r in gen:
-        total += (r.get("ready_s") or 0.0) - _floor_prepared_s(r)
+        total += (r.get("ready_s") or 0.0) - floor_in_start_s(r)
         if not r.get("warm_compiles"):
             total -= shares.get(records.base_adapter(r), 0.0) * compile_excess_s(r)
     return max(total, 0.0)
