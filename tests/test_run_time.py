@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.reporting import model, run_time
-from tests.conftest import FIXTURE_RUNS
+from tests.conftest import EVIDENCE, FIXTURE_RUNS
 
 
 def _proc(adapter: str, workload: str, k: int, ready: float | None, wall: float, **extra) -> dict:
@@ -178,3 +178,19 @@ def test_the_committed_default_run_accounts_for_its_whole_length():
     assert _row(lines, "device peaks again: its close, before the report")[1] == "8.07"
     assert _row(lines, "the generations above")[2] == "27.9"
     assert _row(lines, "the command's start to its report")[2] == "29.5"
+
+
+def test_the_committed_evening_default_run_started_every_later_generation_in_under_half_the_first():
+    """evidence/2026-11-28-xeon-cpu-default-30m-c (light warm-ups side by side, floors after the
+    turns, issue 71): every later generation's start, as the section prints it, is under half of
+    its workload's first, and no floor counts in a start (recorded times; no clock read here)."""
+    m = model.load([EVIDENCE / "2026-11-28-xeon-cpu-default-30m-c"])
+    found = run_time.generations(m.processes)
+    assert set(found) == {"mlp", "cnn", "rnn-caption, exact"}
+    for label, gens in found.items():
+        first = gens[1]["startup"]
+        later = {k: g["startup"] for k, g in gens.items() if k > 1}
+        assert len(later) >= 3 and all(g["floors"] == 0 for g in gens.values()), label
+        assert max(later.values()) < 0.5 * first, (label, first, later)
+    assert any(r.get("warmed_beside") for r in m.processes)
+    assert all(r.get("floor_after_turns") for r in m.processes if r.get("dispatch_floor_s") is not None)
