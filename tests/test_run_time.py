@@ -46,10 +46,12 @@ def test_a_generation_is_its_workers_start_ups_then_turns_and_cells_alone_count_
     ]
     gens = run_time.generations(procs)
     assert gens["mlp"] == {
-        1: {"wall": 150.0, "startup": 90.0, "workers": 2, "floors": 0.0, "beside": 0},
-        2: {"wall": 90.0, "startup": 30.0, "workers": 2, "floors": 0.0, "beside": 0},
+        1: {"wall": 150.0, "startup": 90.0, "workers": 2, "floors_in_start": 0.0, "beside": 0},
+        2: {"wall": 90.0, "startup": 30.0, "workers": 2, "floors_in_start": 0.0, "beside": 0},
     }
-    assert gens["cnn, loader data"] == {1: {"wall": 60.0, "startup": 0.0, "workers": 2, "floors": 0.0, "beside": 0}}
+    assert gens["cnn, loader data"] == {
+        1: {"wall": 60.0, "startup": 0.0, "workers": 2, "floors_in_start": 0.0, "beside": 0}
+    }
     lines = run_time.section(procs)
     assert lines[0] == "## Where the run's time went"
     # mlp: 240 s = 4 min, 120 s starting, 120 s of turns; generation 1 2.5 min, the later one 1.5
@@ -87,7 +89,9 @@ def test_a_generation_started_side_by_side_counts_its_start_from_first_start_to_
     ]
     gens = run_time.generations(procs)
     assert gens["mlp"][1]["startup"] == 90.0, "one at a time: the sum of its start-ups"
-    assert gens["mlp"][2] == {"wall": 90.0, "startup": 20.0, "workers": 2, "floors": 0.0, "beside": 0}, "not 12 + 18"
+    assert gens["mlp"][2] == {"wall": 90.0, "startup": 20.0, "workers": 2, "floors_in_start": 0.0, "beside": 0}, (
+        "not 12 + 18"
+    )
     text = "\n".join(run_time.section(procs))
     assert "Later generations that timed no floor started them two at a time" in text
     assert "one started beside another shared the CPU with it" in text
@@ -190,7 +194,7 @@ def test_the_committed_evening_default_run_started_every_later_generation_in_und
     for label, gens in found.items():
         first = gens[1]["startup"]
         later = {k: g["startup"] for k, g in gens.items() if k > 1}
-        assert len(later) >= 3 and all(g["floors"] == 0 for g in gens.values()), label
+        assert len(later) >= 3 and all(g["floors_in_start"] == 0 for g in gens.values()), label
         assert max(later.values()) < 0.5 * first, (label, first, later)
     assert any(r.get("warmed_beside") for r in m.processes)
     assert all(r.get("floor_after_turns") for r in m.processes if r.get("dispatch_floor_s") is not None)

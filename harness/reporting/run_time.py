@@ -47,7 +47,7 @@ def _minutes(seconds: float) -> str:
 
 def generations(processes: list[Record]) -> dict[str, dict[int, dict[str, float]]]:
     """Group label -> generation -> its ``wall`` and ``startup`` seconds, ``workers``, the seconds
-    its workers spent preparing dispatch floors (``floors``, part of ``startup``) and how many warmed
+    its workers spent preparing dispatch floors (``floors_in_start``, part of ``startup``) and how many warmed
     up beside another (``beside``), from the records of processes that took turns (``ready_s``);
     cells that ran alone are a generation of their own label's each, all of their wall time
     start-up and timing together (``startup`` 0)."""
@@ -60,7 +60,7 @@ def generations(processes: list[Record]) -> dict[str, dict[int, dict[str, float]
             continue  # skipped before it started
         label = _label(r) + (f" on {_device(r)}" if several else "")
         gen = out.setdefault(label, {}).setdefault(
-            round_of(r), {"wall": 0.0, "startup": 0.0, "workers": 0, "floors": 0.0, "beside": 0}
+            round_of(r), {"wall": 0.0, "startup": 0.0, "workers": 0, "floors_in_start": 0.0, "beside": 0}
         )
         gen["workers"] += 1
         by_gen.setdefault((label, round_of(r)), []).append(r)
@@ -77,7 +77,9 @@ def generations(processes: list[Record]) -> dict[str, dict[int, dict[str, float]
             gen["startup"] = gen.pop("side_by_side", gen["startup"])
     for label, gens in out.items():  # a floor prepared in a worker's start (harness.running.turns)
         for k, gen in gens.items():
-            gen["floors"] = costs.floors_in_start_s([r for r in by_gen[label, k] if r.get("ready_s") is not None])
+            gen["floors_in_start"] = costs.floors_in_start_s(
+                [r for r in by_gen[label, k] if r.get("ready_s") is not None]
+            )
     return out
 
 
@@ -213,8 +215,12 @@ def _starts(found: Mapping[str, Mapping[int, Mapping[str, float]]], two_at_once:
             if g is None:
                 row.append(DASH)
                 continue
-            share = f"{(g['startup'] - g['floors']) / first:.0%}"
-            floors = f", {sig(g['floors'])} of it preparing floors: {share} without" if g["floors"] else f", {share}"
+            share = f"{(g['startup'] - g['floors_in_start']) / first:.0%}"
+            floors = (
+                f", {sig(g['floors_in_start'])} of it preparing floors: {share} without"
+                if g["floors_in_start"]
+                else f", {share}"
+            )
             row.append(f"{sig(g['startup'])}{floors}")
         rows.append(row)
     beside = sum(g["beside"] for gens in later.values() for g in gens.values())
@@ -231,7 +237,7 @@ def _starts(found: Mapping[str, Mapping[int, Mapping[str, float]]], two_at_once:
         + (
             " A generation that prepared dispatch floors (a second, tiny instance of each adapter, set up and "
             "compiled for the floor) says how long that took; its share leaves it out."
-            if any(g["floors"] for gens in later.values() for g in gens.values())
+            if any(g["floors_in_start"] for gens in later.values() for g in gens.values())
             else ""
         ),
         "",
