@@ -64,7 +64,8 @@ def _proc_stat() -> tuple[float, float, float]:
     return busy / tick, steal / tick, (busy + idle + iowait + steal) / tick
 
 
-def _cpu_of(pids: list[int]) -> float:
+def cpu_of(pids: list[int]) -> float:
+    """CPU seconds (user and system) these processes and the children they waited for have used."""
     total = 0.0
     for pid in pids:
         try:
@@ -98,14 +99,14 @@ class MachineLoad:
         self._pids = list(pids)
         self._t0 = time.perf_counter()
         self._stat = _proc_stat()
-        self._mine = _cpu_of(self._pids) + self._self_cpu()
+        self._mine = cpu_of(self._pids) + self._self_cpu()
 
     def stop(self, pids: list[int] | None = None) -> None:
         """End the interval; ``pids``: processes that started during it and count as ours too
         (a worker's compile pool), their CPU from their start."""
         busy, steal, total = (b - a for a, b in zip(self._stat, _proc_stat(), strict=True))
         ours = self._pids if pids is None else sorted(set(self._pids) | set(pids))
-        mine = _cpu_of(ours) + self._self_cpu() - self._mine
+        mine = cpu_of(ours) + self._self_cpu() - self._mine
         self._set(max(busy - mine, 0.0), steal, total, max(time.perf_counter() - self._t0, 1e-9))
 
     def _set(self, other_s: float, steal_s: float, total_s: float, wall: float) -> None:

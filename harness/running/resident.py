@@ -39,7 +39,7 @@ import numpy as np
 import psutil
 
 from harness.measuring import timing
-from harness.measuring.contention import MachineLoad
+from harness.measuring.contention import MachineLoad, cpu_of
 from harness.measuring.gpu_util import UtilSampler
 from harness.records import Cell, Record, amended, new_record, round_of
 from harness.running import cell_work
@@ -147,9 +147,9 @@ def serve(cell: Cell, fd_in: int, fd_out: int) -> Record | None:
         beside = bool(warm.get("beside"))
     load = MachineLoad(own_children=True)  # the cold window runs alone: all but this worker's family is other load
     load.start(_children())
-    cpu_before, t0 = tree_cpu_s(), time.perf_counter()
+    cpu_before, t0 = cpu_of([os.getpid(), *_children()]), time.perf_counter()
     cold, values, settled = stepper.cold_window(profile)
-    cores = (tree_cpu_s() - cpu_before) / max(time.perf_counter() - t0, 1e-9)
+    cores = (cpu_of([os.getpid(), *_children()]) - cpu_before) / max(time.perf_counter() - t0, 1e-9)
     load.stop(_children())
     # a later generation's blocks are round 1's size, sized alone (harness.running.turns.first_blocks)
     steps = int(cell.get("first_block_steps") or block_steps(sizing_step(stepper, s.pass_steps, cold), s.pass_steps))
@@ -232,19 +232,6 @@ class _Nothing:
 def _children() -> list[int]:
     """This worker's live descendants (Inductor's compile pool, a loader's workers)."""
     return [p.pid for p in psutil.Process().children(recursive=True)]
-
-
-def tree_cpu_s() -> float:
-    """CPU seconds this worker and its live descendants have used (user and system, all threads)."""
-    total = 0.0
-    for proc in [psutil.Process(), *psutil.Process().children(recursive=True)]:
-        try:
-            t = proc.cpu_times()
-        except psutil.Error:  # a helper that ended meanwhile
-            continue
-        total += t.user + t.system
-    own = psutil.Process().cpu_times()
-    return total + own.children_user + own.children_system  # helpers that ended and were waited for
 
 
 def record(

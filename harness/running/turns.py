@@ -87,7 +87,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -164,24 +164,23 @@ def light_cells(done: Sequence[Record]) -> set[str]:
     """Cells whose latest warm-up that ran alone (``warmed_beside`` false) used at most LIGHT_CORES
     cores (``cold_cpu_cores``): their warm-ups may run side by side in a later generation (module
     docstring). A warm-up beside another never reclassifies its cell: it shared the cores."""
-    latest: dict[str, tuple[int, float]] = {}
-    for r in done:
-        cores = r.get("cold_cpu_cores")
-        if cores is None or r.get("warmed_beside"):
-            continue
-        k = records.round_of(r)
-        if r["cell_id"] not in latest or k >= latest[r["cell_id"]][0]:
-            latest[r["cell_id"]] = (k, float(cores))
-    return {cell for cell, (_, cores) in latest.items() if cores <= LIGHT_CORES}
+    cores = _latest(done, lambda r: None if r.get("warmed_beside") else r.get("cold_cpu_cores"))
+    return {cell for cell, used in cores.items() if used <= LIGHT_CORES}
 
 
 def latest_cold_s(done: Sequence[Record]) -> dict[str, float]:
     """Cell id -> the seconds of its latest process's cold window (its warm-up)."""
+    return _latest(done, lambda r: sum(r["cold_times_s"]) if r.get("cold_times_s") else None)
+
+
+def _latest(done: Sequence[Record], value: Callable[[Record], float | None]) -> dict[str, float]:
+    """Cell id -> ``value`` of its latest round's record among those where it is not None."""
     latest: dict[str, tuple[int, float]] = {}
     for r in done:
-        if r.get("cold_times_s") and (r["cell_id"] not in latest or records.round_of(r) >= latest[r["cell_id"]][0]):
-            latest[r["cell_id"]] = (records.round_of(r), float(sum(r["cold_times_s"])))
-    return {cell: seconds for cell, (_, seconds) in latest.items()}
+        v = value(r)
+        if v is not None and (r["cell_id"] not in latest or records.round_of(r) >= latest[r["cell_id"]][0]):
+            latest[r["cell_id"]] = (records.round_of(r), float(v))
+    return {cell: v for cell, (_, v) in latest.items()}
 
 
 def cache_root(results: Path) -> Path:
