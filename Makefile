@@ -46,7 +46,7 @@ MODEL ?=
 CALIBRATION ?=
 BENCH_ARGS = $(if $(MODEL),--model $(MODEL)) $(if $(CALIBRATION),--calibration $(CALIBRATION)) --framework $(FRAMEWORK) --device $(DEVICE) --workload $(BENCH_WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(BUDGET),--budget $(BUDGET)) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(if $(filter 1 yes true,$(PROFILE_OPS)),--profile-ops) $(ARGS)
 
-.PHONY: install bench crossover export test test-fast lint list report sweep compare rerun fidelity doctor lock lock-check lock-diff env calibrate clean-venv gpu-check
+.PHONY: install bench crossover export test test-fast lint list report sweep compare rerun fidelity doctor lock lock-check lock-diff env calibrate clean-venv gpu-check gpu-study
 
 # A GPU variant's locks install from the registry alone, whatever this machine's pip configuration
 # offers (a local torch-2.13.0+cpu wheel satisfies torch==2.13.0); the cpu variant uses it. Each
@@ -157,6 +157,22 @@ ifeq ($(filter 0 no false,$(INSTALL)),)
 	$(PY) -m harness.checks.gpu_check $(GPU_CHECK) --budget $(GPU_CHECK_BUDGET) $(if $(GPU_CHECK_STEPS),--steps $(GPU_CHECK_STEPS)) $(ARGS)
 else
 	$(PYTHON) -m harness.checks.gpu_check $(GPU_CHECK) --budget $(GPU_CHECK_BUDGET) --no-install $(if $(GPU_CHECK_STEPS),--steps $(GPU_CHECK_STEPS)) $(ARGS)
+endif
+
+# The GPU user's first answer in one command (harness/gpu_study.py): the crossover, every adapter on
+# mlp, cnn and rnn-caption on cuda, the input-pipeline sweep on cuda and the test suite, each run into
+# GPU_STUDY (default evidence/gpu-study-<gpu>-<day>) beside NOTES.md; about an hour on one GPU.
+# GPU_STUDY_STEPS=crossover,bench: only those; INSTALL=0: the image's own frameworks; DRY_RUN=1: the commands.
+GPU_STUDY ?=
+GPU_STUDY_STEPS ?=
+DRY_RUN ?=
+GPU_STUDY_ARGS = $(if $(GPU_STUDY),--out $(GPU_STUDY)) $(if $(GPU_STUDY_STEPS),--steps $(GPU_STUDY_STEPS)) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(ARGS)
+ifeq ($(filter 0 no false,$(INSTALL)),)
+gpu-study: $(STAMP)
+	$(PY) -m harness.gpu_study $(GPU_STUDY_ARGS)
+else
+gpu-study:
+	$(PYTHON) -m harness.gpu_study --no-install $(GPU_STUDY_ARGS)
 endif
 
 # A named environment over .venv with other versions, for `--env NAME=.venv-NAME/bin/python`:

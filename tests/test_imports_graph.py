@@ -22,8 +22,9 @@ The allowed direction, lowest first (a part may import only the parts listed for
        ^
     checks                           conformance, fidelity, doctor (+ running)
        ^
-    session  calibrate               a bench run from plan to report; A/A calibration (+ checks, reporting,
-                                     run_folder: a run folder's name, lock, test write and one-line errors)
+    session  calibrate  gpu_study    a bench run from plan to report; A/A calibration; the GPU study's
+                                     runs (+ checks, reporting, run_folder: a run folder's name, lock,
+                                     test write and one-line errors)
        ^
     export                           the export task, from plan to report (+ run_folder)
        ^
@@ -64,6 +65,7 @@ ALLOWED: dict[str, set[str]] = {
     "checks": _BASE | {"stats", "measuring", "running"},
     "session": _BASE | {"stats", "measuring", "running", "checks", "reporting", "run_folder"},
     "calibrate": _BASE | {"stats", "measuring", "running", "checks", "reporting"},
+    "gpu_study": _BASE | {"stats", "measuring", "running", "checks", "reporting"},
     "export": _BASE | {"stats", "measuring", "running", "checks", "reporting", "run_folder"},
     "cli": _BASE
     | {"stats", "measuring", "running", "checks", "reporting", "session", "calibrate", "export", "run_folder"},

@@ -51,8 +51,8 @@ class Step:
     gpu_only: bool = True
 
 
-def _command(out: Path, name: str, args: list[str]) -> tuple[bool, str]:
-    """Run ``python ARGS`` from the repository, its output into OUT/<name>.txt."""
+def run_command(out: Path, name: str, args: list[str]) -> tuple[bool, str]:
+    """Run ``python ARGS`` from the repository, its output into OUT/<name>.txt (STEP_TIMEOUT_S at most)."""
     log = out / f"{name}.txt"
     try:
         proc = processes.run([sys.executable, *args], processes.repo_env(), STEP_TIMEOUT_S)
@@ -214,7 +214,7 @@ def steps(budget: str = BENCH_BUDGET, install: bool = True) -> tuple[Step, ...]:
 def _bench(budget: str) -> Callable[[Path], tuple[bool, str]]:
     args = ["-m", "harness", "bench", "--framework", "all", "--device", "cuda", "--workload", "mlp"]
     args += ["--profile", "quick", "--budget", budget]
-    return lambda out: _command(out, "bench", [*args, "--out", str(out), "--run-id", "bench"])
+    return lambda out: run_command(out, "bench", [*args, "--out", str(out), "--run-id", "bench"])
 
 
 STEPS = (
@@ -253,7 +253,7 @@ STEPS = (
     Step(
         "conformance",
         "every adapter matches the NumPy float64 reference on cuda (harness check all --device cuda, mlp and cnn)",
-        lambda out: _command(
+        lambda out: run_command(
             out, "conformance", ["-m", "harness", "check", "all", "--device", "cuda", "--workload", "mlp,cnn"]
         ),  # fmt: skip
     ),
@@ -261,7 +261,7 @@ STEPS = (
         "cuda-tests",
         "tests/test_cuda.py: placement on the GPU, sync that waits, autotune settings, GPU utilisation sampled, "
         "one CUDA major per framework",
-        lambda out: _command(out, "cuda-tests", ["-m", "pytest", "-q", "-rs", "tests/test_cuda.py"]),
+        lambda out: run_command(out, "cuda-tests", ["-m", "pytest", "-q", "-rs", "tests/test_cuda.py"]),
     ),
     Step(
         "bench",
@@ -278,18 +278,26 @@ STEPS = (
 
 
 def run(
-    out: Path, gpu: bool, budget: str = BENCH_BUDGET, install: bool = True, only: Sequence[str] | None = None
+    out: Path,
+    gpu: bool,
+    budget: str = BENCH_BUDGET,
+    install: bool = True,
+    only: Sequence[str] | None = None,
+    planned: Sequence[Step] | None = None,
+    title: str = "make gpu-check",
 ) -> int:
     """Run the steps into ``out``; 0 when every step that ran passed (one not checked counts as neither).
     ``only``: the names of the steps to run (a short lease's choice); the others are listed as left out.
+    ``planned``: other steps than gpu-check's own (``steps``), under ``title`` (harness.gpu_study).
     ``summary.md`` is rewritten after every step, so a run stopped part-way keeps the steps it finished."""
     out.mkdir(parents=True, exist_ok=True)
     gpus = env.gpus()
-    head = f"# make gpu-check: {', '.join(g['name'] for g in gpus) or 'no NVIDIA GPU on this machine'}\n\n"
+    head = f"# {title}: {', '.join(g['name'] for g in gpus) or 'no NVIDIA GPU on this machine'}\n\n"
     if not gpu:
         head += "No GPU here: the steps marked 'would verify' need one and did not run.\n\n"
-    lines: list[str]
-    lines, failed, planned = [], 0, steps(budget, install)
+    lines: list[str] = []
+    failed = 0
+    planned = steps(budget, install) if planned is None else planned
 
     def asked(step: Step) -> bool:
         return only is None or step.name in only
@@ -322,7 +330,7 @@ def run(
         print(line, flush=True)
         lines.append(line)
         write_summary(i)
-    print(f"gpu-check: {failed} steps failed; {out / 'summary.md'}")
+    print(f"{title.removeprefix('make ')}: {failed} steps failed; {out / 'summary.md'}")
     return 1 if failed else 0
 
 
