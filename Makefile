@@ -44,7 +44,15 @@ ARGS ?=
 # MODEL=my_model.py: a Keras 3 model file as the workload, on every Keras backend (docs/your-keras-model.md).
 MODEL ?=
 CALIBRATION ?=
-BENCH_ARGS = $(if $(MODEL),--model $(MODEL)) $(if $(CALIBRATION),--calibration $(CALIBRATION)) --framework $(FRAMEWORK) --device $(DEVICE) --workload $(BENCH_WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(BUDGET),--budget $(BUDGET)) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(if $(filter 1 yes true,$(PROFILE_OPS)),--profile-ops) $(ARGS)
+# LOAD=rank: on a machine that never quiets, rank the cells that ran beside other CPU load, the load
+# stated beside every verdict (--rank-under-load); empty: such cells are shown, never ranked.
+LOAD ?=
+ifeq ($(filter $(LOAD),rank),)
+ifneq ($(LOAD),)
+$(error LOAD=$(LOAD) is not a load policy; valid: rank, or empty (contended cells not ranked))
+endif
+endif
+BENCH_ARGS = $(if $(MODEL),--model $(MODEL)) $(if $(CALIBRATION),--calibration $(CALIBRATION)) $(if $(LOAD),--rank-under-load) --framework $(FRAMEWORK) --device $(DEVICE) --workload $(BENCH_WORKLOAD) --profile $(PROFILE) --strategy $(STRATEGY) --data $(DATA) --precision $(PRECISION) $(if $(BUDGET),--budget $(BUDGET)) $(if $(filter 1 yes true,$(FORCE)),--force-precision) $(if $(filter 1 yes true,$(PROFILE_OPS)),--profile-ops) $(ARGS)
 
 .PHONY: install bench crossover export test test-fast lint list report sweep compare rerun fidelity doctor lock lock-check lock-diff env calibrate clean-venv gpu-check gpu-study
 
@@ -191,13 +199,13 @@ clean-venv:
 SWEEP ?= batch_size=16,32,64,128,256,512,1024
 
 sweep: $(STAMP)
-	$(PY) -m harness sweep --framework $(FRAMEWORK) --device $(DEVICE) --workload $(if $(filter all,$(WORKLOAD)),mlp,$(WORKLOAD)) --profile $(PROFILE) --data $(DATA) --sweep $(SWEEP) $(ARGS)
+	$(PY) -m harness sweep --framework $(FRAMEWORK) --device $(DEVICE) --workload $(if $(filter all,$(WORKLOAD)),mlp,$(WORKLOAD)) --profile $(PROFILE) --data $(DATA) --sweep $(SWEEP) $(if $(LOAD),--rank-under-load) $(ARGS)
 
 # CPU against GPU along the mlp's width and the batch, taking turns in one run: where the GPU starts
 # to win (harness crossover: torch-eager, 16 cells, 12 minutes; docs/commands.md). FRAMEWORK,
 # SWEEP and BUDGET given here replace its defaults; a CPU-only machine is told so and nothing runs.
 crossover: $(STAMP)
-	$(PY) -m harness crossover $(if $(filter command line,$(origin FRAMEWORK)),--framework $(FRAMEWORK)) $(if $(filter command line,$(origin SWEEP)),--sweep '$(SWEEP)') $(if $(filter command line,$(origin BUDGET)),--budget $(BUDGET)) $(ARGS)
+	$(PY) -m harness crossover $(if $(filter command line,$(origin FRAMEWORK)),--framework $(FRAMEWORK)) $(if $(filter command line,$(origin SWEEP)),--sweep '$(SWEEP)') $(if $(filter command line,$(origin BUDGET)),--budget $(BUDGET)) $(if $(LOAD),--rank-under-load) $(ARGS)
 
 compare: $(STAMP)
 	$(PY) -m harness compare $(A) $(B) $(ARGS)

@@ -14,8 +14,11 @@ generations to unsettled groups, stopped adding them, at Pocock's level for its 
 ``calibration-3-to-K-generations``) gives, per true effect, how many pairs were called different
 (false differences for 0%, power otherwise), with a Wilson interval, against the targets: at most
 5% false, at least 80% power at 10%, 99% at 25%. A repeat in which a cell is flagged ``contended``
-(other load through its kept turns) is judged apart, as a report does not rank such a cell. The
-records of every repeat are kept, so the table can be recomputed.
+(other load through its kept turns) is judged apart, as a report does not rank such a cell, unless
+``--rank-under-load`` judges it with the others, as a report of a bench run so ranks it. The
+ranking under load is calibrated beside a steady load: ``--beside-load N`` keeps N cores busy with
+spinning processes through every repeat (harness.measuring.contention.busy_cores). The records of
+every repeat are kept, so the table can be recomputed.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import datetime
 import itertools
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -35,7 +39,7 @@ from tabulate import tabulate
 
 from adapters import discover
 from harness import env, records
-from harness.measuring import timing
+from harness.measuring import contention, timing
 from harness.records import Record
 from harness.running import budget, executors
 from harness.running.plan import PlanError, parse_twins, plan, twins
@@ -300,14 +304,16 @@ def write(
     lines = [
         "# Calibration: identical twins and known slow-downs",
         "",
-        f"{meta['adapter']} on `{meta['workload']}` ({meta['device']}), {meta['repeats']} repeats"
+        f"{meta['adapter']} on `{meta['workload']}` ({meta['device']}"
+        + (f", {meta['threads']} thread{'s' * (meta['threads'] > 1)} a cell" if meta.get("threads") else "")
+        + f"), {meta['repeats']} repeats"
         + (f" (and {len(busy)} under contention, judged apart below)" if busy else "")
         + ", each a fresh run "
         f"of the bench protocol with {last} generations (fresh processes per cell) taking turns; in each "
         f"repeat every adapter's cell runs beside twins of itself: {meta['twins']}, all of them in one group. "
         + (_looks(groups, first, last) if first < last else "")
         + f"Judged at {100 * meta['level']:.4g}%. Machine: {meta['machine']}. "
-        f"Took {meta['wall_min']:.0f} minutes. Command: `{meta['command']}`.",
+        f"Took {meta['wall_min']:.0f} minutes. Command: `{meta['command']}`." + _load_words(meta),
         "",
         "Every pair of one repeat whose true ratio is known (identical code, one side slowed by a "
         "busy-wait of a known share of its step inside the timed region, or two twins slowed alike: by "
@@ -374,6 +380,25 @@ def write(
     return path
 
 
+def _load_words(meta: dict[str, Any]) -> str:
+    """What loaded the machine through the repeats (``_load_meta``), as the page's first paragraph ends."""
+    said = ""
+    if meta.get("beside_load"):
+        n = meta["beside_load"]
+        said += (
+            f" Beside a steady load: {n} spinning process{'es' * (n > 1)} kept as many cores busy through every repeat."
+        )
+    if meta.get("rank_under_load"):
+        said += (
+            f" Repeats with contended cells are judged with the others, as a report of a bench run with "
+            f"`--rank-under-load` ranks them: {meta['loaded_repeats']} of the {meta['repeats']} repeats had such cells."
+        )
+    if meta.get("other_cores"):
+        low, high = meta["other_cores"]
+        said += f" Other processes kept {low:.2f}-{high:.2f} cores busy through the cells' turns."
+    return said
+
+
 def _slow_lines(pairs: list[dict[str, Any]]) -> list[str]:
     """The pairs above with a slow cell (one that sat turns out: harness.running.turns.takes_part),
     apart, and the others: a slow cell's level rests on fewer blocks. None without one."""
@@ -438,6 +463,21 @@ def main(argv: list[str] | None = None) -> int:
         "--generations", type=int, default=None, help="judge only the first N generations of each repeat (default: all)"
     )
     parser.add_argument(
+        "--threads", type=int, default=None, help="intra-op threads of every cell (default: the bench's, every core)"
+    )
+    parser.add_argument(
+        "--beside-load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="keep N cores busy with spinning processes through every repeat: a steady load beside the twins",
+    )
+    parser.add_argument(
+        "--rank-under-load",
+        action="store_true",
+        help="judge repeats with contended cells with the others, as a bench's --rank-under-load ranks them",
+    )
+    parser.add_argument(
         "--looks",
         action="store_true",
         help="judge each repeat where a budgeted bench stops looking: after the quick profile's generations where "
@@ -448,6 +488,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1 or args.rounds < 1:
         print(f"error: --repeats and --rounds must be >= 1, got {args.repeats} and {args.rounds}")
         return 2
+    if not 0 <= args.beside_load < (os.cpu_count() or 1):
+        most = (os.cpu_count() or 1) - 1  # one core at least left to the twins
+        print(f"error: --beside-load {args.beside_load}: 0 up to {most} busy cores on this machine")
+        return 2
+    if args.threads is not None and not 1 <= args.threads <= (os.cpu_count() or 1):
+        print(f"error: --threads {args.threads}: 1 up to {os.cpu_count() or 1} on this machine")
+        return 2
+    if args.beside_load and not args.rank_under_load:
+        print("note: beside a steady load most repeats' cells are contended and judged apart; --rank-under-load "
+              "judges them with the others, as a run that ranks under load does")  # fmt: skip
     try:
         factors = parse_twins(args.twins)
     except PlanError as exc:
@@ -461,38 +511,14 @@ def main(argv: list[str] | None = None) -> int:
     pairs: list[dict[str, Any]] = []
     groups: list[dict[str, Any]] = []
     level = args.level or (LOOKS_LEVEL if args.looks else budget.VERDICT_LEVEL)
-    for i in range(1, 0 if args.judge_only else args.repeats + 1):
-        run_dir = out / f"repeat-{i:02d}"
-        run_dir.mkdir(exist_ok=True)
-        results = run_dir / records.RESULTS
-        try:
-            cells = plan(
-                adapters,
-                args.framework,
-                args.workload,
-                args.device,
-                [],
-                "quick",
-                env.default_threads(),
-                run_dir.name,
-                strategy="default",  # the bench's default strategy: every strategy would multiply the cells
-            )
-        except PlanError as exc:
-            print(f"error: {exc}")
+    with contention.busy_cores(0 if args.judge_only else args.beside_load):
+        if _run_repeats(args, adapters, factors, out) is None:
             return 2
-        if args.workload in ("mlp", "cnn"):
-            # A mixed calibration group holds two or three cells per adapter, all resident at once; these
-            # workloads' workers peaked under 0.85 GiB in the default run of 2026-11-25, not the 1.5 GiB
-            # a bench assumes for every workload, so a group of 12 need not be split.
-            cells = [{**c, "worker_bytes": 1 << 30} for c in cells]
-        # The verdicts are what is calibrated: no dispatch floors (a second adapter's compiles per cell).
-        cells = [{**c, "floors": False} for c in cells]
-        run = Run(twins(cells, factors), args.rounds, timeout_s=600)
-        todo = run.todo(results)
-        with MatrixProgress(len(todo)) as progress:
-            executors.LocalExecutor(adapters).run(todo, run, results, progress)
     ran = out / "calibration-run.json"  # what the repeats took, kept for a later --judge-only
     given = {"framework": args.framework, "workload": args.workload, "device": args.device, "twins": args.twins}
+    given |= {"beside_load": args.beside_load} if args.beside_load else {}
+    given |= {"threads": args.threads} if args.threads else {}
+    given |= {"rank_under_load": True} if args.rank_under_load else {}
     before = json.loads(ran.read_text()) if ran.is_file() else {}
     if not args.judge_only:
         # A resumed calibration adds its minutes to those of the runs before it; the setting is recorded
@@ -507,15 +533,17 @@ def main(argv: list[str] | None = None) -> int:
     first = min(keep, timing.PROFILES["quick"].rounds) if args.looks else keep
     busy: list[dict[str, Any]] = []  # repeats with a contended cell, judged apart
     quiet: list[tuple[int, list[Record]]] = []
+    loaded = 0  # repeats with a contended cell judged with the others (--rank-under-load)
     for i, run_dir in enumerate(sorted(out.glob("repeat-*")), start=1):
         recs = [r for r in records.load(run_dir / records.RESULTS) if records.round_of(r) <= keep]
         stop = stopping_look(recs, first, keep, level)
         recs = [r for r in recs if records.round_of(r) <= stop]
         found, group = judge(recs, level)
         group["generations"] = stop
-        if contended(recs):
+        if contended(recs) and not setting.get("rank_under_load"):
             busy.append({"repeat": i, "pairs": found, "group": group, "turns": turn_counts(recs)})
             continue
+        loaded += contended(recs)
         quiet.append((i, recs))
         pairs += [{**p, "repeat": i} for p in found]
         groups.append({**group, "repeat": i})
@@ -532,6 +560,65 @@ def main(argv: list[str] | None = None) -> int:
         "machine": _machine(quiet) or env.fingerprint().get("cpu", "?"),
         "wall_min": done["wall_min"],
         "command": done["command"],
+        **_load_meta(setting.get("beside_load", 0), bool(setting.get("rank_under_load")), loaded, quiet),
+        **({"threads": threads} if (threads := _threads(quiet)) else {}),
     }
     print(f"calibration: {write(out, pairs, groups, meta, busy, between(quiet, level))}")
     return 0
+
+
+def _threads(repeats: Sequence[tuple[int, Sequence[Record]]]) -> int | None:
+    """The intra-op threads every judged cell ran with (its records' own), None where they differ."""
+    found = {r.get("threads") for _, recs in repeats for r in recs if r["status"] == "ok"}
+    return found.pop() if len(found) == 1 and None not in found else None
+
+
+def _load_meta(
+    beside: int, ranked: bool, loaded: int, repeats: Sequence[tuple[int, Sequence[Record]]]
+) -> dict[str, Any]:
+    """What loaded the machine through the judged repeats: the cores kept busy beside them
+    (``--beside-load``), whether contended repeats were judged with the others (``--rank-under-load``)
+    and how many were, and the other cores busy that the cells measured (lowest and highest)."""
+    cores = sorted(r.get("other_cpu_cores") or 0.0 for _, recs in repeats for r in recs if r["status"] == "ok")
+    out: dict[str, Any] = {"beside_load": beside} if beside else {}
+    if ranked:
+        out |= {"rank_under_load": True, "loaded_repeats": loaded}
+    if cores and (beside or ranked):
+        out["other_cores"] = [round(cores[0], 2), round(cores[-1], 2)]
+    return out
+
+
+def _run_repeats(args: argparse.Namespace, adapters: Any, factors: list[Any], out: Path) -> bool | None:
+    """Run ``args.repeats`` fresh small runs into ``out`` (each resumes what its folder holds); None
+    where the plan is refused (said on stdout)."""
+    for i in range(1, 0 if args.judge_only else args.repeats + 1):
+        run_dir = out / f"repeat-{i:02d}"
+        run_dir.mkdir(exist_ok=True)
+        results = run_dir / records.RESULTS
+        try:
+            cells = plan(
+                adapters,
+                args.framework,
+                args.workload,
+                args.device,
+                [],
+                "quick",
+                args.threads or env.default_threads(),
+                run_dir.name,
+                strategy="default",  # the bench's default strategy: every strategy would multiply the cells
+            )
+        except PlanError as exc:
+            print(f"error: {exc}")
+            return None
+        if args.workload in ("mlp", "cnn"):
+            # A mixed calibration group holds two or three cells per adapter, all resident at once; these
+            # workloads' workers peaked under 0.85 GiB in the default run of 2026-11-25, not the 1.5 GiB
+            # a bench assumes for every workload, so a group of 12 need not be split.
+            cells = [{**c, "worker_bytes": 1 << 30} for c in cells]
+        # The verdicts are what is calibrated: no dispatch floors (a second adapter's compiles per cell).
+        cells = [{**c, "floors": False} for c in cells]
+        run = Run(twins(cells, factors), args.rounds, timeout_s=600)
+        todo = run.todo(results)
+        with MatrixProgress(len(todo)) as progress:
+            executors.LocalExecutor(adapters).run(todo, run, results, progress)
+    return True

@@ -105,7 +105,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if (bad := _own_calibration(args)) is not None:
         return run_folder.fail(bad)
     try:
-        path = report.write(first, others, args.out, calibration=args.calibration)
+        path = report.write(first, others, args.out, calibration=args.calibration, rank_under_load=args.rank_under_load)
     except records.RecordError as exc:
         return run_folder.fail(str(exc))
     print(f"report: {path}")
@@ -167,6 +167,13 @@ def _twins(text: str) -> list[float | str]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+#: ``--rank-under-load``'s help (bench and report).
+RANK_UNDER_LOAD_HELP = (
+    "on a machine that never quiets: rank the cells that ran beside other CPU load (contended) all the same, "
+    "the load stated beside every verdict, rather than leave them unranked; the error rate of such a ranking is "
+    "the loaded calibration's (docs/measurement.md#calibration)"
+)
+
 #: ``--calibration``'s help (bench and report).
 CALIBRATION_HELP = (
     "your own calibration (a calibration-<K>-generations.json from harness calibrate, or its folder), "
@@ -176,6 +183,7 @@ CALIBRATION_HELP = (
 
 def _bench_arguments(b: argparse.ArgumentParser, defaults: dict[str, Any]) -> None:
     b.add_argument("--calibration", type=Path, default=None, metavar="PATH", help=CALIBRATION_HELP)
+    b.add_argument("--rank-under-load", action="store_true", help=RANK_UNDER_LOAD_HELP)
     b.add_argument(
         "--framework",
         default=defaults.get("framework", "all"),
@@ -374,6 +382,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
     r.add_argument("--out", type=Path, default=None, help="folder of the merged report (several runs)")
     r.add_argument("--calibration", type=Path, default=None, metavar="PATH", help=CALIBRATION_HELP)
+    r.add_argument("--rank-under-load", action="store_true", help=RANK_UNDER_LOAD_HELP)
     r.set_defaults(func=cmd_report)
 
     k = sub.add_parser("check", help="run the conformance checks against an adapter, in plain words")

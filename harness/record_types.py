@@ -198,6 +198,7 @@ class Record(Cell, total=False):
     round_cold_times_s: list[list[float]]
     peak_gflops: float | None
     machine_label: str | None
+    ranked_under_load: bool  #: contended, ranked all the same (the run's --rank-under-load)
     nodes: list[str]  #: the nodes a combined cell's processes ran on (cluster executors)
     round_turns: dict[int, list[int]]  #: generation -> [turns kept, retaken, contended] (harness.stats.cells)
     stderr_tail: str  #: a failed worker's last stderr lines (harness.processes.tail)

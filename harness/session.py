@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import sys
 import time
@@ -68,6 +69,8 @@ class Session:
         self.run_dir, self.run, self.adapters, self.resumed = run_dir, run, adapters, resumed
         #: The user's own calibration (``--calibration``), recorded in env.json for the report's Method.
         self.calibration: Path | None = None
+        #: ``--rank-under-load``: contended cells ranked, their load stated (recorded in env.json).
+        self.rank_under_load = False
 
     @classmethod
     def open(cls, args: argparse.Namespace, adapters: Adapters) -> Session:
@@ -78,6 +81,7 @@ class Session:
         run_dir, run = new_run(args, adapters)
         session = cls(run_dir, run, adapters, resumed=False)
         session.calibration = getattr(args, "calibration", None)
+        session.rank_under_load = bool(getattr(args, "rank_under_load", False))
         return session
 
     @property
@@ -173,8 +177,10 @@ class Session:
         info["precision"] = cells[0]["precision"] if cells else "fp32"
         if self.calibration is not None:  # a rebuilt report quotes it too
             info["calibration"] = str(self.calibration)
+        if self.rank_under_load:  # the report reads it (harness.reporting.model.load_runs)
+            info["rank_under_load"] = True
         info["load_at_start"] = load = load_at_start()
-        print(load_note(load), flush=True)
+        print(load_note(load, self.rank_under_load, threads, os.cpu_count() or 1), flush=True)
         info["environments"] = environments.describe()  # one per CUDA major on a GPU variant
         phases = info["phases_s"] = {"start-up and plan": processes.age_s()}
         print("asking each framework for its build (doctor) ...", flush=True)
@@ -395,15 +401,35 @@ def load_at_start(window_s: float = LOAD_WINDOW_S) -> dict[str, float]:
     return {"other_cores": round(load.other_cores, 2), "steal": round(load.steal, 3)}
 
 
-def load_note(load: Mapping[str, float]) -> str:
+def load_note(
+    load: Mapping[str, float], rank_under_load: bool = False, threads: int | None = None, cores: int | None = None
+) -> str:
     """The start's load in words, and what it costs where it is high: a cell that runs beside more
-    than CONTENDED_CORES other cores is marked contended and ranked in no verdict."""
+    than CONTENDED_CORES other cores is marked contended and ranked in no verdict, unless the run
+    ranks under load (``--rank-under-load``), when its verdicts state that load. Where a cell's
+    ``threads`` outnumber the ``cores`` the load leaves free, it says so: such a cell's threads wait
+    on the busy cores, and the calibration under load found its verdicts unreliable."""
     said = f"machine load at the start: {load['other_cores']:.2f} other cores busy"
     said += f", hypervisor steal {load['steal']:.1%}" if load.get("steal") else ""
-    if load["other_cores"] > records.CONTENDED_CORES:
+    if load["other_cores"] <= records.CONTENDED_CORES:
+        return said
+    said += f"; above {records.CONTENDED_CORES:g}, a cell measured so is marked contended: the turns wait for quiet"
+    if rank_under_load:
         said += (
-            f"; above {records.CONTENDED_CORES:g}, a cell measured like this is marked contended and ranked in no "
-            "verdict: the turns wait for quiet, and a machine that never quiets leaves its cells unranked"
+            ", and a machine that never quiets has its cells ranked all the same (--rank-under-load), the load "
+            "stated beside every verdict"
+        )
+    else:
+        said += (
+            " and a machine that never quiets leaves its cells unranked (--rank-under-load, LOAD=rank: ranked "
+            "all the same, the load stated beside every verdict)"
+        )
+    free = max(1, (cores or 0) - math.ceil(load["other_cores"] - records.CONTENDED_CORES))
+    if threads and cores and threads > free:
+        said += (
+            f"; each cell's {threads} threads share the busy cores, which makes its steps erratic (the calibration "
+            f"under load: docs/troubleshooting.md#a-busy-machine): --threads {free} keeps them on the free "
+            f"core{'s' * (free > 1)}"
         )
     return said
 

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from harness import cli, records
+from harness.measuring import contention
 from tests.conftest import REPO
 from tests.fakes import report_text
 
@@ -220,3 +221,24 @@ def test_a_cell_measured_beside_a_busy_process_is_flagged_and_not_ranked(python,
     report = report_text(tmp_path / "r")
     assert "ok, contended (" in report
     assert "1 cells ran while other processes kept the CPU busy and are left out of every verdict" in report
+
+
+def test_a_machine_that_never_quiets_still_ends_with_an_answer_and_its_load(python, tmp_path):
+    """Issue 71, item 5: beside a CPU-bound neighbour through the whole run, ``--rank-under-load``
+    ranks the contended cells (identical twins here) and says the load at the start, beside the
+    verdict and in the table. Words only: no time is asserted."""
+    with contention.busy_cores(1):
+        time.sleep(0.5)
+        args = ["--framework", "fault-ok", "--twins", "0", "--rounds", "3", "--rank-under-load", *FAST]
+        proc = bench(python, tmp_path, *args, full_turns=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "has its cells ranked all the same (--rank-under-load)" in proc.stdout, "said at the start"
+    recs = [r for r in records.load(tmp_path / "r" / records.RESULTS) if r["status"] == "ok"]
+    assert len(recs) == 6 and any(r["contended"] for r in recs)
+    page = (tmp_path / "r" / "report.md").read_text()
+    assert re.search(r"Ranked under load: [12] of its 2 cells ran beside [0-9.-]+ other busy cores", page), page
+    assert "ranked all the same, as the run asked (`--rank-under-load`)" in page
+    answer = page[page.index("## The answer") :]
+    overview = answer[answer.index("| time / fastest") :].split("\n\n")[0].splitlines()
+    rows = [ln for ln in overview if ln.startswith("| fault-ok")]
+    assert len(rows) == 2 and any("under load" in ln for ln in rows), overview

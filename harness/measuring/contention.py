@@ -8,8 +8,12 @@ that both started and ended inside the interval is missed: a contender that matt
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 
 import psutil
 
@@ -128,3 +132,21 @@ class MachineLoad:
         # ticks (a 50 ms turn's slack on 2 cores is 0.8 cores: only ``combined`` can tell).
         slack = 2 * (os.cpu_count() or 1) / os.sysconf("SC_CLK_TCK") / self._wall
         return self.other_cores > CONTENDED_CORES + slack or self.steal > STEAL_SHARE
+
+
+@contextlib.contextmanager
+def busy_cores(cores: int) -> Iterator[list[int]]:
+    """``cores`` processes that each keep one core busy (a steady load beside a calibration or a
+    test: the neighbour a user's machine has), ended on exit; their pids. Each spins on its own,
+    so the load is the same from the first turn to the last."""
+    procs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+        for _ in range(max(cores, 0))
+    ]
+    try:
+        yield [p.pid for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from harness.records import Record
 from harness.reporting import overview, plots, summary
-from harness.reporting.cells import name, overlap, strategy, top, what
+from harness.reporting.cells import load_span, name, overlap, strategy, top, under_load, what
 from harness.reporting.crossover import crossover_lines
 from harness.reporting.formatting import sig
 from harness.reporting.hardware import physics_violations
@@ -76,8 +76,25 @@ def where_of(key: tuple, fam: Family, devices: int = 1) -> str:
     return what(key) + (f" on {key[1]}" if devices > 1 else "")
 
 
+def load_said(fam: Family) -> str:
+    """Where a family ranks cells that ran beside other CPU load (``--rank-under-load``): how many
+    and how busy the machine was, said beside the verdict; empty otherwise."""
+    loaded = [r for r in fam.members if under_load(r)]
+    if not loaded:
+        return ""
+    return (
+        f" Ranked under load: {len(loaded)} of its {len(fam.members)} cells ran beside {load_span(loaded)} other "
+        "busy cores (`under load`)."
+    )
+
+
 def workload_line(key: tuple, fam: Family, failed: set[int], devices: int = 1, low_peak: bool = False) -> str:
-    """One workload's answer: its fastest (with why it is or is not claimed) and the adapters at its top."""
+    """One workload's answer: its fastest (with why it is or is not claimed) and the adapters at its
+    top, and the load its cells ran beside where the run ranks under load (``load_said``)."""
+    return _verdict_line(key, fam, failed, devices, low_peak) + load_said(fam)
+
+
+def _verdict_line(key: tuple, fam: Family, failed: set[int], devices: int, low_peak: bool) -> str:
     lead, where = fam.leader, where_of(key, fam, devices)
     if fam.fastest and id(lead) not in failed:
         second, v = fam.rivals[0]

@@ -70,6 +70,8 @@ def summarize(data: dict[str, Any], file: str = "") -> dict[str, Any]:
         "identical": {"pairs": len(null), "different": sum(bool(p["different"]) for p in null)},
         "family": {"groups": len(fam), "false": sum(bool(g["family_false"]) for g in fam)},
         "slowdowns": [],
+        # beside a steady load (harness.calibrate --beside-load), contended repeats judged too
+        **{k: meta[k] for k in ("beside_load", "rank_under_load", "other_cores", "threads") if k in meta},
     }
     for effect in sorted({p["effect"] for p in judged if p["effect"]}):
         hit = [p for p in judged if p["effect"] == effect]
@@ -215,8 +217,59 @@ def quote(folder: str, page: dict[str, Any]) -> str:
     return (
         f"- Calibration (`{folder}`, {page['machine']}, {page['device']}, {page['adapter']} on "
         f"{page['workload']} beside twins {page['twins']}, {_generations(page)}, "
-        f"{100 * page['level']:.4g}%, {page['repeats']} repeats): " + "; ".join(parts) + "."
+        f"{100 * page['level']:.4g}%, {page['repeats']} repeats{_loaded(page)}): " + "; ".join(parts) + "."
     )
+
+
+def _beside_load(page: dict[str, Any]) -> bool:
+    """A calibration measured beside a steady load, or judging contended repeats with the others."""
+    return bool(page.get("beside_load") or page.get("rank_under_load"))
+
+
+def _loaded(page: dict[str, Any]) -> str:
+    """``, beside a steady load of 1 busy core (the cells measured 0.98-1.02 other cores)``, or ""."""
+    n = page.get("beside_load") or 0
+    said = f", beside a steady load of {n} busy core{'s' * (n > 1)}" if n else ""
+    if n and page.get("other_cores"):
+        low, high = page["other_cores"]
+        said += f" (the cells measured {low:.2f}-{high:.2f} other cores)"
+    threads = f", {page['threads']} thread{'s' * (page['threads'] > 1)} a cell" if page.get("threads") else ""
+    return said + threads + (", contended cells ranked" if page.get("rank_under_load") else "")
+
+
+def under_load_sentence(recs: Sequence[Record], *, evidence: Path | None = None) -> str:
+    """What a ranking under load is worth on the run's CPU model and device: each committed
+    calibration measured beside a steady load with contended cells ranked (``_loaded``), one
+    clause each (its threads a cell: they decide how a step shares the busy cores); where none
+    matches, the command that measures one."""
+    machines = _machines(recs)
+    pages: dict[str, dict[str, Any]] = {}  # one judging per folder: the most generations
+    for folder, page in committed(evidence):
+        if page.get("rank_under_load") and page.get("beside_load") and _matches(page, machines) and _judged(page):
+            if folder not in pages or page["generations"] > pages[folder]["generations"]:
+                pages[folder] = page
+    if not pages:
+        return (
+            "No calibration under load was measured on this CPU model and device, so the error rate of these "
+            'verdicts is not known: `make calibrate ARGS="--beside-load 1 --rank-under-load"` measures it.'
+        )
+    clauses = []
+    for folder in sorted(pages):
+        page = pages[folder]
+        parts = []
+        null = page["identical"]
+        if null["pairs"]:
+            parts.append(f"identical cells called different in {_rate(null['different'], null['pairs'], 'pairs')}")
+        for slow in page["slowdowns"]:
+            parts.append(
+                f"a {slow['effect']:.0%} slow-down detected in {_rate(slow['detected'], slow['pairs'], 'pairs')}"
+            )
+        threads = f", {page['threads']} thread{'s' * (page['threads'] > 1)} a cell" if page.get("threads") else ""
+        n = page["beside_load"]
+        clauses.append(f"beside {n} busy core{'s' * (n > 1)}{threads} (`{folder}`): " + ", ".join(parts))
+    ran = sorted({r["threads"] for r in recs if r.get("threads")})
+    this = f" This run's cells ran {' or '.join(map(str, ran))} thread{'s' * (ran[-1] > 1)} each." if ran else ""
+    return "Calibrated so, " + "; ".join(clauses) + "." + this + " A load that comes and goes is not calibrated."
 
 
 def _looked(page: dict[str, Any]) -> bool:
@@ -255,7 +308,13 @@ def lines(recs: Sequence[Record], calibration: Path | None = None, *, evidence: 
     """The committed calibrations (``evidence``: CALIBRATIONS) of the runs' CPU models and devices,
     and the user's own ``calibration`` where one is passed; one line saying none matches where none does."""
     machines = _machines(recs)
-    found = [(f, p) for f, p in committed(evidence) if _matches(p, machines) and _judged(p)]
+    # a calibration beside a steady load speaks for a run that ranks under load alone
+    loaded = any(r.get("ranked_under_load") for r in recs)
+    found = [
+        (f, p)
+        for f, p in committed(evidence)
+        if _matches(p, machines) and _judged(p) and (loaded or not _beside_load(p))
+    ]
     given = own(calibration) if calibration is not None else []
     # a committed calibration passed again is quoted once, as committed
     mine = [(f, p) for f, p in given if _matches(p, machines) and _judged(p) and f not in {c for c, _ in found}]
@@ -302,7 +361,7 @@ def across(recs: Sequence[Record], calibration: Path | None = None, *, evidence:
     # again, so counting each would count those pairs more than once (the most generations judged)
     pages: dict[str, dict[str, Any]] = {}
     for folder, page in _pages(calibration, evidence):
-        if "between" in page and _matches(page, machines):
+        if "between" in page and _matches(page, machines) and not _beside_load(page):
             if folder not in pages or _fixed_rounds(page) > _fixed_rounds(pages[folder]):
                 pages[folder] = page
     kept = [(f, pages[f]["between"]) for f in sorted(pages)]

@@ -27,11 +27,28 @@ def name(rec: Record) -> str:
     return f"{rec['adapter']} ({loop})" if loop else rec["adapter"]
 
 
+def unranked(rec: Record) -> bool:
+    """A cell that ran beside other CPU load (``contended``) and enters no verdict: every one,
+    unless its run asked for a ranking under load (``ranked_under_load``: ``--rank-under-load``,
+    harness.reporting.model.load_runs), whose verdicts then state that load."""
+    return bool(rec.get("contended")) and not rec.get("ranked_under_load")
+
+
+def under_load(rec: Record) -> bool:
+    """A contended cell ranked all the same, at the run's request (``unranked``)."""
+    return bool(rec.get("contended")) and bool(rec.get("ranked_under_load"))
+
+
+def load_span(recs: Sequence[Record]) -> str:
+    """``1.02`` or ``1.02-1.35``: the other cores busy through the turns of the cells ranked under load."""
+    cores = sorted(r.get("other_cpu_cores") or 0.0 for r in recs if under_load(r))
+    low, high = f"{cores[0]:.2f}", f"{cores[-1]:.2f}"
+    return low if low == high else f"{low}-{high}"
+
+
 def comparable(recs: list[Record]) -> list[Record]:
-    """Cells a verdict may use: ran, on resident data, not beside other CPU load."""
-    return [
-        r for r in recs if r["status"] == "ok" and r.get("data", "resident") == "resident" and not r.get("contended")
-    ]
+    """Cells a verdict may use: ran, on resident data, not beside other CPU load (``unranked``)."""
+    return [r for r in recs if r["status"] == "ok" and r.get("data", "resident") == "resident" and not unranked(r)]
 
 
 def best_per_adapter(recs: list[Record]) -> list[Record]:

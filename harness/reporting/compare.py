@@ -208,7 +208,7 @@ def _resolution(label: str, recs: list[Record]) -> str:
     of those its intervals separate (wide intervals that leave everything unresolved are no answer)."""
     groups: dict[tuple, list[Record]] = {}
     for r in recs:
-        if r["status"] == "ok" and not r.get("contended"):
+        if r["status"] == "ok" and not cells.unranked(r):
             groups.setdefault(cells.axes(r), []).append(r)
     clear = [
         (a, b)

@@ -34,7 +34,8 @@ def status_text(rec: Record) -> str:
         if rec.get("cold_settled") is False:
             notes.append("still compiling after the cold window")
         if rec.get("contended"):
-            notes.append(f"contended ({rec['other_cpu_cores']:.2f} other cores busy): not ranked")
+            ranked = "ranked under load, as the run asked" if rec.get("ranked_under_load") else "not ranked"
+            notes.append(f"contended ({rec['other_cpu_cores']:.2f} other cores busy): {ranked}")
         return ", ".join(["ok", *notes])
     reason = " ".join(str(rec.get("reason", "")).split())
     return f"{rec['status']}: {reason}"

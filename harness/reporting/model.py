@@ -39,11 +39,13 @@ class Block:
 
 
 def load_runs(
-    run_dirs: list[Path], raw: Mapping[Path, list[Record]] | None = None
+    run_dirs: list[Path], raw: Mapping[Path, list[Record]] | None = None, rank_under_load: bool = False
 ) -> tuple[list[Record], dict[str, dict[str, Any]]]:
     """Records of one or several runs, combined per cell, each a new record annotated with its
     machine and the measured peak of its device; with several machines, device labels name the
     machine. ``raw``: a run's records as already loaded (results.jsonl is read once per report).
+    A contended cell is marked ``ranked_under_load`` where its run's env.json asked for that
+    ranking (the bench's ``--rank-under-load``) or ``rank_under_load`` does (the report's).
 
     A run's machine is the one its env.json describes, unless its records carry several machine
     fingerprints (a cluster run over unlike nodes): then each record's machine is its fingerprint.
@@ -63,6 +65,8 @@ def load_runs(
         mixed = len({fingerprint_key(r) for r in combined if r.get("fingerprint")}) > 1
         for r in combined:
             r = {**r, "machine": name}
+            if r.get("contended") and (rank_under_load or (env or {}).get("rank_under_load")):
+                r["ranked_under_load"] = True
             if mixed and r.get("fingerprint"):
                 suffix = f" [{run_dir.name}]" if len(run_dirs) > 1 else ""
                 r["machine"] = fingerprint_name(r["fingerprint"]) + suffix
@@ -121,12 +125,14 @@ def load(
     raw: Mapping[Path, list[Record]] | None = None,
     plot_dir: Path | None = None,
     calibration: Path | None = None,
+    rank_under_load: bool = False,
 ) -> Model:
     """The model of a report over ``run_dirs`` (``raw``: their records as already loaded), its
     plots to be drawn in ``plot_dir`` (None: none); ``calibration``: the user's own, else the one
-    the first run's env.json names (its bench's ``--calibration``), else none."""
+    the first run's env.json names (its bench's ``--calibration``), else none; ``rank_under_load``:
+    contended cells ranked, their load stated (``load_runs``), whatever the runs asked."""
     loaded = {d: records.load(d / records.RESULTS) if (raw or {}).get(d) is None else (raw or {})[d] for d in run_dirs}
-    recs, envs = load_runs(run_dirs, loaded)
+    recs, envs = load_runs(run_dirs, loaded, rank_under_load)
     sections: dict[tuple[str, tuple], list[Record]] = {}
     for r in sorted(recs, key=overview.setting_order):  # sections in the overview's column order
         if r.get("data", "resident") == "resident":

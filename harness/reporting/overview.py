@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from tabulate import tabulate
 
 from harness.records import Record, override_number, setting_overrides
-from harness.reporting.cells import axes, best_per_adapter, comparable, families, strategy, what
+from harness.reporting.cells import axes, best_per_adapter, comparable, families, strategy, under_load, what
 from harness.reporting.formatting import device_label, sig
 from harness.stats.verdicts import SAME, SAME_BAND, UNRESOLVED, Family
 
@@ -32,6 +32,7 @@ class Cell:
     same: bool = False  # the same speed as the leader (the whole interval within [0.952, 1.05])
     strategy: str | None = None
     unresolved: bool = False  # neither separated from the leader nor the same speed
+    under_load: bool = False  # contended, ranked all the same (cells.under_load: --rank-under-load)
 
 
 @dataclass
@@ -72,7 +73,7 @@ def _cell(recs: list[Record], fastest: Record | None, fams: dict[tuple, Family])
         ratio = found.point if found else best["median_s"] / fastest["median_s"] if fastest else None
         is_fastest = best is fastest and fam is not None and fam.fastest
         same, unresolved = (found.outcome == SAME, found.outcome == UNRESOLVED) if found else (False, False)
-        return Cell("ok", ratio, is_fastest, same, strategy(best), unresolved)
+        return Cell("ok", ratio, is_fastest, same, strategy(best), unresolved, under_load(best))
     ran = [r for r in recs if r["status"] == "ok"]
     if ran:  # only contended cells: shown, never ranked
         best = min(ran, key=lambda r: r["median_s"])
@@ -130,6 +131,8 @@ def cell_text(cell: Cell) -> str:
         text += " unresolved"
     if cell.status == "contended":
         text += " contended"
+    if cell.under_load:
+        text += " under load"
     return text + (f" ({cell.strategy})" if cell.strategy else "")
 
 
@@ -152,6 +155,8 @@ def caption(g: Grid, has_data_modes: bool) -> str:
     )
     if any(c.status == "contended" for c in g.cells.values()):
         text += "; `contended`: ran beside other CPU load, not ranked"
+    if any(c.under_load for c in g.cells.values()):
+        text += "; `under load`: ran beside other CPU load, ranked all the same as the run asked (`--rank-under-load`)"
     if has_data_modes:
         text += "; data already on the device (other data modes: details, Input pipeline)"
     return text + "."

@@ -283,6 +283,8 @@ def overview(g: Grid, path: Path) -> Path:
             text += " unres."
         if cell.status == "contended":
             text += "\ncontended"
+        elif cell.under_load:
+            text += "\nunder load"
         elif cell.strategy:
             text += f"\n{cell.strategy}"
         dark = cell.ratio is not None and norm(cell.ratio) > 0.6

@@ -335,17 +335,19 @@ def write(
     out_dir: Path | None = None,
     calibration: Path | None = None,
     provisional: str | None = None,
+    rank_under_load: bool = False,
 ) -> Path:
     """Write report.md, its plots and report.html (the same page, self-contained) for one run, or
     merge ``extra`` runs into it; merged reports go to ``out_dir``. A fidelity run
-    (idiomatic-script records) also gets fidelity.md."""
+    (idiomatic-script records) also gets fidelity.md. ``rank_under_load``: rank contended cells,
+    their load stated, as a run's ``--rank-under-load`` asks (harness.reporting.model.load_runs)."""
     recs = records.load(run_dir / records.RESULTS)  # read once: every part of the report gets these
     if not extra and recs and all(export.is_export(r) for r in recs):
         return export.write(run_dir, out_dir, recs)  # an export run (python -m harness export) has its own report
     target = out_dir or run_dir
     target.mkdir(parents=True, exist_ok=True)
     path = target / "report.md"
-    m = model.load([run_dir, *extra], {run_dir: recs}, None if provisional else target, calibration)
+    m = model.load([run_dir, *extra], {run_dir: recs}, None if provisional else target, calibration, rank_under_load)
     m.provisional = provisional
     first, details = pages(m)
     path.write_text(first)

@@ -330,7 +330,8 @@ def method(recs: Sequence[Record], calibration: Path | None = None) -> str:
         "time (latency) is what tables and the summary rank by.",
         f"- A cell that ran while other processes used more than {records.CONTENDED_CORES:g} cores (with resident "
         "workers: in most of its kept turns, after contended turns were retaken) is marked `contended` and "
-        "left out of the summary's verdicts.",
+        "left out of the summary's verdicts, unless the run ranks under load (`--rank-under-load`): then it is "
+        "ranked, marked `under load`, with the load beside each verdict.",
         "- Each cell runs in a fresh process; every framework starts from the same NumPy parameters and "
         "trains on the same batches, already placed on the device (placement is timed apart).",
         "- `time vs fastest` is this cell's steady time over the fastest one of the workload with the "

@@ -18,7 +18,7 @@ from harness.reporting.breakeven import (
     steady_outcome,
     steps_text,
 )
-from harness.reporting.cells import axes, comparable, name, strategy, what
+from harness.reporting.cells import axes, comparable, name, strategy, unranked, what
 from harness.reporting.formatting import DASH, compiles_text, device_label, sig, verdict_text
 from harness.stats.verdicts import SAME, UNRESOLVED, pair_verdict
 
@@ -88,7 +88,8 @@ def compile_costs(groups: dict[tuple, list[Record]]) -> list[str]:
         "beside other CPU load is left out where a quiet one remains, and the cell says so; where all of a "
         "cell's did, they are kept and the cell says that. Pairs whose steady steps are the same speed within "
         "5% get no break-even, and pairs the run cannot tell apart say `unresolved`. Cells that "
-        "ran beside other CPU load in their turns (`contended`) are left out. Traces and compiles are the "
+        "ran beside other CPU load in their turns (`contended`) are left out"
+        " unless the run ranks them under load. Traces and compiles are the "
         "framework's own counts, `not reported` where the adapter's `compile_stats` leaves one out."
     )
     note = cache_note(list(static.values()))
@@ -152,7 +153,7 @@ def strategies(groups: dict[tuple, list[Record]], calibration: Path | None = Non
     """For workloads run under loop strategies: compiles, cold time and break-even per cell."""
     out: list[str] = []
     for (workload, setting), recs in groups.items():
-        ok = [r for r in recs if r["status"] == "ok" and strategy(r) and "cold_times_s" in r and not r.get("contended")]
+        ok = [r for r in recs if r["status"] == "ok" and strategy(r) and "cold_times_s" in r and not unranked(r)]
         for device in sorted({device_label(r) for r in ok}):
             cells = [r for r in ok if device_label(r) == device]
             if {strategy(r) for r in cells} == {"exact"}:  # one strategy: nothing to set beside `exact`
@@ -206,7 +207,8 @@ def strategies(groups: dict[tuple, list[Record]], calibration: Path | None = Non
                     "compiled cold), and extrapolated with the steady medians beyond; the last crossing counts (the "
                     "static cell is never behind again). `never`: its steady step is slower; `same speed`: the "
                     "steady steps are within 5%; `unresolved`: the run cannot tell them apart. Cells that ran beside "
-                    "other CPU load (`contended`) are left out. `steady vs its exact`: the cell's steady step over the "
+                    "other CPU load (`contended`) are left out"
+                    " unless the run ranks them under load. `steady vs its exact`: the cell's steady step over the "
                     "same adapter's under `exact` (below 1: the strategy saves time once compiled), with its interval "
                     "from the two cells' processes (Welch's t: different strategies ran in different groups, so their "
                     "generations do not pair"
@@ -310,7 +312,8 @@ def within_frameworks(groups: dict[tuple, list[Record]]) -> list[str]:
         "1: the static graph is faster once compiled); break-even is the step count from a cold start after "
         "which the static mode has spent no more time in total and stays so (the last crossing), `same speed` "
         "where the steady steps are within 5% and `unresolved` where the run cannot tell them apart. Cells that "
-        "ran beside other CPU load (`contended`) are left out. A pair differs in its graph mode alone: a "
+        "ran beside other CPU load (`contended`) are left out"
+        " unless the run ranks them under load. A pair differs in its graph mode alone: a "
         "framework whose dynamic and static cells run on different backends (Keras: eager on torch, compiled "
         "on JAX or TensorFlow) has no row; its workload tables set them side by side."
     )

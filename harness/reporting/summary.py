@@ -14,8 +14,20 @@ from __future__ import annotations
 from typing import Any
 
 from harness.records import Record, override_number, setting_overrides, strategy_override
+from harness.reporting import calibration_note
 from harness.reporting.breakeven import pair_break_even, steps_text
-from harness.reporting.cells import axes, comparable, families, name, strategy, top, what
+from harness.reporting.cells import (
+    axes,
+    comparable,
+    families,
+    load_span,
+    name,
+    strategy,
+    top,
+    under_load,
+    unranked,
+    what,
+)
 from harness.reporting.formatting import sig
 from harness.reporting.static_dynamic import mode_pairs, speedup, speedup_text
 from harness.stats.verdicts import FASTER, SAME, SLOWER, UNRESOLVED, Family, outcome, separated
@@ -40,14 +52,26 @@ def _listing(items: list[str]) -> str:
 
 
 def contention_sentences(recs: list[Record]) -> list[str]:
+    """The cells that ran beside other CPU load: left out of every verdict, or ranked all the same
+    where the run asked (``--rank-under-load``), with what such a ranking's error rate is."""
     busy = [r for r in recs if r["status"] == "ok" and r.get("contended")]
-    if not busy:
-        return []
-    names = ", ".join(sorted({f"{r['adapter']} / {r['workload']} / {r.get('device')}" for r in busy}))
-    return [
-        f"{len(busy)} cells ran while other processes kept the CPU busy and are left out of every verdict "
-        f"here: {names}. Rerun them on a quiet machine (`--resume` does not rerun finished cells)."
-    ]
+    out = []
+    left = [r for r in busy if unranked(r)]
+    if left:
+        names = ", ".join(sorted({f"{r['adapter']} / {r['workload']} / {r.get('device')}" for r in left}))
+        out.append(
+            f"{len(left)} cells ran while other processes kept the CPU busy and are left out of every verdict "
+            f"here: {names}. Rerun them on a quiet machine (`--resume` does not rerun finished cells), or rank "
+            "them with their load stated (`python -m harness report RUN --rank-under-load`)."
+        )
+    ranked = [r for r in busy if under_load(r)]
+    if ranked:
+        out.append(
+            f"{len(ranked)} cells ran while other processes kept {load_span(ranked)} cores busy and are ranked all "
+            "the same, as the run asked (`--rank-under-load`): every verdict resting on one says `under load`. "
+            + calibration_note.under_load_sentence(ranked)
+        )
+    return out
 
 
 def _order(key: tuple) -> tuple:
@@ -138,7 +162,7 @@ def _mode_pairs(recs: list[Record], mode: str) -> dict[str, list[tuple[Record, R
     """Per device: (resident, ``mode``) records of the same cell, both ok and uncontended."""
     cells: dict[tuple, dict[str, Record]] = {}
     for r in recs:
-        if r["status"] == "ok" and not r.get("contended"):
+        if r["status"] == "ok" and not unranked(r):
             key = (r["adapter"], strategy(r), *axes(r)[:4], r.get("machine"))
             cells.setdefault(key, {})[r.get("data", "resident")] = r
     out: dict[str, list[tuple[Record, Record]]] = {}

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from tabulate import tabulate
 
 from harness.records import Record, setting_overrides
-from harness.reporting.cells import axes, families, overlap, strategy, synced_step, tokens_per_s
+from harness.reporting.cells import axes, families, overlap, strategy, synced_step, tokens_per_s, under_load
 from harness.reporting.formatting import (
     DASH,
     NOT_REPORTED,
@@ -62,12 +62,13 @@ def _vs_fastest(rec: Record, fastest: Record | None, found: PairVerdict | None =
     """The ratio to the fastest with its interval and verdict (formatting.verdict_text): ``found``,
     the family-wise verdict of the cell's group (cells.families), else the pair's own. The
     fastest reads ``1.00 fastest`` where it ``leads``: separated from every rival (verdicts.family)."""
+    loaded = " (under load)" if under_load(rec) or (fastest and under_load(fastest)) else ""  # said on every row
     if rec is fastest:
-        return "1.00 fastest" if leads else "1.00"
+        return ("1.00 fastest" if leads else "1.00") + loaded
     assert fastest is not None  # a timed row's machine has a fastest cell: at worst the row itself
     if "ci_low_s" not in rec:
-        return f"{rec['median_s'] / fastest['median_s']:.2f}"
-    return verdict_text(found or pair_verdict(fastest, rec))
+        return f"{rec['median_s'] / fastest['median_s']:.2f}" + loaded
+    return verdict_text(found or pair_verdict(fastest, rec)) + loaded
 
 
 def _median_ci(rec: Record) -> str:
