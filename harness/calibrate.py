@@ -41,6 +41,7 @@ from adapters import discover
 from harness import env, records
 from harness.measuring import contention, timing
 from harness.records import Record
+from harness.reporting.calibration_note import threads_words
 from harness.running import budget, executors
 from harness.running.plan import PlanError, parse_twins, plan, twins
 from harness.running.progress import MatrixProgress
@@ -305,7 +306,7 @@ def write(
         "# Calibration: identical twins and known slow-downs",
         "",
         f"{meta['adapter']} on `{meta['workload']}` ({meta['device']}"
-        + (f", {meta['threads']} thread{'s' * (meta['threads'] > 1)} a cell" if meta.get("threads") else "")
+        + threads_words(meta.get("cell_threads"))
         + f"), {meta['repeats']} repeats"
         + (f" (and {len(busy)} under contention, judged apart below)" if busy else "")
         + ", each a fresh run "
@@ -561,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_min": done["wall_min"],
         "command": done["command"],
         **_load_meta(setting.get("beside_load", 0), bool(setting.get("rank_under_load")), loaded, quiet),
-        **({"threads": threads} if (threads := _threads(quiet)) else {}),
+        **({"cell_threads": threads} if (threads := _threads(quiet)) else {}),
     }
     print(f"calibration: {write(out, pairs, groups, meta, busy, between(quiet, level))}")
     return 0

@@ -120,7 +120,7 @@ def _page(loaded: bool, identical: tuple[int, int], slowed: tuple[int, int]) -> 
         "family": {"groups": 8, "false": 0},
         "slowdowns": [{"effect": 0.1, "pairs": slowed[0], "detected": slowed[1], "measured": 1.12}],
     }
-    loaded_keys = {"beside_load": 1, "rank_under_load": True, "other_cores": [0.98, 1.04], "threads": 1}
+    loaded_keys = {"beside_load": 1, "rank_under_load": True, "other_cores": [0.98, 1.04], "cell_threads": 1}
     return page | (loaded_keys if loaded else {})
 
 

@@ -71,7 +71,7 @@ def summarize(data: dict[str, Any], file: str = "") -> dict[str, Any]:
         "family": {"groups": len(fam), "false": sum(bool(g["family_false"]) for g in fam)},
         "slowdowns": [],
         # beside a steady load (harness.calibrate --beside-load), contended repeats judged too
-        **{k: meta[k] for k in ("beside_load", "rank_under_load", "other_cores", "threads") if k in meta},
+        **{k: meta[k] for k in ("beside_load", "rank_under_load", "other_cores", "cell_threads") if k in meta},
     }
     for effect in sorted({p["effect"] for p in judged if p["effect"]}):
         hit = [p for p in judged if p["effect"] == effect]
@@ -221,6 +221,11 @@ def quote(folder: str, page: dict[str, Any]) -> str:
     )
 
 
+def threads_words(threads: int | None) -> str:
+    """``, 2 threads a cell`` or ``, 1 thread a cell``; "" where the cells' threads are not one number."""
+    return f", {threads} thread{'s' * (threads > 1)} a cell" if threads else ""
+
+
 def _beside_load(page: dict[str, Any]) -> bool:
     """A calibration measured beside a steady load, or judging contended repeats with the others."""
     return bool(page.get("beside_load") or page.get("rank_under_load"))
@@ -233,8 +238,11 @@ def _loaded(page: dict[str, Any]) -> str:
     if n and page.get("other_cores"):
         low, high = page["other_cores"]
         said += f" (the cells measured {low:.2f}-{high:.2f} other cores)"
-    threads = f", {page['threads']} thread{'s' * (page['threads'] > 1)} a cell" if page.get("threads") else ""
-    return said + threads + (", contended cells ranked" if page.get("rank_under_load") else "")
+    return (
+        said
+        + threads_words(page.get("cell_threads"))
+        + (", contended cells ranked" if page.get("rank_under_load") else "")
+    )
 
 
 def under_load_sentence(recs: Sequence[Record], *, evidence: Path | None = None) -> str:
@@ -264,9 +272,11 @@ def under_load_sentence(recs: Sequence[Record], *, evidence: Path | None = None)
             parts.append(
                 f"a {slow['effect']:.0%} slow-down detected in {_rate(slow['detected'], slow['pairs'], 'pairs')}"
             )
-        threads = f", {page['threads']} thread{'s' * (page['threads'] > 1)} a cell" if page.get("threads") else ""
         n = page["beside_load"]
-        clauses.append(f"beside {n} busy core{'s' * (n > 1)}{threads} (`{folder}`): " + ", ".join(parts))
+        clauses.append(
+            f"beside {n} busy core{'s' * (n > 1)}{threads_words(page.get('cell_threads'))} (`{folder}`): "
+            + ", ".join(parts)
+        )
     ran = sorted({r["threads"] for r in recs if r.get("threads")})
     this = f" This run's cells ran {' or '.join(map(str, ran))} thread{'s' * (ran[-1] > 1)} each." if ran else ""
     return "Calibrated so, " + "; ".join(clauses) + "." + this + " A load that comes and goes is not calibrated."
