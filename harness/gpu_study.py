@@ -173,12 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     planned = steps(args.bench_budget, args.crossover_budget)
     names = [s.name for s in planned]
-    only = None if args.steps is None else [n.strip() for n in args.steps.split(",") if n.strip()]
-    unknown = sorted(set(only or ()) - set(names))
-    if only is not None and (unknown or not only):
-        parser.error(
-            f"--steps {args.steps!r}: no step named {', '.join(unknown) or 'at all'}; steps: {', '.join(names)}"
-        )
+    only = gpu_check.chosen_steps(parser, args.steps, names)
     if args.dry_run:
         for name, cmd in commands(args.bench_budget, args.crossover_budget).items():
             if only is None or name in only:

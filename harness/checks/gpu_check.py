@@ -334,6 +334,16 @@ def run(
     return 1 if failed else 0
 
 
+def chosen_steps(parser: argparse.ArgumentParser, text: str | None, names: Sequence[str]) -> list[str] | None:
+    """``--steps``: the steps named (None: every step); an unknown or empty one is the parser's error,
+    naming the valid ones."""
+    only = None if text is None else [n.strip() for n in text.split(",") if n.strip()]
+    unknown = sorted(set(only or ()) - set(names))
+    if only is not None and (unknown or not only):
+        parser.error(f"--steps {text!r}: no step named {', '.join(unknown) or 'at all'}; steps: {', '.join(names)}")
+    return only
+
+
 def main(argv: list[str]) -> int:
     global STEP_TIMEOUT_S  # noqa: PLW0603 - one setting for every command step of this process
     parser = argparse.ArgumentParser(prog="python -m harness.checks.gpu_check", description=__doc__.split("\n\n")[0])
@@ -344,11 +354,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--steps", help="comma-separated steps to run, the others left out (default: every step)")
     args = parser.parse_args(argv)
     STEP_TIMEOUT_S = args.step_timeout
-    only = None if args.steps is None else [n.strip() for n in args.steps.split(",") if n.strip()]
-    unknown = sorted(set(only or ()) - {s.name for s in STEPS})
-    if only is not None and (unknown or not only):
-        parser.error(f"--steps {args.steps!r}: no step named {', '.join(unknown) or 'at all'}; "
-                     f"steps: {', '.join(s.name for s in STEPS)}")  # fmt: skip
+    only = chosen_steps(parser, args.steps, [s.name for s in STEPS])
     try:
         with processes.terminated_as_interrupt():  # a killed gpu-check stops its step's processes too
             return run(args.out, variant.detect().driver is not None, args.budget, not args.no_install, only)
