@@ -25,6 +25,7 @@ from harness import env as machine_env
 from harness.checks import conformance
 from harness.install import variant
 from harness.measuring import limits_cache
+from tests.cpu_time import CpuTime
 
 REPO = Path(__file__).resolve().parent.parent
 #: The committed example runs (kept as evidence of what the project measured): tests that check every
@@ -91,6 +92,7 @@ class _Marks:
 
 def pytest_configure(config) -> None:
     config.pluginmanager.register(_Marks(), "dlcompare-marks")
+    config.pluginmanager.register(CpuTime(), "dlcompare-cpu-time")  # where the suite's CPU goes, by file
 
 
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected what will not run
