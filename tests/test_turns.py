@@ -247,16 +247,17 @@ def test_machine_load_sees_a_process_outside_the_workers():
     spinner = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<3: pass"])
     try:
         time.sleep(0.2)
-        load = MachineLoad()
+        # One window read twice, so whatever else runs on the machine counts alike in both: only
+        # the spinner, counted as a worker by ``mine``, may tell them apart (two windows one after
+        # the other failed on a busy machine, its load rising between them).
+        load, mine = MachineLoad(), MachineLoad()
         load.start([])
-        time.sleep(0.6)
-        load.stop()
-        assert load.other_cores > 0.5 and load.contended
-        mine = MachineLoad()
         mine.start([spinner.pid])  # the same process counted as a worker is not other load
         time.sleep(0.6)
+        load.stop()
         mine.stop()
-        assert mine.other_cores < load.other_cores - 0.4
+        assert load.other_cores > 0.5 and load.contended
+        assert mine.other_cores < load.other_cores - 0.2
     finally:
         spinner.kill()
         spinner.wait()
