@@ -157,6 +157,9 @@ def is_idiomatic(rec: Cell | Mapping[str, Any]) -> bool:
 #: A record whose cell ran beside more than this much other CPU load (in cores) is tagged
 #: ``contended`` (harness.measuring.contention measures the load; reports leave such cells out of verdicts).
 CONTENDED_CORES = 0.25
+#: ... or whose turns lost more than this share of the machine's CPU time to hypervisor steal (a
+#: VM whose host is busy: the other load runs outside the VM, where no process count sees it).
+STEAL_SHARE = 0.05
 
 
 class RecordWriteError(OSError):

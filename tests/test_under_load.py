@@ -53,6 +53,26 @@ def test_contended_cells_stay_unranked_unless_the_run_asked(tmp_path):
     assert "python -m harness report RUN --rank-under-load" in answer, "the way to an answer is said"
 
 
+def test_a_cell_the_hypervisor_slowed_names_the_steal_not_the_idle_processes(tmp_path):
+    """A VM whose host is busy: its own processes idle (0.01 other cores), 5.9% of its CPU stolen.
+    The status and the answer say what made the cells contended."""
+    recs = [
+        r
+        for adapter, ms in (("torch-eager", 1.0), ("jax-jit", 2.0))
+        for r in as_rounds(record(adapter, median_ms=ms, contended=True, other_cpu_cores=0.008, steal_share=0.059))
+    ]
+    for r in recs:
+        records.append(tmp_path / records.RESULTS, r)
+    env = {"cpu": "Test CPU", "threads": 2, "load_at_start": {"other_cores": 0.0, "steal": 0.0}}
+    (tmp_path / records.ENV).write_text(json.dumps(env))
+    report.write(tmp_path)
+    answer = "\n".join(_answer(tmp_path))
+    assert "cells ran while the VM's host took the CPU (hypervisor steal) and are left out of every verdict" in answer
+    details = (tmp_path / "details.md").read_text()
+    assert "contended (the hypervisor took 5.9% of the CPU, 0.01 other cores busy): not ranked" in details
+    assert "or the hypervisor took more than 5% of the CPU" in details, "the Method states the rule"
+
+
 def test_a_run_that_asked_ranks_them_and_states_the_load_beside_every_verdict(tmp_path):
     run = _busy_run(tmp_path, rank=True)
     report.write(run)

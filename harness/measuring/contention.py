@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import psutil
 
-from harness.records import CONTENDED_CORES  # the ``contended`` tag's rule, with the records
+from harness.records import CONTENDED_CORES, STEAL_SHARE  # the ``contended`` tag's rule, with the records
 
 
 def _snapshot() -> dict[tuple[int, float], tuple[float, int | None]]:
@@ -52,10 +52,6 @@ class OtherLoad:
                 continue
             used += cpu - self._before.get(key, (0.0, None))[0]
         self.cores = max(used, 0.0) / wall if wall > 0 else 0.0
-
-
-#: A turn whose hypervisor steal exceeds this share of the machine's CPU time counts as contended.
-STEAL_SHARE = 0.05
 
 
 def _proc_stat() -> tuple[float, float, float]:

@@ -13,7 +13,7 @@ from typing import TypeGuard
 from harness import records
 from harness.records import ExportRecord, Record
 from harness.reporting import html, plots
-from harness.reporting.formatting import DASH, machine_name, sig, slug
+from harness.reporting.formatting import DASH, load_text, machine_name, sig, slug
 
 IN_PROCESS = "in-process"  # adapters.exporting.IN_PROCESS; the report reads records, not adapters
 COLUMNS = [
@@ -63,7 +63,7 @@ def table(recs: list[ExportRecord]) -> list[str]:
         throughput = f"{sig(r['throughput_per_s'])} (batch {r['throughput_batch']})" if ok else DASH
         status = r["status"] if ok else f"{r['status']} (below)"
         if ok and r.get("contended"):
-            status = f"ok, contended ({r['other_cpu_cores']:.2f} other cores busy)"
+            status = f"ok, contended ({load_text(r)})"
         cells = [
             row_label(r),
             sig(r.get("export_s")) if r["export_path"] != IN_PROCESS else "none",

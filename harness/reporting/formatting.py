@@ -6,7 +6,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.records import Record
+from harness.records import STEAL_SHARE, Record
 from harness.reporting.cells import strategy
 from harness.stats.verdicts import FAMILY, RANKS, UNRESOLVED, PairVerdict
 
@@ -25,6 +25,18 @@ def sig(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
+def stolen(rec: Record) -> bool:
+    """Whether the hypervisor took more than STEAL_SHARE of the CPU through the cell's turns."""
+    return (rec.get("steal_share") or 0.0) > STEAL_SHARE
+
+
+def load_text(rec: Record) -> str:
+    """The load a cell ran beside: ``0.41 other cores busy``, and the hypervisor's steal where it
+    is what made the cell contended (a busy host is invisible to the VM's process counts)."""
+    said = f"{rec.get('other_cpu_cores') or 0.0:.2f} other cores busy"
+    return f"the hypervisor took {rec['steal_share']:.1%} of the CPU, {said}" if stolen(rec) else said
+
+
 def status_text(rec: Record) -> str:
     if rec["status"] == "ok":
         notes = []
@@ -35,7 +47,7 @@ def status_text(rec: Record) -> str:
             notes.append("still compiling after the cold window")
         if rec.get("contended"):
             ranked = "ranked under load, as the run asked" if rec.get("ranked_under_load") else "not ranked"
-            notes.append(f"contended ({rec['other_cpu_cores']:.2f} other cores busy): {ranked}")
+            notes.append(f"contended ({load_text(rec)}): {ranked}")
         return ", ".join(["ok", *notes])
     reason = " ".join(str(rec.get("reason", "")).split())
     return f"{rec['status']}: {reason}"

@@ -328,7 +328,8 @@ def method(recs: Sequence[Record], calibration: Path | None = None) -> str:
         "device has finished and reads the loss, so asynchronous dispatch cannot hide work. On a GPU, "
         "one more step checks that the device has nothing queued right after `sync`. This synced step "
         "time (latency) is what tables and the summary rank by.",
-        f"- A cell that ran while other processes used more than {records.CONTENDED_CORES:g} cores (with resident "
+        f"- A cell that ran while other processes used more than {records.CONTENDED_CORES:g} cores, or the "
+        f"hypervisor took more than {records.STEAL_SHARE:.0%} of the CPU (with resident "
         "workers: in most of its kept turns, after contended turns were retaken) is marked `contended` and "
         "left out of the summary's verdicts, unless the run ranks under load (`--rank-under-load`): then it is "
         "ranked, marked `under load`, with the load beside each verdict.",

@@ -28,7 +28,7 @@ from harness.reporting.cells import (
     unranked,
     what,
 )
-from harness.reporting.formatting import sig
+from harness.reporting.formatting import sig, stolen
 from harness.reporting.static_dynamic import mode_pairs, speedup, speedup_text
 from harness.stats.verdicts import FASTER, SAME, SLOWER, UNRESOLVED, Family, outcome, separated
 
@@ -59,9 +59,12 @@ def contention_sentences(recs: list[Record]) -> list[str]:
     left = [r for r in busy if unranked(r)]
     if left:
         names = ", ".join(sorted({f"{r['adapter']} / {r['workload']} / {r.get('device')}" for r in left}))
+        host = sum(stolen(r) for r in left)
+        why = {0: "other processes kept the CPU busy", len(left): "the VM's host took the CPU (hypervisor steal)"}
+        cause = why.get(host, "other processes or the VM's host (hypervisor steal) kept the CPU busy")
         out.append(
-            f"{len(left)} cells ran while other processes kept the CPU busy and are left out of every verdict "
-            f"here: {names}. Rerun them on a quiet machine (`--resume` does not rerun finished cells), or rank "
+            f"{len(left)} cells ran while {cause} and are left out of every verdict here: {names}. "
+            "Rerun them on a quiet machine (`--resume` does not rerun finished cells), or rank "
             "them with their load stated (`python -m harness report RUN --rank-under-load`)."
         )
     ranked = [r for r in busy if under_load(r)]
