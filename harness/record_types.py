@@ -111,6 +111,7 @@ class Record(Cell, total=False):
     budget_s: float | None
     contended: bool
     other_cpu_cores: float
+    steal_share: float
     noisy: bool
     # what a step does
     batch_size: int
