@@ -60,8 +60,12 @@ def contention_sentences(recs: list[Record]) -> list[str]:
     if left:
         names = ", ".join(sorted({f"{r['adapter']} / {r['workload']} / {r.get('device')}" for r in left}))
         host = sum(stolen(r) for r in left)
-        why = {0: "other processes kept the CPU busy", len(left): "the VM's host took the CPU (hypervisor steal)"}
-        cause = why.get(host, "other processes or the VM's host (hypervisor steal) kept the CPU busy")
+        if host == 0:
+            cause = "other processes kept the CPU busy"
+        elif host == len(left):
+            cause = "the VM's host took the CPU (hypervisor steal)"
+        else:
+            cause = "other processes or the VM's host (hypervisor steal) kept the CPU busy"
         out.append(
             f"{len(left)} cells ran while {cause} and are left out of every verdict here: {names}. "
             "Rerun them on a quiet machine (`--resume` does not rerun finished cells), or rank "
