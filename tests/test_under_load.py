@@ -19,13 +19,13 @@ from tests.fakes import as_rounds, record
 from tests.test_turns import _turn_records
 
 
-def _busy_run(tmp_path, rank: bool, cores: float = 1.1):
-    """Two adapters, 5 processes each, every one contended (``cores`` other cores busy): env.json
-    says whether the bench asked for a ranking under load."""
+def _busy_run(tmp_path, rank: bool, cores: float = 1.1, steal: float = 0.0):
+    """Two adapters, 5 processes each, every one contended (``cores`` other cores busy, ``steal``
+    of the CPU taken by the hypervisor): env.json says whether the bench asked for a ranking under load."""
     recs = [
         r
         for adapter, ms in (("torch-eager", 1.0), ("jax-jit", 2.0))
-        for r in as_rounds(record(adapter, median_ms=ms, contended=True, other_cpu_cores=cores))
+        for r in as_rounds(record(adapter, median_ms=ms, contended=True, other_cpu_cores=cores, steal_share=steal))
     ]
     for r in recs:
         records.append(tmp_path / records.RESULTS, r)
@@ -90,6 +90,24 @@ def test_a_run_that_asked_ranks_them_and_states_the_load_beside_every_verdict(tm
     details = (run / "details.md").read_text()
     assert "(under load)" in details, "the workload table's verdict column says it too"
     assert "ranked under load, as the run asked" in details, "and the status column"
+
+
+def test_a_ranking_under_load_states_the_hypervisors_steal_beside_the_idle_processes(tmp_path):
+    """A VM slowed by its host (0.01 other cores busy, 5.9% of the CPU stolen) ranked under load:
+    the load stated beside the verdict names the steal, not the idle processes alone."""
+    run = _busy_run(tmp_path, rank=True, cores=0.01, steal=0.059)
+    report.write(run)
+    answer = _answer(run)
+    line = next(ln for ln in answer if ln.startswith("- **mlp**"))
+    assert line.endswith("ran beside 0.01 other busy cores, the hypervisor taking 5.9% of the CPU (`under load`)."), (
+        line
+    )
+    said = next(ln for ln in answer if "ranked all the same, as the run asked" in ln)
+    assert "kept 0.01 cores busy, the hypervisor taking 5.9% of the CPU, and are ranked" in said, said
+    (tmp_path / "quiet").mkdir()
+    quiet_host = _busy_run(tmp_path / "quiet", rank=True, cores=1.1, steal=0.01)
+    report.write(quiet_host)
+    assert "hypervisor taking" not in "\n".join(_answer(quiet_host)), "steal under STEAL_SHARE is not named"
 
 
 def test_the_report_command_ranks_a_finished_run_under_load(tmp_path, capsys):

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from harness.records import Record
 from harness.reporting import overview, plots, summary
-from harness.reporting.cells import load_span, name, overlap, strategy, top, under_load, what
+from harness.reporting.cells import load_span, name, overlap, steal_said, strategy, top, under_load, what
 from harness.reporting.crossover import crossover_lines
 from harness.reporting.formatting import sig
 from harness.reporting.hardware import physics_violations
@@ -84,7 +84,7 @@ def load_said(fam: Family) -> str:
         return ""
     return (
         f" Ranked under load: {len(loaded)} of its {len(fam.members)} cells ran beside {load_span(loaded)} other "
-        "busy cores (`under load`)."
+        f"busy cores{steal_said(loaded)} (`under load`)."
     )
 
 

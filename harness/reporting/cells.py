@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from harness.records import Record, setting_overrides
+from harness.records import STEAL_SHARE, Record, setting_overrides
 from harness.stats.steps import tokens_per_step
 from harness.stats.verdicts import SAME, UNRESOLVED, Family, PairVerdict, family, family_pair, level_of
 
@@ -39,11 +39,27 @@ def under_load(rec: Record) -> bool:
     return bool(rec.get("contended")) and bool(rec.get("ranked_under_load"))
 
 
+def stolen(rec: Record) -> bool:
+    """Whether the hypervisor took more than STEAL_SHARE of the CPU through the cell's turns."""
+    return (rec.get("steal_share") or 0.0) > STEAL_SHARE
+
+
+def _span(values: list[str]) -> str:
+    low, high = values[0], values[-1]
+    return low if low == high else f"{low}-{high}"
+
+
 def load_span(recs: Sequence[Record]) -> str:
     """``1.02`` or ``1.02-1.35``: the other cores busy through the turns of the cells ranked under load."""
-    cores = sorted(r.get("other_cpu_cores") or 0.0 for r in recs if under_load(r))
-    low, high = f"{cores[0]:.2f}", f"{cores[-1]:.2f}"
-    return low if low == high else f"{low}-{high}"
+    return _span([f"{c:.2f}" for c in sorted(r.get("other_cpu_cores") or 0.0 for r in recs if under_load(r))])
+
+
+def steal_said(recs: Sequence[Record]) -> str:
+    """``, the hypervisor taking 5.9-7.0% of the CPU``: the steal through the turns of the cells
+    ranked under load that it slowed (``stolen``), which the VM's process counts do not show;
+    empty where it slowed none."""
+    shares = sorted(float(r["steal_share"]) for r in recs if under_load(r) and stolen(r))
+    return f", the hypervisor taking {_span([f'{100 * s:.1f}' for s in shares])}% of the CPU" if shares else ""
 
 
 def comparable(recs: list[Record]) -> list[Record]:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness.records import STEAL_SHARE, Record
-from harness.reporting.cells import strategy
+from harness.records import Record
+from harness.reporting.cells import stolen, strategy
 from harness.stats.verdicts import FAMILY, RANKS, UNRESOLVED, PairVerdict
 
 DASH = "—"
@@ -23,11 +23,6 @@ def sig(value: Any, digits: int = 3) -> str:
     if abs(value) >= 10 ** (digits - 1):
         return f"{value:,.0f}"
     return f"{value:.{digits}g}"
-
-
-def stolen(rec: Record) -> bool:
-    """Whether the hypervisor took more than STEAL_SHARE of the CPU through the cell's turns."""
-    return (rec.get("steal_share") or 0.0) > STEAL_SHARE
 
 
 def load_text(rec: Record) -> str:

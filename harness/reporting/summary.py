@@ -22,13 +22,15 @@ from harness.reporting.cells import (
     families,
     load_span,
     name,
+    steal_said,
+    stolen,
     strategy,
     top,
     under_load,
     unranked,
     what,
 )
-from harness.reporting.formatting import sig, stolen
+from harness.reporting.formatting import sig
 from harness.reporting.static_dynamic import mode_pairs, speedup, speedup_text
 from harness.stats.verdicts import FASTER, SAME, SLOWER, UNRESOLVED, Family, outcome, separated
 
@@ -73,10 +75,11 @@ def contention_sentences(recs: list[Record]) -> list[str]:
         )
     ranked = [r for r in busy if under_load(r)]
     if ranked:
+        steal = steal_said(ranked)
         out.append(
-            f"{len(ranked)} cells ran while other processes kept {load_span(ranked)} cores busy and are ranked all "
-            "the same, as the run asked (`--rank-under-load`): every verdict resting on one says `under load`. "
-            + calibration_note.under_load_sentence(ranked)
+            f"{len(ranked)} cells ran while other processes kept {load_span(ranked)} cores busy"
+            f"{steal + ',' if steal else ''} and are ranked all the same, as the run asked (`--rank-under-load`): "
+            "every verdict resting on one says `under load`. " + calibration_note.under_load_sentence(ranked)
         )
     return out
 
