@@ -1,4 +1,5 @@
-"""CPU seconds per test file, printed at the end of a session beside ``--durations``.
+"""CPU seconds per test file and per costliest test, printed at the end of a session beside
+``--durations``.
 
 On a 2-core machine the suite keeps both cores busy, so a test's wall time mostly says what ran
 beside it: the CLI bench took 171 s in the suite and 43 s alone (2026-12-02, AMD EPYC VM). What a
@@ -20,6 +21,9 @@ import pytest
 KEY = "cpu_s"
 #: Files listed in the summary.
 SHOWN = 15
+#: Tests listed in the summary, by their own CPU seconds (wall durations under two busy cores mostly
+#: say what ran beside a test; ``--durations`` lists those).
+SHOWN_TESTS = 20
 
 
 def cpu_s() -> float:
@@ -48,6 +52,14 @@ def summary(rows: list[tuple[str, float, int]], shown: int = SHOWN) -> list[str]
     return lines
 
 
+def costliest_tests(tests: Iterable[tuple[str, float]], shown: int = SHOWN_TESTS) -> list[str]:
+    """The ``shown`` tests that cost the most CPU seconds, one line each, costliest first. A
+    conformance worker's seconds count on the test during which it ended, so a conformance row
+    there is a worker's total, not one check's."""
+    ranked = sorted(tests, key=lambda t: -t[1])[:shown]
+    return [f"{spent:7.1f}s  {node}" for node, spent in ranked]
+
+
 class CpuTime:
     """The plugin: measures each test in the process that runs it, totals in the one that reports."""
 
@@ -74,4 +86,7 @@ class CpuTime:
         if self.tests:
             terminalreporter.section("CPU time by test file")
             for line in summary(by_file(self.tests)):
+                terminalreporter.write_line(line)
+            terminalreporter.write_line(f"the {SHOWN_TESTS} costliest tests by CPU seconds:")
+            for line in costliest_tests(self.tests):
                 terminalreporter.write_line(line)
