@@ -8,6 +8,12 @@ import os
 # set before any harness module is imported, here and in every worker). A test of contention
 # detection, which reads the turns' CPU ticks, starts its run without it.
 os.environ.setdefault("DLCOMPARE_QUICK_TURNS", "1")
+# The suite keeps both cores busy, so an OpenMP thread waiting at a barrier for a descheduled
+# sibling would spin through its time slice: OpenMP's threads in every process the suite starts
+# sleep while they wait instead. A real run leaves the frameworks' own default (it times them as
+# users run them); no test reads a time. Measured (2026-12-03, 2-core Xeon): a small fidelity run
+# beside one busy core took 29-42 CPU-s spinning and 17 passive.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import atexit
 import collections
