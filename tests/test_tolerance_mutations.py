@@ -148,8 +148,7 @@ def parity(spec: Workload, result: dict) -> list[conformance.Check]:
 
 
 def _spec(workload: str) -> Workload:
-    sizes = conformance.CHECK_SIZES.get(workload, [])
-    return conformance.spec_of((workload, (*conformance.CHECK_OVERRIDES, *sizes)))
+    return conformance.spec_of((workload, tuple(conformance.check_base(workload))))
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)

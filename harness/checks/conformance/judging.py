@@ -192,8 +192,8 @@ def compile_check(
 ) -> Check:
     """A static graph compiles only in the first step of each distinct input shape, never
     later: in step 1 alone for mlp, cnn and the padded and graph-loop caption strategies, at each
-    new caption length under exact (4 on the check's batches), at each new bucket under bucketed
-    (3). ``step_compiles`` holds the (traces, compiles) accrued in each step; a first step may
+    new caption length under exact (3 on the check's batches), at each new bucket under bucketed
+    (2). ``step_compiles`` holds the (traces, compiles) accrued in each step; a first step may
     hold several (eager ops compiled once, a forward and a backward graph). ``reported``: which
     of the two the adapter's ``compile_stats`` reports; a count it leaves out reads "not
     reported", never 0, and with neither (or no ``step_compiles``) the check is skipped, not
