@@ -200,7 +200,7 @@ class Session:
             found = floors.kernel_floors(cells, _peak_devices(cells, info), threads, info["precision"])
         for c in cells:  # in plan.json too, so a resumed run's cells keep them
             c["kernel_floor_s"] = found["floors"][c["cell_id"]]
-        info["kernel_floors"] = {k: found[k] for k in ("kernels", "fastest_library", "errors")}
+        info["kernel_floors"] = {k: found[k] for k in ("kernels", "fastest_library", "errors", "left_out")}
         records.write_json(run_dir / records.ENV, info)
         run = self.run
         plan_json = {"timeout_s": run.timeout_s, "rounds": run.rounds, "budget_s": run.budget_s, "cells": cells}

@@ -30,7 +30,7 @@ from adapters._kit_common import SHARED_COMPILE_CACHE
 from harness import env as machine_env
 from harness.checks import conformance
 from harness.install import variant
-from harness.measuring import limits_cache
+from harness.measuring import floors, limits_cache
 from tests.cpu_time import CpuTime
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,6 +56,11 @@ if SHARED_COMPILE_CACHE not in os.environ:
     atexit.register(shutil.rmtree, os.environ[SHARED_COMPILE_CACHE], True)
 # (Under pytest-xdist both folders are made once: the controller loads this file before it starts
 # the test processes, which inherit its environment.)
+# ... and time kernel floors with NumPy and PyTorch only (harness.measuring.floors.LIBRARIES_ENV),
+# which time every kernel kind: JAX's and TensorFlow's processes cost about 13 CPU-s a new set of
+# kernels (2026-12-04, 2-core AMD EPYC), across the suite's dozens of small runs; the runs' reports
+# say which libraries they left out, and test_floors times all four.
+os.environ.setdefault(floors.LIBRARIES_ENV, "numpy,torch")
 ADAPTERS = discover()
 VARIANTS = conformance.all_variants()
 TRAIN_VARIANTS = [v for v in VARIANTS if conformance.is_training(conformance.spec_of(v))]

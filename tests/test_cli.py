@@ -96,6 +96,8 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
     # speed of light: the kernel floor from the parent, the dispatch floor from the last planned
     # generation's worker only (the generations before it are what the verdicts need)
     assert 0 < cpu["kernel_floor_s"] and 0 < cpu["dispatch_floor_s"]
+    # the suite times floors with NumPy and PyTorch only (tests/conftest.py), and the run says so
+    assert env["kernel_floors"]["left_out"] == ["jax", "tensorflow"]
     by_round = by_round_cpu(raw)
     assert "dispatch_floor_s" in by_round[2] and "dispatch_floor_s" not in by_round[1]
     assert env["peaks"]["cpu"]["matmul_gflops"] == max(
@@ -116,6 +118,7 @@ def test_bench_writes_records_env_and_report_and_rebuilds_it(python, tmp_path):
     first = report_text(run)
     assert "| torch-eager " in first and f"report: {run / 'report.md'}" in proc.stdout
     assert "pipelined (ms/step)" in first and "Rounds: each cell ran in 2 fresh processes" in first
+    assert "timing no jax or tensorflow kernels, so a floor errs high where they are faster" in first
     (run / "report.md").unlink()
     assert harness(python, "report", str(run)).returncode == 0
     assert report_text(run) == first, "the report is rebuilt from records alone"

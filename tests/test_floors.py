@@ -20,20 +20,44 @@ def test_a_steps_floor_is_its_kernels_times_their_counts_averaged_over_batches()
 
 
 @pytest.mark.frameworks
-def test_every_library_times_every_kernel_kind_and_each_cell_gets_its_floor():
+def test_every_library_times_every_kernel_kind_and_each_cell_gets_its_floor(monkeypatch):
     """One process per installed library (NumPy, torch, JAX, TensorFlow), real kernels: matmuls
     and every role of a convolution; each cell's floor from the fastest; decoding states none."""
+    monkeypatch.delenv(floors.LIBRARIES_ENV, raising=False)  # the suite's other runs time two (conftest)
     cells = [
         {"cell_id": "m", "workload": "mlp", "overrides": ["batch_size=8", "num_batches=2"], "device_requested": "cpu"},
         {"cell_id": "c", "workload": "cnn", "overrides": ["batch_size=2", "num_batches=1"], "device_requested": "cpu"},
         {"cell_id": "d", "workload": "rnn-decode", "overrides": ["num_batches=2"], "device_requested": "cpu"},
     ]
     found = floors.kernel_floors(cells, ["cpu"], threads=1, precision="fp32")
-    assert found["errors"] == {}
+    assert found["errors"] == {} and found["left_out"] == []
     spec_kernels = {tuple(k) for c in cells[:2] for b in floors.cell_kernels(c) for k, _ in b}
     assert found["kernels"] == len(spec_kernels)
     assert sum(found["fastest_library"]["cpu"].values()) == len(spec_kernels), "every kernel was timed by some library"
     assert 0 < found["floors"]["m"] < found["floors"]["c"] < 1 and found["floors"]["d"] is None
+
+
+def test_floor_libraries_the_environment_leaves_out_are_not_timed_and_a_bad_name_is_refused(monkeypatch):
+    timed = []
+
+    def run_library(library, device, shapes, threads, precision):
+        timed.append(library)
+        return {"seconds": {floors._key(s): 1e-3 for s in shapes}}
+
+    monkeypatch.setattr(floors, "_run_library", run_library)
+    monkeypatch.setattr(floors, "_installed", lambda library, device="cpu": True)
+    monkeypatch.setattr(floors, "plugin_kernels", dict)
+    monkeypatch.delenv(limits_cache.ENV, raising=False)
+    cell = {"cell_id": "m", "workload": "mlp", "overrides": ["num_batches=1"], "device_requested": "cpu"}
+    monkeypatch.setenv(floors.LIBRARIES_ENV, "torch, numpy")
+    found = floors.kernel_floors([cell], ["cpu"], threads=1, precision="fp32")
+    assert timed == ["numpy", "torch"] and found["left_out"] == ["jax", "tensorflow"]
+    assert found["floors"]["m"] > 0
+    for bad in ("torch,pytorch", ""):
+        monkeypatch.setenv(floors.LIBRARIES_ENV, bad)
+        with pytest.raises(ValueError, match="valid: numpy, torch, jax, tensorflow") as err:
+            floors.kernel_floors([cell], ["cpu"], threads=1, precision="fp32")
+        assert repr(bad) in str(err.value) and ("'pytorch'" in str(err.value) or not bad)
 
 
 def test_the_report_names_the_larger_floor():

@@ -45,6 +45,12 @@ from harness.install.environments import family_python
 from harness.measuring import limits_cache
 from harness.records import Cell, spec_of
 
+#: Names the built-in libraries (of LIBRARIES, comma-separated) that time the kernel floors; unset,
+#: all of them. Only the test suite sets it (tests/conftest.py: NumPy and PyTorch, which time every
+#: kernel kind; JAX's and TensorFlow's processes cost its runs about 13 CPU-s a new kernel set),
+#: and the report says which it left out: a floor from fewer libraries errs high. Plugins' kernels
+#: are always timed.
+LIBRARIES_ENV = "DLCOMPARE_FLOOR_LIBRARIES"
 #: Seconds one library's process may take to time its kernels.
 LIBRARY_TIMEOUT_S = 1200
 REPEATS = 2 if os.environ.get("DLCOMPARE_QUICK_LIMITS") else 5  # the test suite's runs are tiny
@@ -274,6 +280,22 @@ def libraries() -> list[str]:
     return [*LIBRARIES, *plugin_kernels()]
 
 
+def left_out() -> list[str]:
+    """The built-in libraries ``LIBRARIES_ENV`` leaves out (none when unset); ValueError naming
+    the bad value and the valid ones where it names a library that is not built in."""
+    named = os.environ.get(LIBRARIES_ENV)
+    if named is None:
+        return []
+    chosen = [n.strip() for n in named.split(",") if n.strip()]
+    bad = [n for n in chosen if n not in LIBRARIES]
+    if bad or not chosen:
+        raise ValueError(
+            f"{LIBRARIES_ENV}={named!r}: {bad[0] if bad else 'no library'!r} is not a built-in kernel library; "
+            f"valid: {', '.join(LIBRARIES)}, comma-separated"
+        )
+    return [lib for lib in LIBRARIES if lib not in chosen]
+
+
 def kernels_of(library: str, device: str, precision: str) -> tuple[Make, Callable[[Any], Any]] | None:
     """(make, sync) of ``library`` on ``device`` in ``precision`` (a built-in library, or a plugin's
     KernelsHook, loaded now); None where it times nothing there."""
@@ -370,7 +392,9 @@ def _installed(library: str, device: str = "cpu") -> bool:
 def kernel_floors(cells: Sequence[Cell], devices: list[str], threads: int, precision: str) -> dict[str, Any]:
     """Each cell's kernel floor (seconds per step, keyed by cell id; None where its workload
     states no kernels or nothing could time them), the library that was fastest per kernel
-    count, and each library x device whose process failed, with its last line of stderr."""
+    count, each library x device whose process failed, with its last line of stderr, and the
+    built-in libraries ``LIBRARIES_ENV`` left out (``left_out``)."""
+    skipped = left_out()
     wanted = {c["cell_id"]: cell_kernels(c) for c in cells}
     shapes = sorted({tuple(k) for per_batch in wanted.values() if per_batch for b in per_batch for k, _ in b})
     by_key = {_key(s): s for s in shapes}
@@ -379,7 +403,7 @@ def kernel_floors(cells: Sequence[Cell], devices: list[str], threads: int, preci
     errors: dict[str, str] = {}
     for device in devices:
         for library in libraries():
-            if not shapes or not _installed(library, device):
+            if not shapes or library in skipped or not _installed(library, device):
                 continue
             inputs = {"floors": library, "device": device, "threads": threads, "precision": precision}
             found = limits_cache.cached_each(
@@ -405,7 +429,7 @@ def kernel_floors(cells: Sequence[Cell], devices: list[str], threads: int, preci
         per_batch, device = wanted[c["cell_id"]], c["device_requested"]
         floors[c["cell_id"]] = floor_s(per_batch, best[device]) if per_batch and best.get(device) else None
     fastest = {d: {lib: list(w.values()).count(lib) for lib in set(w.values())} for d, w in winners.items()}
-    return {"floors": floors, "errors": errors, "kernels": len(shapes), "fastest_library": fastest}
+    return {"floors": floors, "errors": errors, "kernels": len(shapes), "fastest_library": fastest, "left_out": skipped}
 
 
 def main(argv: list[str]) -> int:

@@ -195,9 +195,12 @@ def machine_line(m: model.Model) -> list[str]:
                     "time, so its `% of peak` reads high"
                 )
         floors = (env.get("kernel_floors") or {}).get("fastest_library") or {}
+        skipped = (env.get("kernel_floors") or {}).get("left_out") or []
         for device, counts in sorted(floors.items()):
             libs = ", ".join(f"{lib} {n}" for lib, n in sorted(counts.items(), key=lambda kv: -kv[1]))
             text += f"; kernel floors on {device} from the fastest library per kernel ({libs} kernels)"
+            if skipped:  # a test run's floors, timed by fewer libraries (harness.measuring.floors.LIBRARIES_ENV)
+                text += f", timing no {' or '.join(skipped)} kernels, so a floor errs high where they are faster"
         load = env.get("load_at_start")
         if load:  # how busy the machine was before the run started anything
             text += f"; at the start other processes kept {load['other_cores']:.2f} cores busy"
