@@ -23,7 +23,7 @@ KEY = "cpu_s"
 SHOWN = 15
 #: Tests listed in the summary, by their own CPU seconds (wall durations under two busy cores mostly
 #: say what ran beside a test; ``--durations`` lists those).
-SHOWN_TESTS = 20
+SHOWN_TESTS = 30
 
 
 def cpu_s() -> float:

@@ -392,11 +392,23 @@ def test_tensorflow_places_integer_inputs_as_int64():
     assert "int32" not in out.stdout and "int64" in out.stdout
 
 
-def test_peak_is_measured_in_the_runs_precision(python, tmp_path):
-    out = tmp_path / "peak.json"
-    proc = subprocess.run([python, "-m", "harness.measuring.peak", "cpu", str(out), "tf32"], cwd=REPO, timeout=300)
-    assert proc.returncode == 0
-    assert json.loads(out.read_text())["precision"] == "tf32"
+def test_peak_is_measured_in_the_runs_precision(tmp_path, monkeypatch):
+    """The peak's process (``python -m harness.measuring.peak DEVICE OUT PRECISION``) times TF32
+    matmuls on CUDA only for a tf32 run, bfloat16 ones only for a bf16 run, and writes the
+    precision beside its figures. The timing is stood in for: every bench's peak process times
+    it for real (test_cli's asserts each library's matmul)."""
+    from harness.measuring import peak
+
+    asked = []
+    monkeypatch.setattr(peak, "measure_cpu", lambda bf16: asked.append(("cpu", bf16)) or {"matmul_gflops": 1.0})
+    monkeypatch.setattr(
+        peak, "measure_cuda", lambda tf32, bf16: asked.append(("cuda", tf32, bf16)) or {"matmul_gflops": 2.0}
+    )
+    for device, precision in (("cpu", "tf32"), ("cuda", "tf32"), ("cuda", "fp32"), ("cpu", "bf16")):
+        out = tmp_path / f"{device}-{precision}.json"
+        assert peak.main([device, str(out), precision]) == 0
+        assert json.loads(out.read_text())["precision"] == precision
+    assert asked == [("cpu", False), ("cuda", True, False), ("cuda", False, False), ("cpu", True)]
 
 
 @pytest.mark.workers
