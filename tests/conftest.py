@@ -106,23 +106,8 @@ def pytest_configure(config) -> None:
     config.pluginmanager.register(CpuTime(), "dlcompare-cpu-time")  # where the suite's CPU goes, by file
 
 
-#: Test files by the CPU seconds they cost the suite, the costliest first (`make test`'s "CPU time by
-#: test file", 2026-12-04, 2-core AMD EPYC); the others follow in their own order. pytest-xdist hands
-#: files out in this order (``--no-loadscope-reorder``, Makefile), so that no costly file starts last
-#: with nothing beside it: its own order, by number of tests, started mypy's one test (39 CPU-s)
-#: and the other one-test files last, and one core sat idle for the suite's last minute.
-COSTLIEST_FIRST = (
-    "test_conformance.py", "test_model_file.py", "test_faults.py", "test_export.py", "test_cli.py",
-    "test_gpu_setup.py", "test_fidelity.py", "test_precision.py", "test_tolerance_mutations.py",
-    "test_types.py", "test_turns.py", "test_executors.py", "test_environments.py", "test_third_party.py",
-    "test_floors.py",
-)  # fmt: skip
-
-
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected what will not run
 def pytest_collection_modifyitems(items) -> None:
-    rank = {name: i for i, name in enumerate(COSTLIEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order stays
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if "trained" in getattr(item, "fixturenames", ()) and "adapter_name" in params:
