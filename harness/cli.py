@@ -18,7 +18,7 @@ from adapters.base import PRECISIONS
 from harness import env, export, processes, records, run_folder, session
 from harness.checks import conformance, doctor, fidelity
 from harness.install import variant
-from harness.measuring import timing
+from harness.measuring import floors, timing
 from harness.reporting import calibration_note, compare, report
 from harness.running import clusters, devices, executors
 from harness.running.plan import DATA_MODES, DEVICES, PlanError, parse_twins, select_adapters, select_workloads
@@ -63,6 +63,10 @@ def _own_calibration(args: argparse.Namespace) -> str | None:
 def cmd_bench(args: argparse.Namespace) -> int:
     if (bad := _own_calibration(args)) is not None:
         return run_folder.fail(bad)
+    try:  # refused before anything is measured, not at the kernel floors
+        floors.left_out()
+    except ValueError as exc:
+        return run_folder.fail(str(exc))
     if getattr(args, "model", None):
         args.workload = args.model
         args.framework = "keras" if args.framework == "all" else args.framework

@@ -58,6 +58,11 @@ def test_floor_libraries_the_environment_leaves_out_are_not_timed_and_a_bad_name
         with pytest.raises(ValueError, match="valid: numpy, torch, jax, tensorflow") as err:
             floors.kernel_floors([cell], ["cpu"], threads=1, precision="fp32")
         assert repr(bad) in str(err.value) and ("'pytorch'" in str(err.value) or not bad)
+    from harness import cli  # a bench refuses it before it measures anything
+
+    monkeypatch.setenv(floors.LIBRARIES_ENV, "torch,pytorch")
+    monkeypatch.setattr(floors, "kernel_floors", lambda *a: pytest.fail("the bench went on to measure"))
+    assert cli.main(["bench", "--framework", "torch-eager", "--workload", "mlp", "--out", "/nonexistent/x"]) == 2
 
 
 def test_the_report_names_the_larger_floor():
