@@ -107,11 +107,10 @@ export: $(STAMP)
 
 # The suite runs in TEST_WORKERS test processes (pytest-xdist), each test file whole in one of them,
 # so that a file's module fixtures and the conformance pool (tests/conftest.py) run once: on 2 cores
-# one process's imports and compiles, mostly single-threaded, overlap the other's work. Files are
-# handed out costliest first (tests/conftest.py, COSTLIEST_FIRST). TEST_WORKERS=0: one process.
+# one process's imports and compiles, mostly single-threaded, overlap the other's work. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+	$(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # The harness-logic tests alone (no framework, worker or subprocess; no seconds of NumPy reference work).
 test-fast: $(STAMP)

@@ -106,23 +106,8 @@ def pytest_configure(config) -> None:
     config.pluginmanager.register(CpuTime(), "dlcompare-cpu-time")  # where the suite's CPU goes, by file
 
 
-#: Test files that take longest, the longest first (`make test -v`'s timeline and "CPU time by test
-#: file", 2026-12-04, 2-core AMD EPYC); the others follow in their own order. pytest-xdist hands
-#: files out in this order (``--no-loadscope-reorder``, Makefile), so that no long file starts last
-#: with nothing beside it: its own order, by number of tests, started mypy's one test last, and it
-#: ran alone for the suite's last 46 s (904-950 s) with one core idle.
-COSTLIEST_FIRST = (
-    "test_conformance.py", "test_model_file.py", "test_cli.py", "test_turns.py", "test_faults.py",
-    "test_gpu_setup.py", "test_export.py", "test_precision.py", "test_fidelity.py", "test_tolerance_mutations.py",
-    "test_types.py", "test_fault_battery.py", "test_environments.py", "test_third_party.py", "test_processes.py",
-    "test_workloads.py", "test_executors.py", "test_floors.py", "test_stats_verdicts.py",
-)  # fmt: skip
-
-
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected what will not run
 def pytest_collection_modifyitems(items) -> None:
-    rank = {name: i for i, name in enumerate(COSTLIEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order stays
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if "trained" in getattr(item, "fixturenames", ()) and "adapter_name" in params:

@@ -27,16 +27,3 @@ def test_a_process_counts_its_own_cpu_seconds():
     before = cpu_time.cpu_s()
     sum(i * i for i in range(200_000))  # some CPU work of this process
     assert cpu_time.cpu_s() > before
-
-
-def test_the_files_handed_out_first_exist_and_make_test_keeps_that_order():
-    """tests/conftest.py's COSTLIEST_FIRST: a renamed file would quietly fall back to the end of the
-    queue, and pytest-xdist's own reordering (by number of tests) would undo the whole order."""
-    from pathlib import Path
-
-    from tests.conftest import COSTLIEST_FIRST
-
-    here = Path(__file__).parent
-    assert [n for n in COSTLIEST_FIRST if not (here / n).is_file()] == []
-    assert len(set(COSTLIEST_FIRST)) == len(COSTLIEST_FIRST)
-    assert "--no-loadscope-reorder" in (here.parent / "Makefile").read_text()
