@@ -194,8 +194,8 @@ def machine_line(m: model.Model) -> list[str]:
                     f", understated: this run's cells ran {' and '.join(left_out)} kernels that the peak did not "
                     "time, so its `% of peak` reads high"
                 )
-        floors = (env.get("kernel_floors") or {}).get("fastest_library") or {}
-        skipped = (env.get("kernel_floors") or {}).get("left_out") or []
+        kernel_floors = env.get("kernel_floors") or {}
+        floors, skipped = kernel_floors.get("fastest_library") or {}, kernel_floors.get("left_out") or []
         for device, counts in sorted(floors.items()):
             libs = ", ".join(f"{lib} {n}" for lib, n in sorted(counts.items(), key=lambda kv: -kv[1]))
             text += f"; kernel floors on {device} from the fastest library per kernel ({libs} kernels)"

@@ -7,6 +7,8 @@ small shapes of CHECK_OVERRIDES and CHECK_SIZES.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from harness.records import spec_of as _spec_of
 from harness.running.plan import variants
 from workloads import STRATEGIES, WORKLOADS, Workload
@@ -25,9 +27,8 @@ BF16_OVERRIDES = ("batch_size=16",)
 PRECISION = "precision="
 
 #: Checks train on a 4-batch dataset (3 for the variable-length workloads, CHECK_SIZES): numerics
-#: are the same, few caption lengths (not 16)
-#: keep static-graph compiles few, and the loss falls fast. A workload's CHECK_SIZES replace
-#: these fields where they name them (``check_base``).
+#: are the same, few caption lengths (not 16) keep static-graph compiles few, and the loss falls
+#: fast. A workload's CHECK_SIZES replace these fields where they name them (``check_base``).
 CHECK_OVERRIDES = ["num_batches=4"]
 #: Workloads checked on smaller shapes than their defaults (the numerics are the same), so each
 #: adapter's extra check time stays a few seconds: the transformer at width 16, sequences of 4..12.
@@ -62,9 +63,7 @@ def all_variants(workloads: list[str] | None = None) -> list[Variant]:
     for w in chosen:
         base = check_base(w)
         out += [(w, tuple(o)) for o in variants(w, base, list(STRATEGIES))]
-        for extra in CHECK_EXTRA.get(w, []):
-            fields = {e.split("=")[0] for e in extra}
-            out.append((w, (*(o for o in base if o.split("=")[0] not in fields), *extra)))
+        out += [(w, tuple(_replaced(base, extra))) for extra in CHECK_EXTRA.get(w, [])]
     for w in BF16_WORKLOADS:
         if w in chosen:
             out.append((w, (*check_base(w), *BF16_OVERRIDES, f"{PRECISION}bf16")))
@@ -74,9 +73,13 @@ def all_variants(workloads: list[str] | None = None) -> list[Variant]:
 def check_base(workload: str) -> list[str]:
     """The overrides every check of ``workload`` starts from: CHECK_OVERRIDES, each field its
     CHECK_SIZES name replaced, then its CHECK_SIZES."""
-    sizes = CHECK_SIZES.get(workload, [])
-    named = {o.split("=")[0] for o in sizes}
-    return [*(o for o in CHECK_OVERRIDES if o.split("=")[0] not in named), *sizes]
+    return _replaced(CHECK_OVERRIDES, CHECK_SIZES.get(workload, []))
+
+
+def _replaced(base: Sequence[str], new: Sequence[str]) -> list[str]:
+    """``base``'s ``field=value`` overrides less the fields ``new`` names, then ``new``."""
+    named = {o.split("=")[0] for o in new}
+    return [*(o for o in base if o.split("=")[0] not in named), *new]
 
 
 def precision_of(variant: Variant) -> str:
