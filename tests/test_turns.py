@@ -728,6 +728,28 @@ def test_a_second_generation_starts_only_where_a_third_fits_beside_it(monkeypatc
     assert costs.committed_s(100.0, 2) == 200.0 and costs.committed_s(100.0, 3) == costs.committed_s(100.0, 4) == 100.0
 
 
+def test_the_run_says_when_its_budget_drops_a_workloads_generations_and_what_its_verdicts_then_rest_on(
+    monkeypatch, tmp_path, capsys
+):
+    """The line comes when the budget decides, once a group (not first in the report at the end):
+    what the dropped generations need, what is left, and that a pair needs three generations."""
+    _generations_run(monkeypatch, tmp_path / "a", 3, policy.Budget(250.0, t0=time.monotonic()))
+    said = [line for line in capsys.readouterr().out.splitlines() if "not started" in line]
+    assert len(said) == 1, said
+    assert said[0].startswith("mlp cpu: generations 2 and 3 not started, needing about 3.3 minutes")
+    assert "where the budget has 2.5 left; its pairs stay unresolved (a pair needs 3 generations)" in said[0]
+    # enough for every planned generation: nothing said
+    _generations_run(monkeypatch, tmp_path / "b", 3, policy.Budget(310.0, t0=time.monotonic()))
+    assert "not started" not in capsys.readouterr().out
+    # a 4th and 5th planned, 3 ran: the verdicts rest on those 3
+    cell = {"workload": "rnn-caption", "overrides": ["strategy=exact"], "device_requested": "cpu"}
+    line = policy.not_started(cell, 4, 5, 90.0, -3.0)
+    assert line.startswith("rnn-caption strategy=exact cpu: generations 4 and 5 not started, needing about 1.5")
+    assert "the budget has 0.0 left; its verdicts rest on 3 generations" in line
+    assert "generation 5 not started" in policy.not_started(cell, 5, 5, 60.0, 0.0)
+    assert "generations 2 to 5 not started" in policy.not_started(cell, 2, 5, 60.0, 0.0)
+
+
 def test_a_later_generation_is_estimated_without_the_first_processes_pipelined_blocks():
     first = [
         {"cell_id": "a|mlp|cpu", "round": 1, "wall_s": 40.0, "pipelined_blocks_s": [1.0, 2.0]},

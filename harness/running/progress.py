@@ -30,7 +30,8 @@ def cell_line(rec: Record) -> str:
 
 class MatrixProgress:
     """Use as a context manager; ``start(cell, round)`` before a round of a cell runs,
-    ``finish(record)`` after; ``drop()`` for a planned round that will not run."""
+    ``finish(record)`` after; ``drop()`` for a planned round that will not run; ``say(line)`` for
+    a line of the run's own."""
 
     def __init__(self, total: int, live: bool | None = None) -> None:
         self.total, self.done = total, 0
@@ -85,6 +86,13 @@ class MatrixProgress:
         if self._bar:
             self._bar.update(self._task, total=self.total)
 
+    def say(self, line: str) -> None:
+        """A line of the run's own (a decision of its budget), among the cells' lines."""
+        if self._bar:
+            self._bar.console.print(line, markup=False)
+        else:
+            print(line, flush=True)
+
     def generation_ended(self) -> None:
         """A generation's processes have all ended: the hook runs (a failing hook is reported, never
         fatal: a provisional page must not cost the run its measurements)."""
@@ -106,8 +114,6 @@ class MatrixProgress:
     def finish(self, rec: Record) -> None:
         self.done += 1
         line = f"[{self.count()}] {cell_line(rec)}"
+        self.say(line)
         if self._bar:
-            self._bar.console.print(line, markup=False)
             self._bar.advance(self._task)
-        else:
-            print(line, flush=True)
