@@ -71,9 +71,9 @@ def generations_note(group: Sequence[Record], *, going: bool = False, processes:
         else 0.0
     )
     if more_s > 0:
-        missing = {1: f" {planned}", 2: f"s {ran + 1} and {planned}"}.get(planned - ran, f"s {ran + 1} to {planned}")
+        missing = generation_costs.generations_named(ran + 1, planned)
         minutes = math.ceil(more_s / 60)
-        said += f"; about {minutes} more minute{'s' * (minutes != 1)} of budget would have run generation{missing}"
+        said += f"; about {minutes} more minute{'s' * (minutes != 1)} of budget would have run {missing}"
     said += "; with fewer than 3, every pair stays `unresolved`" if ran < 3 else ""
     if not any(r.get("dispatch_floor_s") or r.get("dispatch_floor_error") for r in ok):
         said += "; no dispatch floor was timed (they come with a group's last planned generation)"

@@ -31,7 +31,13 @@ from harness.records import Cell, Record, round_of
 from harness.running import runner, turns
 from harness.running.sink import RoundSink
 from harness.running.turns import Turns, group_of, servable
-from harness.stats.generation_costs import committed_s, next_generation_s, start_factor, warm_shares
+from harness.stats.generation_costs import (
+    committed_s,
+    generations_named,
+    next_generation_s,
+    start_factor,
+    warm_shares,
+)
 from harness.stats.verdicts import MIN_GENERATIONS
 
 #: With a budget, the share of what is left that a generation's turns may take (the rest is
@@ -169,9 +175,10 @@ def _run(
         if not cells:
             continue
         cost = generation_s(sink.results, cells)
-        if k > 1 and (g in dropped or budget.left() < committed_s(cost, k)):
+        need = committed_s(cost, k)
+        if k > 1 and (g in dropped or budget.left() < need):
             if g not in dropped:  # said when it is decided, not first at the report's end
-                sink.progress.say(not_started(cells[0], k, sink.rounds, committed_s(cost, k), budget.left()))
+                sink.progress.say(not_started(cells[0], k, sink.rounds, need, budget.left()))
             dropped.add(g)
             for _ in cells:
                 sink.progress.drop()
@@ -202,15 +209,14 @@ def not_started(cell: Cell, k: int, rounds: int, need_s: float, left_s: float) -
     ``rounds``: what they need (``committed_s``: up to the third, which a verdict needs), what is
     left, and what the group's verdicts then rest on."""
     what = " ".join(filter(None, [cell["workload"], *cell.get("overrides", []), cell["device_requested"]]))
-    span = {0: f" {k}", 1: f"s {k} and {rounds}"}.get(rounds - k, f"s {k} to {rounds}")
     rest = (
         f"its pairs stay unresolved (a pair needs {MIN_GENERATIONS} generations)"
         if k <= MIN_GENERATIONS
         else f"its verdicts rest on {k - 1} generations"
     )
     return (
-        f"{what}: generation{span} not started, needing about {need_s / 60:.1f} minutes where the budget has "
-        f"{max(left_s, 0.0) / 60:.1f} left; {rest} (the report says how much more time they needed)"
+        f"{what}: {generations_named(k, rounds)} not started, needing about {need_s / 60:.1f} minutes where the "
+        f"budget has {max(left_s, 0.0) / 60:.1f} left; {rest} (the report says how much more time they needed)"
     )
 
 

@@ -160,6 +160,12 @@ def committed_s(cost: float, k: int) -> float:
     return cost * max(1, verdicts.MIN_GENERATIONS - k + 1)
 
 
+def generations_named(first: int, last: int) -> str:
+    """``generation 3``, ``generations 2 and 3`` or ``generations 2 to 5``: the generations from
+    ``first`` to ``last`` that a budget did not run, as the run's line and its report name them."""
+    return "generation" + {0: f" {last}", 1: f"s {first} and {last}"}.get(last - first, f"s {first} to {last}")
+
+
 def missing_s(recs: Sequence[Record], planned: int, cell_ids: Collection[str | None] | None = None) -> float:
     """What the generations up to ``planned`` that the groups holding ``cell_ids`` (every group
     where None) did not run should have taken, summed over those groups: each group's next
